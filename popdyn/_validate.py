@@ -1,0 +1,65 @@
+"""Input validation at the API boundary.
+
+Every check raises ``ValueError`` naming the parameter, the offending value and the allowed range,
+so the CLI can print it as a single line.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+
+
+def open_unit(name: str, value) -> float:
+    """Require ``value`` in the open interval (0, 1)."""
+    if not _is_number(value) or not (0.0 < float(value) < 1.0):
+        raise ValueError(f"{name}={value!r} is out of range: must lie in the open interval (0, 1)")
+    return float(value)
+
+
+def positive(name: str, value, *, allow_zero: bool = False) -> float:
+    """Require a finite ``value > 0`` (or ``>= 0`` with ``allow_zero``)."""
+    ok = _is_number(value) and math.isfinite(float(value))
+    ok = ok and (float(value) >= 0.0 if allow_zero else float(value) > 0.0)
+    if not ok:
+        bound = "[0, inf)" if allow_zero else "(0, inf)"
+        raise ValueError(f"{name}={value!r} is out of range: must be a finite number in {bound}")
+    return float(value)
+
+
+def finite(name: str, value) -> float:
+    """Require a finite real number."""
+    if not _is_number(value) or not math.isfinite(float(value)):
+        raise ValueError(f"{name}={value!r} is invalid: must be a finite real number")
+    return float(value)
+
+
+def int_at_least(name: str, value, minimum: int) -> int:
+    """Require an integer ``value >= minimum``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
+        raise ValueError(f"{name}={value!r} is out of range: must be an integer >= {minimum}")
+    return int(value)
+
+
+def interval(name: str, value: Sequence[float]) -> tuple[float, float]:
+    """Require a finite, increasing pair ``(lo, hi)`` with ``lo < hi``."""
+    try:
+        lo, hi = (float(v) for v in value)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}={value!r} is invalid: must be a pair (lo, hi) of numbers") from None
+    if not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
+        raise ValueError(f"{name}=({lo}, {hi}) is invalid: must be finite with lo < hi")
+    return lo, hi
+
+
+def choice(name: str, value, allowed: Sequence[str]) -> str:
+    """Require ``value`` to be one of ``allowed``."""
+    if value not in allowed:
+        raise ValueError(f"{name}={value!r} is invalid: must be one of {', '.join(map(repr, allowed))}")
+    return value

@@ -1,0 +1,123 @@
+"""Hessian curvature of the exact population loss: exact spectra and Lanczos extremes.
+
+For small problems the Hessian of L on the flattened parameter vector is formed exactly,
+symmetrised, and diagonalised (eigvalsh). For large ones, Lanczos with full reorthogonalisation on
+Hessian-vector products (forward-over-reverse) gives the extreme Ritz values. Eigenvalues are signed
+(algebraic): at a saddle λ_min < 0 and λ_max is the largest algebraic eigenvalue, never |λ|.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax.flatten_util import ravel_pytree
+from jaxtyping import Array, Float
+
+from popdyn.batching import as_batch, unbatch
+from popdyn.problem import Problem, Theta
+
+EXACT_MAX_DIM = 512
+"""``method="auto"`` forms the full Hessian up to this many parameters, else uses Lanczos."""
+
+
+def _flat_loss(prob: Problem, theta: Theta):
+    flat, unravel = ravel_pytree(theta)
+    return (lambda x: prob.loss(unravel(x))), flat
+
+
+def hessian_matrix(prob: Problem, theta: Theta) -> Float[Array, "n n"]:
+    """∇²L at one θ on the flattened parameters, symmetrised: (H + Hᵀ)/2."""
+    f, x = _flat_loss(prob, theta)
+    H = jax.hessian(f)(x)
+    return 0.5 * (H + H.T)
+
+
+def _spectrum_one(prob, theta):
+    return jnp.linalg.eigvalsh(hessian_matrix(prob, theta))
+
+
+def hessian_spectrum(prob: Problem, theta: Theta) -> Float[Array, "*B n"]:
+    """All Hessian eigenvalues, ascending; θ may carry a batch axis."""
+    batch, batched = as_batch(prob, theta)
+    out = jax.jit(jax.vmap(lambda t: _spectrum_one(prob, t)))(batch)
+    return unbatch(out, batched)
+
+
+def lanczos_extremes(prob: Problem, theta: Theta, iters: int = 64, seed: int = 0) -> tuple[Array, Array]:
+    """(λ_min, λ_max) Ritz estimates after ``iters`` Lanczos steps with full reorthogonalisation.
+
+    With iters ≥ n the Krylov space is the whole space and the values are exact to rounding.
+    After a breakdown (an invariant subspace is found) the remaining diagonal entries are filled
+    with α_1, a Rayleigh quotient, so they can never become a spurious extreme.
+    """
+    f, x = _flat_loss(prob, theta)
+    n = x.shape[0]
+    k = min(iters, n)
+    grad = jax.grad(f)
+
+    def hvp(v):
+        return jax.jvp(grad, (x,), (v,))[1]
+
+    v0 = jax.random.normal(jax.random.PRNGKey(seed), (n,), dtype=x.dtype)
+    v0 = v0 / jnp.linalg.norm(v0)
+    V = jnp.zeros((k + 1, n), x.dtype).at[0].set(v0)
+    alphas = jnp.zeros(k, x.dtype)
+    betas = jnp.zeros(k, x.dtype)
+    scale = jnp.zeros((), x.dtype)
+
+    def body(j, state):
+        V, alphas, betas, alive, scale = state
+        w = hvp(V[j])
+        a = jnp.vdot(V[j], w)
+        w = w - V.T @ (V @ w)  # full reorthogonalisation (twice, for stability)
+        w = w - V.T @ (V @ w)
+        b = jnp.linalg.norm(w)
+        scale = jnp.maximum(scale, jnp.abs(a) + b)
+        alphas = alphas.at[j].set(jnp.where(alive, a, alphas[0]))
+        still = alive & (b > 1e-12 * jnp.maximum(scale, 1e-300))
+        betas = betas.at[j].set(jnp.where(still, b, 0.0))
+        V = V.at[j + 1].set(jnp.where(still, w / jnp.where(b > 0, b, 1.0), 0.0))
+        return V, alphas, betas, still, scale
+
+    V, alphas, betas, _, _ = jax.lax.fori_loop(0, k, body, (V, alphas, betas, jnp.bool_(True), scale))
+    T = jnp.diag(alphas) + jnp.diag(betas[:-1], 1) + jnp.diag(betas[:-1], -1)
+    ritz = jnp.linalg.eigvalsh(T)
+    return ritz[0], ritz[-1]
+
+
+def _n_params(prob: Problem) -> int:
+    return sum(int(jnp.size(jnp.zeros(t.shape))) for t in jax.tree_util.tree_leaves(prob.template()))
+
+
+def extreme_eigenvalues(
+    prob: Problem, theta: Theta, method: str = "auto", iters: int = 64
+) -> tuple[Array, Array]:
+    """(λ_min, λ_max) of ∇²L, signed; θ may carry a batch axis.
+
+    ``method``: "exact" (eigvalsh of the full Hessian), "lanczos", or "auto" (exact up to
+    ``EXACT_MAX_DIM`` parameters).
+    """
+    if method not in ("auto", "exact", "lanczos"):
+        raise ValueError(f"method={method!r} is invalid: must be one of 'auto', 'exact', 'lanczos'")
+    if method == "auto":
+        method = "exact" if _n_params(prob) <= EXACT_MAX_DIM else "lanczos"
+    batch, batched = as_batch(prob, theta)
+    if method == "exact":
+        def one(t):
+            ev = _spectrum_one(prob, t)
+            return ev[0], ev[-1]
+    else:
+        def one(t):
+            return lanczos_extremes(prob, t, iters=iters)
+    lo, hi = jax.jit(jax.vmap(one))(batch)
+    return unbatch(lo, batched), unbatch(hi, batched)
+
+
+def lambda_max(prob: Problem, theta: Theta, method: str = "auto", iters: int = 64) -> Array:
+    """Largest algebraic eigenvalue of the Hessian of the exact loss at θ (batched or not)."""
+    return extreme_eigenvalues(prob, theta, method, iters)[1]
+
+
+def lambda_min(prob: Problem, theta: Theta, method: str = "auto", iters: int = 64) -> Array:
+    """Smallest algebraic eigenvalue (negative at a strict saddle)."""
+    return extreme_eigenvalues(prob, theta, method, iters)[0]

@@ -1,0 +1,95 @@
+"""Batches of initialisations: detecting a batch axis, and mapping a jitted function over chunks.
+
+A batch is a parameter pytree whose every leaf has one extra leading axis compared with the
+problem's ``template()``. Chunks have a fixed size (the last one is padded by repeating its first
+point and trimmed afterwards) so each function compiles once per shape and memory stays bounded.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from popdyn.problem import Problem, Theta
+
+
+def batch_size(prob: Problem, theta: Theta) -> int | None:
+    """Leading batch size of ``theta`` (None when it is a single point); ValueError on shape mismatch."""
+    template = prob.template()
+    t_leaves, t_def = jax.tree_util.tree_flatten(template)
+    leaves, tdef = jax.tree_util.tree_flatten(theta)
+    if tdef != t_def:
+        raise ValueError(f"theta has structure {tdef}, but the problem expects {t_def}")
+    sizes = set()
+    for (path, leaf), t in zip(jax.tree_util.tree_flatten_with_path(theta)[0], t_leaves):
+        shape = np.shape(leaf)
+        name = jax.tree_util.keystr(path)
+        if shape == t.shape:
+            sizes.add(None)
+        elif len(shape) == len(t.shape) + 1 and shape[1:] == t.shape:
+            sizes.add(shape[0])
+        else:
+            raise ValueError(f"theta{name} has shape {shape}: expected {t.shape} or (batch, *{t.shape})")
+    if len(sizes) != 1:
+        raise ValueError(f"theta leaves disagree on the batch axis: sizes {sorted(sizes, key=str)}")
+    return sizes.pop()
+
+
+def as_batch(prob: Problem, theta: Theta) -> tuple[Theta, bool]:
+    """(theta with a leading batch axis, whether the input already had one), in the default float dtype."""
+    n = batch_size(prob, theta)
+    theta = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype=jnp.result_type(float)), theta)
+    if n is None:
+        return jax.tree_util.tree_map(lambda x: x[None], theta), False
+    return theta, True
+
+
+def unbatch(tree, batched: bool):
+    """Drop the leading batch axis again when the caller passed a single point."""
+    return tree if batched else jax.tree_util.tree_map(lambda x: x[0] if x is not None else None, tree)
+
+
+def map_chunks(
+    fn: Callable, theta: Theta, chunk_size: int | None, *, progress: bool = False, desc: str = "chunks"
+):
+    """Apply ``fn`` (a jitted function of a batch) to fixed-size chunks of ``theta``; concatenate outputs."""
+    n = jax.tree_util.tree_leaves(theta)[0].shape[0]
+    if chunk_size is None or chunk_size >= n:
+        return fn(theta)
+    outs = []
+    starts = range(0, n, chunk_size)
+    for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
+        stop = min(start + chunk_size, n)
+        idx = np.arange(start, start + chunk_size)
+        idx = np.where(idx < stop, idx, start)  # pad by repeating the first point of the chunk
+        out = fn(jax.tree_util.tree_map(lambda x: x[idx], theta))
+        outs.append(jax.tree_util.tree_map(lambda x: np.asarray(x)[: stop - start], out))
+    return jax.tree_util.tree_map(lambda *xs: jnp.asarray(np.concatenate(xs)), *outs)
+
+
+def scale_tree(prob: Problem, scales) -> Theta | None:
+    """Per-block multipliers as a full pytree: ``scales`` maps top-level keys of θ to positive floats
+    (missing keys → 1). None stays None."""
+    if scales is None:
+        return None
+    template = prob.template()
+    if not isinstance(template, dict) or not isinstance(scales, dict):
+        raise ValueError("time_scales must be a dict mapping parameter names to positive numbers")
+    unknown = set(scales) - set(template)
+    if unknown:
+        raise ValueError(f"time_scales has unknown parameter(s) {sorted(unknown)}: allowed {sorted(template)}")
+    for k, v in scales.items():
+        if not (isinstance(v, (int, float)) and v > 0 and np.isfinite(v)):
+            raise ValueError(f"time_scales[{k!r}]={v!r} is out of range: must be a finite number > 0")
+    return {k: float(scales.get(k, 1.0)) for k in template}
+
+
+def apply_scales(grad: Theta, scales: Theta | None) -> Theta:
+    """Multiply each gradient block by its time scale / learning-rate multiplier."""
+    if scales is None:
+        return grad
+    return {k: g * scales[k] for k, g in grad.items()}

@@ -1,0 +1,8 @@
+"""Gradient flow and gradient descent over batches of initialisations (DESIGN.md, layer 3)."""
+
+from popdyn.dynamics.descent import gradient_descent
+from popdyn.dynamics.flow import gradient_flow
+from popdyn.dynamics.status import STATUS_NAMES, Status
+from popdyn.dynamics.trajectory import Trajectory
+
+__all__ = ["STATUS_NAMES", "Status", "Trajectory", "gradient_descent", "gradient_flow"]

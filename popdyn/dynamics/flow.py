@@ -1,0 +1,146 @@
+"""Gradient flow θ̇ = −τ ⊙ ∇L(θ) with diffrax, batched over initialisations (DESIGN.md, layer 3).
+
+Adaptive step size (PID controller), termination at a steady state (‖∇L‖ < gtol) or on divergence
+(‖θ‖ > diverge or non-finite) through a diffrax Event, ``throw=False`` so that one failing member
+never kills the batch: every initialisation gets a ``Status``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from popdyn import _validate
+from popdyn.analysis.curvature import extreme_eigenvalues
+from popdyn.batching import apply_scales, as_batch, map_chunks, scale_tree, unbatch
+from popdyn.dynamics.status import Status, refine_saddles
+from popdyn.dynamics.trajectory import Trajectory
+from popdyn.problem import Problem, Theta
+
+SOLVERS = {"tsit5": diffrax.Tsit5, "kvaerno5": diffrax.Kvaerno5, "dopri8": diffrax.Dopri8}
+
+
+def record_times(t1: float, ts: int | Sequence[float] | None) -> np.ndarray:
+    """Record times: an int K gives 0 and K−1 log-spaced times in [1e-6·t1, t1]; a sequence is used as is."""
+    if ts is None:
+        return np.array([0.0, t1])
+    if isinstance(ts, (int, np.integer)):
+        k = _validate.int_at_least("ts", ts, 2)
+        return np.concatenate([[0.0], np.geomspace(1e-6 * t1, t1, k - 1)])
+    arr = np.asarray(ts, dtype=np.float64)
+    if arr.ndim != 1 or arr.size == 0 or np.any(np.diff(arr) < 0) or arr[0] < 0 or arr[-1] > t1:
+        raise ValueError(f"ts must be a non-empty increasing sequence of times in [0, t1={t1}]")
+    return arr
+
+
+def _solver(solver):
+    if isinstance(solver, diffrax.AbstractSolver):
+        return solver
+    return SOLVERS[_validate.choice("solver", solver, tuple(SOLVERS))]()
+
+
+def gradient_flow(
+    prob: Problem,
+    theta0: Theta,
+    t1: float = 1e4,
+    *,
+    ts: int | Sequence[float] | None = 64,
+    save_params: bool = False,
+    solver: str | diffrax.AbstractSolver = "tsit5",
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    gtol: float = 1e-9,
+    diverge: float = 1e8,
+    max_steps: int = 100_000,
+    time_scales: dict[str, float] | None = None,
+    saddle_tol: float = 1e-7,
+    chunk_size: int | None = None,
+    progress: bool = False,
+) -> Trajectory:
+    """Integrate θ̇ = −τ ⊙ ∇L(θ) from θ0 (one point, or a batch on a leading axis) up to ``t1``.
+
+    Stops a point at ‖∇L‖ < ``gtol`` (CONVERGED, or SADDLE when its Hessian has a negative
+    eigenvalue), at ‖θ‖ > ``diverge`` (DIVERGED) or non-finite values (NAN); otherwise MAX_STEPS.
+    Records loss and ‖∇L‖ (and θ with ``save_params``) at ``ts``; ``time_scales`` maps parameter
+    names to per-block rates τ. Tsit5 by default; "kvaerno5" for stiff flows.
+    """
+    t1 = _validate.positive("t1", t1)
+    for name, v in (("rtol", rtol), ("atol", atol), ("gtol", gtol), ("diverge", diverge)):
+        _validate.positive(name, v)
+    _validate.int_at_least("max_steps", max_steps, 1)
+    times = record_times(t1, ts)
+    scales = scale_tree(prob, time_scales)
+    batch, batched = as_batch(prob, theta0)
+    solver_ = _solver(solver)
+    vg = jax.value_and_grad(prob.loss)
+
+    def field(t, y, args):
+        return jax.tree_util.tree_map(jnp.negative, apply_scales(jax.grad(prob.loss)(y), scales))
+
+    def steady(t, y, args, **kwargs):
+        return optax.tree.norm(jax.grad(prob.loss)(y)) < gtol
+
+    def blowup(t, y, args, **kwargs):
+        n = optax.tree.norm(y)
+        return (n > diverge) | ~jnp.isfinite(n)
+
+    def record(t, y, args):
+        loss, g = vg(y)
+        out = {"loss": loss, "grad_norm": optax.tree.norm(g)}
+        if save_params:
+            out["params"] = y
+        return out
+
+    saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(t1=True), diffrax.SubSaveAt(ts=jnp.asarray(times), fn=record)])
+
+    def solve_one(y0):
+        sol = diffrax.diffeqsolve(
+            diffrax.ODETerm(field), solver_, t0=0.0, t1=t1, dt0=None, y0=y0, saveat=saveat,
+            stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+            event=diffrax.Event((steady, blowup)), max_steps=max_steps, throw=False,
+        )
+        final = jax.tree_util.tree_map(lambda x: x[0], sol.ys[0])
+        t_end = sol.ts[0][0]
+        rec_t = sol.ts[1]
+        reached = jnp.isfinite(rec_t)
+        recs = jax.tree_util.tree_map(
+            lambda x: jnp.where(reached.reshape((-1,) + (1,) * (x.ndim - 1)), x, jnp.nan), sol.ys[1]
+        )
+        hit_steady, hit_blowup = sol.event_mask if sol.event_mask is not None else (False, False)
+        event = sol.result == diffrax.RESULTS.event_occurred
+        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(final)]))
+        finite = finite & jnp.isfinite(prob.loss(final))
+        status = jnp.select(
+            [~finite, event & hit_steady, event & hit_blowup,
+             (sol.result == diffrax.RESULTS.successful) | (sol.result == diffrax.RESULTS.max_steps_reached)],
+            [int(Status.NAN), int(Status.CONVERGED), int(Status.DIVERGED), int(Status.MAX_STEPS)],
+            default=int(Status.SOLVER_FAILED),
+        )
+        return {
+            "final": final, "status": status, "t_final": t_end, "ts": jnp.where(reached, rec_t, jnp.nan),
+            "loss": recs["loss"], "grad_norm": recs["grad_norm"], "params": recs.get("params"),
+            "n_steps": sol.stats["num_steps"],
+        }
+
+    out = map_chunks(jax.jit(jax.vmap(solve_one)), batch, chunk_size, progress=progress, desc="gradient flow")
+    return _finish(prob, out, batched, saddle_tol, "time")
+
+
+def _finish(prob: Problem, out: dict, batched: bool, saddle_tol: float, time_unit: str) -> Trajectory:
+    """Classify converged points by their Hessian (saddle vs minimum) and package a Trajectory."""
+    status = out["status"]
+    conv = status == Status.CONVERGED
+    if bool(jnp.any(conv)):
+        lo, hi = extreme_eigenvalues(prob, out["final"])
+        status = refine_saddles(status, lo, hi, saddle_tol)
+    traj = Trajectory(
+        final=out["final"], status=status.astype(jnp.int32), t_final=out["t_final"], ts=out["ts"],
+        loss=out["loss"], grad_norm=out["grad_norm"], params=out["params"],
+        n_steps=jnp.asarray(out["n_steps"], jnp.int32), time_unit=time_unit,
+    )
+    return unbatch(traj, batched)

@@ -1,0 +1,48 @@
+"""Per-initialisation outcome codes shared by gradient flow and gradient descent."""
+
+from __future__ import annotations
+
+import enum
+
+import jax.numpy as jnp
+from jaxtyping import Array, Bool, Int
+
+
+class Status(enum.IntEnum):
+    """Outcome of one initialisation. Nothing is ever dropped: every point gets exactly one code.
+
+    CONVERGED: ‖∇L‖ fell below ``gtol`` at a point whose Hessian has no negative eigenvalue.
+    SADDLE: ‖∇L‖ < gtol, but the Hessian has a negative eigenvalue (λ_min < −saddle_tol).
+    MAX_STEPS: the budget (t1, max_steps or GD steps) ran out before ‖∇L‖ < gtol.
+    DIVERGED: ‖θ‖ exceeded the divergence bound.
+    NAN: the loss, gradient or parameters became NaN/inf.
+    SOLVER_FAILED: the ODE solver stopped for another reason (e.g. step size collapse).
+    """
+
+    CONVERGED = 0
+    SADDLE = 1
+    MAX_STEPS = 2
+    DIVERGED = 3
+    NAN = 4
+    SOLVER_FAILED = 5
+
+
+STATUS_NAMES = tuple(s.name.lower() for s in Status)
+
+
+def refine_saddles(
+    status: Int[Array, " B"], lam_min: Array, lam_max: Array, saddle_tol: float
+) -> Int[Array, " B"]:
+    """Mark converged points whose Hessian has λ_min < −saddle_tol·max(1, |λ_max|) as SADDLE."""
+    is_saddle = lam_min < -saddle_tol * jnp.maximum(1.0, jnp.abs(lam_max))
+    return jnp.where((status == Status.CONVERGED) & is_saddle, int(Status.SADDLE), status)
+
+
+def count(status: Int[Array, " B"]) -> dict[str, int]:
+    """Number of points per status name."""
+    return {name: int(jnp.sum(status == code)) for code, name in enumerate(STATUS_NAMES)}
+
+
+def finite_tree(*leaves) -> Bool[Array, ""]:
+    """True when every array given is entirely finite."""
+    return jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in leaves]))

@@ -1,0 +1,74 @@
+"""Exact statistics of a finite, first-order Markov chain (spec markov.md §1.1–§1.2).
+
+For a V-state transition matrix P: the stationary law π (πP = π), the entropy rate
+H_rate = -Σ_i π_i Σ_j P_ij ln P_ij and the unigram loss H_uni = -Σ_i π_i ln π_i (all in nats).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from jaxtyping import Float
+
+_ROW_TOL = 1e-10
+
+
+def validate_transition_matrix(P, name: str = "P") -> np.ndarray:
+    """Check that ``P`` is a square, row-stochastic, irreducible matrix; return it as float64.
+
+    Raises ValueError naming the entry or row that fails.
+    """
+    P = np.asarray(P, dtype=np.float64)
+    if P.ndim != 2 or P.shape[0] != P.shape[1] or P.shape[0] < 2:
+        raise ValueError(f"{name} has shape {P.shape}: must be a square V x V matrix with V >= 2")
+    if not np.all(np.isfinite(P)):
+        raise ValueError(f"{name} has non-finite entries: all entries must lie in [0, 1]")
+    bad = np.argwhere((P < 0.0) | (P > 1.0))
+    if bad.size:
+        i, j = bad[0]
+        raise ValueError(f"{name}[{i},{j}]={P[i, j]!r} is out of range: entries must lie in [0, 1]")
+    sums = P.sum(axis=1)
+    bad_rows = np.flatnonzero(np.abs(sums - 1.0) > _ROW_TOL)
+    if bad_rows.size:
+        i = bad_rows[0]
+        raise ValueError(f"row {i} of {name} sums to {sums[i]!r}: every row must sum to 1 (stochastic matrix)")
+    # Irreducible iff every state reaches every other: (I + A)^(V-1) > 0 for the adjacency A.
+    V = P.shape[0]
+    reach = np.linalg.matrix_power(np.eye(V) + (P > 0), V - 1) > 0
+    if not reach.all():
+        i, j = np.argwhere(~reach)[0]
+        raise ValueError(f"{name} is reducible (state {j} is unreachable from state {i}): the chain must be irreducible")
+    return P
+
+
+def binary_kernel(p: float, q: float) -> np.ndarray:
+    """P = [[1-p, p], [q, 1-q]]: p = P(1 | 0), q = P(0 | 1) (spec §1.1)."""
+    return np.array([[1.0 - p, p], [q, 1.0 - q]], dtype=np.float64)
+
+
+def stationary_distribution(P) -> Float[np.ndarray, " V"]:
+    """The unique π with πP = π and Σπ = 1, for an irreducible stochastic P."""
+    P = validate_transition_matrix(P)
+    V = P.shape[0]
+    # Solve (Pᵀ - I)π = 0 with the normalisation row appended (least squares; exact for irreducible P).
+    A = np.vstack([P.T - np.eye(V), np.ones((1, V))])
+    b = np.zeros(V + 1)
+    b[-1] = 1.0
+    pi, *_ = np.linalg.lstsq(A, b, rcond=None)
+    return np.clip(pi, 0.0, None) / np.clip(pi, 0.0, None).sum()
+
+
+def _xlogx(x: np.ndarray) -> np.ndarray:
+    return np.where(x > 0, x * np.log(np.where(x > 0, x, 1.0)), 0.0)
+
+
+def entropy_rate(P) -> float:
+    """H_rate = -Σ_i π_i Σ_j P_ij ln P_ij, the optimal next-token (bigram) loss in nats."""
+    P = validate_transition_matrix(P)
+    pi = stationary_distribution(P)
+    return float(-(pi[:, None] * _xlogx(P)).sum())
+
+
+def unigram_loss(P) -> float:
+    """H_uni = -Σ_i π_i ln π_i, the loss of predicting π regardless of context."""
+    pi = stationary_distribution(P)
+    return float(-_xlogx(pi).sum())

@@ -1,0 +1,5 @@
+"""One module per paper (DESIGN.md, layer 2)."""
+
+from popdyn.tasks import markov
+
+__all__ = ["markov"]

@@ -1,0 +1,302 @@
+"""Canonical (e, w) and (e, w, b) models of binary Markov data (spec markov.md §2.2–§3.2).
+
+Next-token logits depend on the current token only:
+f1 = (1/2 + 2w|w|)e² + b,  f0 = b − e²/2,  gap A = f1 − f0 = c(w)e² with c(w) = 1 + 2w|w|,
+and since x_n ~ π at every position the loss has no N dependence (§3.2):
+L = −π1[(1−q) ln σ(f1) + q ln σ(−f1)] − π0[p ln σ(f0) + (1−p) ln σ(−f0)].
+With ``bias="profiled"`` (the paper's L(e, w)) b is replaced by its closed-form optimum b*(e, w).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float
+
+from popdyn import _validate
+from popdyn.exact import bisect, binary_kernel, entropy_rate, unigram_loss
+from popdyn.problem import Overlay, Problem, Theta
+
+W_SADDLE = -1.0 / math.sqrt(2.0)
+"""c(w) = 0 at w = −1/√2: the saddle (0, −1/√2) of §4.1."""
+
+E_SADDLE = -(1.0 + math.log(2.0)) / 2.0
+"""Energy of the saddle, E(0, −1/√2) = −(1 + ln 2)/2 (§4.2)."""
+
+ATTRACTORS = ("global", "local", "saddle")
+"""Label order used by ``predicted_basin`` and basin maps: Γ*, Γ_min (e = 0), the saddle."""
+
+_Z_MIN = -700.0  # log|w| lower end for bisection (w ~ 1e-304 in float64)
+
+
+def c(w):
+    """c(w) = 1 + 2w|w|, the gap multiplier (§2.2)."""
+    return 1.0 + 2.0 * w * jnp.abs(w)
+
+
+def s(w):
+    """s(w) = w² + sign(w) ln|w|, so that the energy is E = e² − s(w) (§4.2)."""
+    return w**2 + jnp.sign(w) * jnp.log(jnp.abs(w))
+
+
+class Canonical(Problem):
+    """The paper's canonical model on binary first-order Markov data with kernel [[1−p, p], [q, 1−q]].
+
+    θ = {"e", "w"} (``bias="profiled"``, b = b*(e, w) in closed form, §2.2) or {"e", "w", "b"}
+    (``bias="trained"``, §2.3). p+q = 1 is allowed with a warning: the landscape is then flat.
+    """
+
+    p: float = eqx.field(static=True)
+    q: float = eqx.field(static=True)
+    bias: str = eqx.field(static=True)
+    init_std: float = eqx.field(static=True)
+
+    def __init__(self, p: float, q: float, bias: str = "profiled", init_std: float = 0.01):
+        self.p = _validate.open_unit("p", p)
+        self.q = _validate.open_unit("q", q)
+        self.bias = _validate.choice("bias", bias, ("profiled", "trained"))
+        self.init_std = _validate.positive("init_std", init_std)
+        if abs(self.p + self.q - 1.0) < 1e-12:
+            warnings.warn(
+                f"p+q = {self.p + self.q:g}: the chain is i.i.d. and the landscape is flat (A* = 0)",
+                stacklevel=2,
+            )
+
+    # ---- data statistics (§1.1) -------------------------------------------------------------
+    @property
+    def pi1(self) -> float:
+        """Stationary probability of state 1, π1 = p/(p+q)."""
+        return self.p / (self.p + self.q)
+
+    @property
+    def pi0(self) -> float:
+        """Stationary probability of state 0, π0 = q/(p+q)."""
+        return self.q / (self.p + self.q)
+
+    def entropy_rate(self) -> float:
+        """H_rate = π0 h(p) + π1 h(q): the global-minimum (bigram) loss."""
+        return entropy_rate(binary_kernel(self.p, self.q))
+
+    def unigram_loss(self) -> float:
+        """H_uni = h(π1): the loss on the line e = 0 (the bad local minimum)."""
+        return unigram_loss(binary_kernel(self.p, self.q))
+
+    def optimal_gap(self) -> float:
+        """A* = ln[(1−p)(1−q)/(pq)], the log-odds gap of the bigram predictor."""
+        p, q = self.p, self.q
+        return math.log((1.0 - p) * (1.0 - q) / (p * q))
+
+    # ---- model --------------------------------------------------------------------------------
+    def gap(self, theta: Theta) -> Float[Array, ""]:
+        """A = c(w)e²."""
+        return c(theta["w"]) * theta["e"] ** 2
+
+    def profiled_f0(self, A: Float[Array, ""]) -> Float[Array, ""]:
+        """f0*(A) = ln u, u the positive root of qK u² + (q−p)u − p = 0, K = e^A (§2.2).
+
+        Evaluated in log space (logaddexp) so that it is finite for every real A.
+        """
+        p, q = self.p, self.q
+        log_4pq = math.log(4.0 * p * q)
+        if p > q:
+            ld = math.log(p - q)
+            log_root = 0.5 * jnp.logaddexp(2.0 * ld, log_4pq + A)
+            return jnp.logaddexp(ld, log_root) - math.log(2.0 * q) - A
+        ld = math.log(q - p) if q > p else -jnp.inf
+        log_root = 0.5 * jnp.logaddexp(2.0 * ld, log_4pq + A)
+        return math.log(2.0 * p) - jnp.logaddexp(ld, log_root)
+
+    def optimal_bias(self, theta: Theta) -> Float[Array, ""]:
+        """b*(e, w) = f0*(A) + e²/2."""
+        return self.profiled_f0(self.gap(theta)) + theta["e"] ** 2 / 2.0
+
+    def logits(self, theta: Theta) -> tuple[Float[Array, ""], Float[Array, ""]]:
+        """(f0, f1) = (logit after a 0, logit after a 1)."""
+        e, w = theta["e"], theta["w"]
+        b = theta["b"] if self.bias == "trained" else self.optimal_bias(theta)
+        return b - e**2 / 2.0, (0.5 + 2.0 * w * jnp.abs(w)) * e**2 + b
+
+    def _cross_entropy(self, f0, f1):
+        ls = jax.nn.log_sigmoid
+        p, q = self.p, self.q
+        return -self.pi1 * ((1 - q) * ls(f1) + q * ls(-f1)) - self.pi0 * (p * ls(f0) + (1 - p) * ls(-f0))
+
+    def loss(self, theta: Theta) -> Float[Array, ""]:
+        """Exact population cross-entropy (§3.2); profiled over b when ``bias="profiled"``."""
+        return self._cross_entropy(*self.logits(theta))
+
+    def profile_loss(self, A: Float[Array, ""]) -> Float[Array, ""]:
+        """ℓ(A) = min_b L at gap A: ℓ(0) = H_uni, ℓ(A*) = H_rate (§3.2)."""
+        f0 = self.profiled_f0(A)
+        return self._cross_entropy(f0, f0 + A)
+
+    def init(self, key: Array) -> Theta:
+        """e, w ~ init_std·N(0, 1) and b = 0: the authors' Nov 2024 initialisation (§2.3), std 0.01."""
+        ke, kw = jax.random.split(key)
+        theta = {
+            "e": self.init_std * jax.random.normal(ke, ()),
+            "w": self.init_std * jax.random.normal(kw, ()),
+        }
+        if self.bias == "trained":
+            theta["b"] = jnp.zeros(())
+        return theta
+
+    # ---- theory (§4) ------------------------------------------------------------------------
+    def energy(self, theta: Theta) -> Float[Array, ""]:
+        """E(e, w) = e² − w² − sign(w) ln|w|, conserved along profiled gradient flow (Lemma 1).
+
+        Undefined (NaN) on the invariant line w = 0.
+        """
+        return theta["e"] ** 2 - s(theta["w"])
+
+    def global_minimum_e(self, w: Float[Array, "..."]) -> Float[Array, "..."]:
+        """The e ≥ 0 branch of Γ* = {c(w)e² = A*}; NaN where Γ* has no point at this w (§4.1)."""
+        r = self.optimal_gap() / c(w)
+        return jnp.where(r > 0, jnp.sqrt(jnp.where(r > 0, r, 1.0)), jnp.nan)
+
+    def is_local_min_w(self, w: Float[Array, "..."]) -> Float[Array, "..."]:
+        """True where (0, w) is a local minimum: (p+q−1)·c(w) > 0 (§4.1)."""
+        return (self.p + self.q - 1.0) * c(w) > 0
+
+    def separatrix_e(self, w: Float[Array, "..."]) -> Float[Array, "..."]:
+        """e ≥ 0 on the level set E = E_sad for w < 0: sqrt(w² − ln|w| − (1+ln 2)/2); NaN elsewhere."""
+        r = jnp.where(w < 0, s(w) + E_SADDLE, -1.0)
+        return jnp.where(r >= 0, jnp.sqrt(jnp.where(r >= 0, r, 0.0)), jnp.nan)
+
+    def separatrix_w_range(self) -> tuple[float, float]:
+        """The separatrix branch that flows into the saddle: w < −1/√2 if p+q<1, −1/√2 < w < 0 if p+q>1."""
+        return (-math.inf, W_SADDLE) if self.p + self.q < 1 else (W_SADDLE, 0.0)
+
+    def _theta_ew(self, theta: Theta) -> tuple[Array, Array]:
+        return jnp.asarray(theta["e"], float), jnp.asarray(theta["w"], float)
+
+    def predicted_basin(self, theta0: Theta) -> Array:
+        """Index into ``ATTRACTORS`` of the profiled flow's limit from θ0 (§4.4); −1 for a fixed
+        point that is no attractor (a local maximum on e = 0), or when p+q = 1 (flat landscape)."""
+        e0, w0 = self._theta_ew(theta0)
+        E0 = e0**2 - s(w0)
+        lo, hi = self.separatrix_w_range()
+        on_branch = (w0 > lo) & (w0 < hi)
+        if self.p + self.q < 1:
+            local = on_branch & (E0 < E_SADDLE)
+        elif self.p + self.q > 1:
+            local = (w0 >= 0) | (on_branch & (E0 < E_SADDLE))
+        else:
+            return jnp.full(jnp.shape(e0), -1, dtype=jnp.int32)
+        saddle = on_branch & (E0 == E_SADDLE)
+        label = jnp.where(saddle, 2, jnp.where(local, 1, 0))
+        # e0 = 0 is a fixed point: a local minimum, the saddle, or a local maximum (no attractor).
+        at_rest = jnp.where(
+            w0 == W_SADDLE, 2, jnp.where(self.is_local_min_w(w0), 1, -1)
+        )
+        return jnp.where(e0 == 0, at_rest, label).astype(jnp.int32)
+
+    def predicted_limit(self, theta0: Theta) -> Theta:
+        """Closed-form limit of profiled gradient flow from θ0 (§4.4), one (unbatched) θ0.
+
+        Global basin: w∞ is the root of (E0 + s(w))c(w) = A* on Γ*'s w-interval with the sign of w0,
+        e∞ = sign(e0)·sqrt(E0 + s(w∞)). Local basin: e∞ = 0 and s(w∞) = −E0 on w0's branch.
+        Separatrix: the saddle. w0 = 0 (invariant line): e∞² = A* (p+q<1) or e∞ = 0 (p+q>1).
+        """
+        if self.bias != "profiled":
+            raise ValueError("predicted_limit is available only for bias='profiled' (the energy is conserved only there)")
+        e0, w0 = self._theta_ew(theta0)
+        if self.p + self.q == 1.0:
+            return {"e": e0, "w": w0}
+        A_star = self.optimal_gap()
+        E0 = e0**2 - s(w0)
+        label = self.predicted_basin(theta0)
+        z_hi = jnp.maximum(10.0, jnp.log(jnp.abs(w0) + 1e-300) + 5.0)
+        z_mid = math.log(-W_SADDLE)
+
+        def root_in_log_w(residual, sign, z_lo, z_top):
+            return sign * jnp.exp(bisect(lambda z: residual(sign * jnp.exp(z)), z_lo, z_top))
+
+        # global: the Γ* interval with the sign of w0
+        if A_star > 0:
+            neg_lo, neg_hi = _Z_MIN, z_mid  # (−1/√2, 0)
+        else:
+            neg_lo, neg_hi = z_mid, z_hi  # (−∞, −1/√2)
+        g_sign = jnp.where((w0 > 0) & (A_star > 0), 1.0, -1.0)
+        g_lo = jnp.where(g_sign > 0, _Z_MIN, neg_lo)
+        g_hi = jnp.where(g_sign > 0, z_hi, neg_hi)
+        w_glob = root_in_log_w(lambda w: (E0 + s(w)) * c(w) - A_star, g_sign, g_lo, g_hi)
+        e_glob = jnp.sign(e0) * jnp.sqrt(jnp.maximum(E0 + s(w_glob), 0.0))
+        # local: s(w) = −E0 on w0's branch
+        l_sign = jnp.where(w0 > 0, 1.0, -1.0)
+        l_lo = jnp.where(w0 < W_SADDLE, z_mid, _Z_MIN)
+        l_hi = jnp.where((w0 > W_SADDLE) & (w0 < 0), z_mid, z_hi)
+        w_loc = root_in_log_w(lambda w: s(w) + E0, l_sign, l_lo, l_hi)
+        # invariant line w0 = 0: e² → A* if A* > 0, else e → 0
+        e_w0 = jnp.sign(e0) * math.sqrt(max(A_star, 0.0))
+        e_inf = jnp.where(label == 0, e_glob, 0.0)
+        w_inf = jnp.where(label == 0, w_glob, jnp.where(label == 1, w_loc, W_SADDLE))
+        e_inf = jnp.where(w0 == 0, e_w0, e_inf)
+        w_inf = jnp.where(w0 == 0, 0.0, w_inf)
+        # fixed points stay where they are
+        e_inf = jnp.where(e0 == 0, 0.0, e_inf)
+        w_inf = jnp.where(e0 == 0, w0, w_inf)
+        return {"e": e_inf, "w": w_inf}
+
+    def classify_critical(self, theta: Theta) -> str:
+        """Which critical set of §4.1 a point lies on exactly: 'global', 'local_min', 'local_max',
+        'saddle' or 'none'."""
+        e, w = float(theta["e"]), float(theta["w"])
+        if e == 0.0:
+            if w == W_SADDLE:
+                return "saddle"
+            return "local_min" if bool(self.is_local_min_w(w)) else "local_max"
+        if math.isclose(float(self.gap(theta)), self.optimal_gap(), rel_tol=1e-12, abs_tol=1e-12):
+            return "global"
+        return "none"
+
+    # ---- attractors and overlays for basin maps -------------------------------------------------
+    def attractors(self):
+        """Residuals vanishing on Γ* (logit error), on Γ_min (|e|, where (0, w) is a minimum) and at
+        the saddle (distance)."""
+        f0_opt = math.log(self.p / (1 - self.p))
+        f1_opt = math.log((1 - self.q) / self.q)
+
+        def global_(theta):
+            f0, f1 = self.logits(theta)
+            return jnp.maximum(jnp.abs(f0 - f0_opt), jnp.abs(f1 - f1_opt))
+
+        def local(theta):
+            return jnp.where(self.is_local_min_w(theta["w"]), jnp.abs(theta["e"]), jnp.inf)
+
+        def saddle(theta):
+            return jnp.hypot(theta["e"], theta["w"] - W_SADDLE)
+
+        return {"global": global_, "local": local, "saddle": saddle}
+
+    def overlays(self, x_axis, y_axis, x_range):
+        """Γ* (dashed), local minima/maxima on e = 0, the saddle and the separatrix, on the (w, e) plane."""
+        if (x_axis, y_axis) != ("w", "e"):
+            return []
+        import numpy as np
+
+        w = np.linspace(*x_range, 801)
+        g = np.asarray(self.global_minimum_e(jnp.asarray(w)))
+        sep = np.asarray(self.separatrix_e(jnp.asarray(w)))
+        lo, hi = self.separatrix_w_range()
+        sep = np.where((w > lo) & (w < hi), sep, np.nan)
+        is_min = np.asarray(self.is_local_min_w(jnp.asarray(w)))
+        zeros = np.zeros_like(w)
+        dash = {"color": "k", "ls": "--", "lw": 1.2}
+        out = [
+            Overlay("Γ* (global minima)", "line", tuple(w), tuple(g), dash),
+            Overlay("", "line", tuple(w), tuple(-g), dash),
+            Overlay("local minima (e = 0)", "line", tuple(w), tuple(np.where(is_min, zeros, np.nan)),
+                    {"color": "tab:red", "lw": 3}),
+            Overlay("local maxima (e = 0)", "line", tuple(w), tuple(np.where(~is_min, zeros, np.nan)),
+                    {"color": "tab:blue", "lw": 3}),
+            Overlay("separatrix", "line", tuple(w), tuple(sep), {"color": "orange", "lw": 1.8}),
+            Overlay("", "line", tuple(w), tuple(-sep), {"color": "orange", "lw": 1.8}),
+        ]
+        if x_range[0] <= W_SADDLE <= x_range[1]:
+            out.append(Overlay("saddle", "points", (W_SADDLE,), (0.0,), {"color": "k", "marker": "x", "s": 60}))
+        return out
