@@ -8,6 +8,7 @@ Hessian-vector products (forward-over-reverse) gives the extreme Ritz values. Ei
 
 from __future__ import annotations
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
@@ -36,11 +37,15 @@ def _spectrum_one(prob, theta):
     return jnp.linalg.eigvalsh(hessian_matrix(prob, theta))
 
 
+@eqx.filter_jit
+def _spectra(prob: Problem, batch: Theta) -> Array:
+    return jax.vmap(lambda t: _spectrum_one(prob, t))(batch)
+
+
 def hessian_spectrum(prob: Problem, theta: Theta) -> Float[Array, "*B n"]:
     """All Hessian eigenvalues, ascending; θ may carry a batch axis."""
     batch, batched = as_batch(prob, theta)
-    out = jax.jit(jax.vmap(lambda t: _spectrum_one(prob, t)))(batch)
-    return unbatch(out, batched)
+    return unbatch(_spectra(prob, batch), batched)
 
 
 def lanczos_extremes(prob: Problem, theta: Theta, iters: int = 64, seed: int = 0) -> tuple[Array, Array]:
@@ -102,15 +107,16 @@ def extreme_eigenvalues(
     if method == "auto":
         method = "exact" if _n_params(prob) <= EXACT_MAX_DIM else "lanczos"
     batch, batched = as_batch(prob, theta)
-    if method == "exact":
-        def one(t):
-            ev = _spectrum_one(prob, t)
-            return ev[0], ev[-1]
-    else:
-        def one(t):
-            return lanczos_extremes(prob, t, iters=iters)
-    lo, hi = jax.jit(jax.vmap(one))(batch)
+    lo, hi = _extremes(prob, batch, method, iters)
     return unbatch(lo, batched), unbatch(hi, batched)
+
+
+@eqx.filter_jit
+def _extremes(prob: Problem, batch: Theta, method: str, iters: int) -> tuple[Array, Array]:
+    if method == "exact":
+        ev = jax.vmap(lambda t: _spectrum_one(prob, t))(batch)
+        return ev[:, 0], ev[:, -1]
+    return jax.vmap(lambda t: lanczos_extremes(prob, t, iters=iters))(batch)
 
 
 def lambda_max(prob: Problem, theta: Theta, method: str = "auto", iters: int = 64) -> Array:

@@ -25,12 +25,12 @@ def validate_transition_matrix(P, name: str = "P") -> np.ndarray:
     bad = np.argwhere((P < 0.0) | (P > 1.0))
     if bad.size:
         i, j = bad[0]
-        raise ValueError(f"{name}[{i},{j}]={P[i, j]!r} is out of range: entries must lie in [0, 1]")
+        raise ValueError(f"{name}[{i},{j}]={float(P[i, j])!r} is out of range: entries must lie in [0, 1]")
     sums = P.sum(axis=1)
     bad_rows = np.flatnonzero(np.abs(sums - 1.0) > _ROW_TOL)
     if bad_rows.size:
         i = bad_rows[0]
-        raise ValueError(f"row {i} of {name} sums to {sums[i]!r}: every row must sum to 1 (stochastic matrix)")
+        raise ValueError(f"row {i} of {name} sums to {float(sums[i])!r}: every row must sum to 1 (stochastic matrix)")
     # Irreducible iff every state reaches every other: (I + A)^(V-1) > 0 for the adjacency A.
     V = P.shape[0]
     reach = np.linalg.matrix_power(np.eye(V) + (P > 0), V - 1) > 0

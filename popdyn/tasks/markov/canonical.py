@@ -47,7 +47,8 @@ class Canonical(Problem):
     """The paper's canonical model on binary first-order Markov data with kernel [[1−p, p], [q, 1−q]].
 
     θ = {"e", "w"} (``bias="profiled"``, b = b*(e, w) in closed form, §2.2) or {"e", "w", "b"}
-    (``bias="trained"``, §2.3). p+q = 1 is allowed with a warning: the landscape is then flat.
+    (``bias="trained"``, §2.3). p+q = 1 is allowed with a warning: A* = 0, the e-curvature on e = 0
+    vanishes and Γ* merges with that line; the closed-form limits of §4.4 do not apply there.
     """
 
     p: float = eqx.field(static=True)
@@ -62,7 +63,8 @@ class Canonical(Problem):
         self.init_std = _validate.positive("init_std", init_std)
         if abs(self.p + self.q - 1.0) < 1e-12:
             warnings.warn(
-                f"p+q = {self.p + self.q:g}: the chain is i.i.d. and the landscape is flat (A* = 0)",
+                f"p+q = {self.p + self.q:g}: the chain is i.i.d., A* = 0 and the landscape is flat to second "
+                "order on e = 0, where Γ* merges with the unigram line (the theorems assume p+q != 1)",
                 stacklevel=2,
             )
 
@@ -167,6 +169,25 @@ class Canonical(Problem):
         r = jnp.where(w < 0, s(w) + E_SADDLE, -1.0)
         return jnp.where(r >= 0, jnp.sqrt(jnp.where(r >= 0, r, 0.0)), jnp.nan)
 
+    def separatrix_distance(self, theta: Theta, samples: int = 4001) -> Array:
+        """Euclidean distance from each (e, w) to the separatrix branch that flows into the saddle
+        (dense polyline of ``samples`` points per sign of e; for excluding boundary points)."""
+        import numpy as np
+
+        lo, hi = self.separatrix_w_range()
+        lo = max(lo, -50.0)
+        w = np.linspace(lo, hi, samples)[1:-1]
+        w = np.concatenate([w, [W_SADDLE]])
+        e = np.asarray(self.separatrix_e(jnp.asarray(w)))
+        curve = np.concatenate([np.stack([w, e], 1), np.stack([w, -e], 1)])
+        curve = curve[np.isfinite(curve).all(1)]
+        pts = np.stack([np.ravel(theta["w"]), np.ravel(theta["e"])], 1)
+        out = np.empty(len(pts))
+        for i in range(0, len(pts), 2048):
+            d = pts[i : i + 2048, None, :] - curve[None, :, :]
+            out[i : i + 2048] = np.sqrt((d**2).sum(-1)).min(1)
+        return jnp.asarray(out.reshape(np.shape(theta["e"])))
+
     def separatrix_w_range(self) -> tuple[float, float]:
         """The separatrix branch that flows into the saddle: w < −1/√2 if p+q<1, −1/√2 < w < 0 if p+q>1."""
         return (-math.inf, W_SADDLE) if self.p + self.q < 1 else (W_SADDLE, 0.0)
@@ -174,19 +195,22 @@ class Canonical(Problem):
     def _theta_ew(self, theta: Theta) -> tuple[Array, Array]:
         return jnp.asarray(theta["e"], float), jnp.asarray(theta["w"], float)
 
+    def _require_theorem_regime(self, what: str) -> None:
+        if self.p + self.q == 1.0:
+            raise ValueError(f"{what} needs p+q != 1 (got p+q = 1: A* = 0 and §4.4 does not apply)")
+
     def predicted_basin(self, theta0: Theta) -> Array:
         """Index into ``ATTRACTORS`` of the profiled flow's limit from θ0 (§4.4); −1 for a fixed
-        point that is no attractor (a local maximum on e = 0), or when p+q = 1 (flat landscape)."""
+        point that is no attractor (a local maximum on e = 0). ValueError when p+q = 1."""
+        self._require_theorem_regime("predicted_basin")
         e0, w0 = self._theta_ew(theta0)
         E0 = e0**2 - s(w0)
         lo, hi = self.separatrix_w_range()
         on_branch = (w0 > lo) & (w0 < hi)
         if self.p + self.q < 1:
             local = on_branch & (E0 < E_SADDLE)
-        elif self.p + self.q > 1:
-            local = (w0 >= 0) | (on_branch & (E0 < E_SADDLE))
         else:
-            return jnp.full(jnp.shape(e0), -1, dtype=jnp.int32)
+            local = (w0 >= 0) | (on_branch & (E0 < E_SADDLE))
         saddle = on_branch & (E0 == E_SADDLE)
         label = jnp.where(saddle, 2, jnp.where(local, 1, 0))
         # e0 = 0 is a fixed point: a local minimum, the saddle, or a local maximum (no attractor).
@@ -204,9 +228,8 @@ class Canonical(Problem):
         """
         if self.bias != "profiled":
             raise ValueError("predicted_limit is available only for bias='profiled' (the energy is conserved only there)")
+        self._require_theorem_regime("predicted_limit")
         e0, w0 = self._theta_ew(theta0)
-        if self.p + self.q == 1.0:
-            return {"e": e0, "w": w0}
         A_star = self.optimal_gap()
         E0 = e0**2 - s(w0)
         label = self.predicted_basin(theta0)
@@ -291,9 +314,9 @@ class Canonical(Problem):
             Overlay("Γ* (global minima)", "line", tuple(w), tuple(g), dash),
             Overlay("", "line", tuple(w), tuple(-g), dash),
             Overlay("local minima (e = 0)", "line", tuple(w), tuple(np.where(is_min, zeros, np.nan)),
-                    {"color": "tab:red", "lw": 3}),
+                    {"color": "#67000d", "lw": 3}),
             Overlay("local maxima (e = 0)", "line", tuple(w), tuple(np.where(~is_min, zeros, np.nan)),
-                    {"color": "tab:blue", "lw": 3}),
+                    {"color": "#08306b", "lw": 3}),
             Overlay("separatrix", "line", tuple(w), tuple(sep), {"color": "orange", "lw": 1.8}),
             Overlay("", "line", tuple(w), tuple(-sep), {"color": "orange", "lw": 1.8}),
         ]

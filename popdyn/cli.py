@@ -1,0 +1,110 @@
+"""The ``popdyn`` command: demo, basins, converge, stepsize (DESIGN.md, "The command line").
+
+Every subcommand validates its inputs first, computes, then writes ``summary.json``, ``.npz`` arrays
+and ``.png`` figures into ``--out`` atomically. Bad input prints one line ``popdyn: error: …`` and
+exits with code 2, leaving nothing behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+from popdyn import _validate
+
+DEFAULT_OUT = Path("popdyn-out")
+
+
+def _one_line_warnings():
+    def fmt(message, category, *args, **kwargs):
+        return f"popdyn: warning: {message}\n"
+
+    warnings.formatwarning = fmt
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="popdyn", description="Exact population dynamics of small transformers.")
+    sub = ap.add_subparsers(dest="command", required=True)
+
+    def common(p, task=True):
+        if task:
+            p.add_argument("task", help="markov | decision-list | scan-snap | scb | teacher")
+        p.add_argument("--out", type=Path, default=None, help="output folder (default: popdyn-out/<command>-<task>)")
+        p.add_argument("--quiet", action="store_true", help="no progress bars or summary table")
+        p.add_argument("--p", type=float, default=0.1, help="P(next=1 | current=0), in (0,1)")
+        p.add_argument("--q", type=float, default=0.1, help="P(next=0 | current=1), in (0,1)")
+
+    d = sub.add_parser("demo", help="Markov (e,w) basin maps for p+q<1 and p+q>1, convergence table, step-size audit")
+    d.add_argument("--out", type=Path, default=None)
+    d.add_argument("--quiet", action="store_true")
+    d.add_argument("--grid", type=int, default=96, help="grid resolution of the basin maps")
+
+    b = sub.add_parser("basins", help="basin-of-attraction map and fractions over the (w, e) plane")
+    common(b)
+    b.add_argument("--grid", type=int, default=128, help="points per axis (>= 2)")
+    b.add_argument("--range", type=float, nargs=2, default=(-3.0, 3.0), metavar=("LO", "HI"))
+    b.add_argument("--method", default="flow", help="flow | gd")
+    b.add_argument("--t1", type=float, default=1e4, help="flow horizon")
+    b.add_argument("--lr", type=float, default=0.5, help="GD learning rate")
+    b.add_argument("--steps", type=int, default=2000, help="GD steps")
+    b.add_argument("--chunk", type=int, default=16384, help="initialisations per compiled chunk")
+
+    c = sub.add_parser("converge", help="time to reach an ε-ball around the limit vs the local-rate prediction")
+    common(c)
+    c.add_argument("--n-init", type=int, default=8, help="number of random initialisations")
+    c.add_argument("--std", type=float, default=1.0, help="std of the Gaussian initialisations")
+    c.add_argument("--seed", type=int, default=0)
+    c.add_argument("--eps", type=float, default=1e-6)
+    c.add_argument("--t1", type=float, default=1e4)
+
+    s = sub.add_parser("stepsize", help="λ_max along GD trajectories against 1/η and 2/η")
+    common(s)
+    s.add_argument("--e0", type=float, default=1.0)
+    s.add_argument("--w0", type=float, default=0.5)
+    s.add_argument("--lr", type=float, nargs="+", default=[0.5, 2.0, 3.0], help="one or more learning rates")
+    s.add_argument("--steps", type=int, default=400)
+    return ap
+
+
+def _out_dir(args, name: str) -> Path:
+    return args.out if args.out is not None else DEFAULT_OUT / name
+
+
+def _check_markov_args(args) -> None:
+    from popdyn.tasks.registry import check_task
+
+    check_task(args.task)
+    _validate.open_unit("p", args.p)
+    _validate.open_unit("q", args.q)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of the ``popdyn`` console script; returns the exit code."""
+    args = _parser().parse_args(argv)
+    _one_line_warnings()
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    from popdyn import commands
+
+    try:
+        if args.command != "demo":
+            _check_markov_args(args)
+        run = {"demo": commands.demo, "basins": commands.basins, "converge": commands.converge,
+               "stepsize": commands.stepsize}[args.command]
+        t0 = time.perf_counter()
+        lines = run(args, _out_dir(args, args.command if args.command == "demo" else f"{args.command}-{args.task}"))
+    except ValueError as err:
+        print(f"popdyn: error: {err}", file=sys.stderr)
+        return 2
+    if not args.quiet:
+        print("\n".join(lines))
+        print(f"done in {time.perf_counter() - t0:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

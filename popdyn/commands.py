@@ -1,0 +1,206 @@
+"""The jobs behind the ``popdyn`` subcommands: each computes, writes its results atomically and
+returns the lines of its human summary. Inputs are validated before anything is written."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from popdyn import _validate
+from popdyn.analysis import Grid, basin_map, step_size_audit
+from popdyn.analysis.times import asymptotic_rate, hitting_time, local_rate
+from popdyn.dynamics import gradient_descent, gradient_flow
+from popdyn.io import environment, write_results
+from popdyn.plot import plot_basin_map, plot_convergence, plot_step_size_audit
+from popdyn.tasks.markov import ATTRACTORS, Canonical
+
+
+@dataclass
+class Result:
+    """What one job produced: the summary's ``results``, arrays, figures and printed lines."""
+
+    inputs: dict
+    results: dict
+    arrays: dict = field(default_factory=dict)
+    figures: dict = field(default_factory=dict)
+    lines: list = field(default_factory=list)
+
+    def write(self, out: Path, command: str, wall: float) -> None:
+        summary = {"command": command, "inputs": self.inputs, "results": self.results,
+                   "wall_time_s": wall, **environment()}
+        write_results(out, summary, self.arrays, self.figures)
+        files = ["summary.json", *(f"{a}.npz" for a in self.arrays), *(f"{f}.png" for f in self.figures)]
+        self.lines.append(f"wrote {out}/ ({', '.join(files)})")
+
+
+def _timed(job, *a, **k) -> tuple[Result, float]:
+    t0 = time.perf_counter()
+    res = job(*a, **k)
+    return res, time.perf_counter() - t0
+
+
+# ---- basins ---------------------------------------------------------------------------------------
+def basins_markov(p, q, n=128, lo=-3.0, hi=3.0, method="flow", t1=1e4, lr=0.5, steps=2000, chunk=16384,
+                  progress=True) -> Result:
+    """Basin map of the profiled (e, w) model over [lo, hi]², checked against the closed form (§4.4)."""
+    prob = Canonical(p, q)
+    n = _validate.int_at_least("grid", n, 2)
+    lo, hi = _validate.interval("range", (lo, hi))
+    _validate.choice("method", method, ("flow", "gd"))
+    _validate.int_at_least("chunk", chunk, 1)
+    grid = Grid.square("w", "e", lo, hi, n)
+    bm = basin_map(prob, grid, method, t1=t1, lr=lr, steps=steps, chunk_size=chunk, progress=progress)
+    theta = grid.points(prob)
+    predicted = np.asarray(jax.vmap(prob.predicted_basin)(theta)).reshape(grid.shape)
+    far = np.asarray(prob.separatrix_distance(theta)).reshape(grid.shape) > 0.05
+    agree = float(np.mean((predicted == bm.labels)[far]))
+    inputs = {"task": "markov", "p": p, "q": q, "grid": n, "range": [lo, hi], "method": method,
+              **({"t1": t1} if method == "flow" else {"lr": lr, "steps": steps})}
+    results = {"fractions": bm.fractions, "attractors": list(bm.attractors),
+               "status_counts": {k: int(v) for k, v in zip(*np.unique(bm.status, return_counts=True))},
+               "agreement_with_theory": agree, "agreement_excludes": "points within 0.05 of the separatrix",
+               "median_time": float(np.nanmedian(bm.times)) if np.isfinite(bm.times).any() else None}
+    title = f"p={p}, q={q} (p+q{'<' if p + q < 1 else '>' if p + q > 1 else '='}1), {method}"
+    res = Result(inputs, results,
+                 arrays={"basins": {"labels": bm.labels, "w": grid.xs, "e": grid.ys, "times": bm.times,
+                                    "status": bm.status, "predicted": predicted,
+                                    "attractors": np.array(bm.attractors)}},
+                 figures={"basins": plot_basin_map(bm, prob, title)})
+    res.lines += [f"basins  {title}  grid {n}x{n} over [{lo}, {hi}]^2"]
+    res.lines += [f"  {name:>10s}: {100 * f:6.2f}%" for name, f in bm.fractions.items()]
+    if method == "flow":
+        res.lines.append(f"  agreement with the closed-form basins (§4.4): {100 * agree:.2f}%")
+    return res
+
+
+# ---- converge -------------------------------------------------------------------------------------
+def converge_markov(p, q, n_init=8, std=1.0, seed=0, eps=1e-6, t1=1e4) -> Result:
+    """Time for the profiled flow to enter the ε-ball around its closed-form limit, against the local
+    rate λ (the nonzero Hessian eigenvalue at the limit, §4.6): T_pred = T(1e-2) + ln(1e-2/ε)/λ."""
+    prob = Canonical(p, q)
+    n_init = _validate.int_at_least("n-init", n_init, 1)
+    std = _validate.positive("std", std)
+    eps = _validate.positive("eps", eps)
+    key = jax.random.PRNGKey(seed)
+    z = std * jax.random.normal(key, (n_init, 2))
+    theta0 = {"e": z[:, 0], "w": z[:, 1]}
+    limit = jax.vmap(prob.predicted_limit)(theta0)
+    basin = np.asarray(jax.vmap(prob.predicted_basin)(theta0))
+    ts = np.concatenate([[0.0], np.geomspace(1e-3, t1, 600)])
+    traj = gradient_flow(prob, theta0, t1=t1, ts=ts, save_params=True, rtol=1e-10, atol=1e-12)
+    dist = np.sqrt(sum((np.asarray(traj.params[k]) - np.asarray(limit[k])[:, None]) ** 2 for k in ("e", "w")))
+    rows, rates = [], []
+    for i in range(n_init):
+        lim_i = {k: limit[k][i] for k in ("e", "w")}
+        lam = local_rate(prob, lim_i) if basin[i] in (0, 1) else float("nan")
+        t_eps = hitting_time(traj.ts[i], dist[i], eps)
+        t_anchor = hitting_time(traj.ts[i], dist[i], 1e-2)
+        t_pred = t_anchor + np.log(1e-2 / eps) / lam if eps < 1e-2 else float("nan")
+        rate = asymptotic_rate(traj.ts[i], dist[i], hi=1e-3, lo=max(eps / 100, 1e-9))
+        rates.append(lam)
+        rows.append({"e0": float(theta0["e"][i]), "w0": float(theta0["w"][i]),
+                     "basin": ATTRACTORS[basin[i]] if basin[i] >= 0 else "none",
+                     "e_inf": float(lim_i["e"]), "w_inf": float(lim_i["w"]),
+                     "status": traj.status_names[int(traj.status[i])],
+                     "T_eps": t_eps, "T_pred": t_pred, "rate_measured": rate, "rate_predicted": lam})
+    inputs = {"task": "markov", "p": p, "q": q, "n_init": n_init, "std": std, "seed": seed, "eps": eps, "t1": t1}
+    labels = [f"({r['e0']:+.2f}, {r['w0']:+.2f}) → {r['basin']}" for r in rows]
+    res = Result(inputs, {"rows": rows},
+                 arrays={"convergence": {"ts": np.asarray(traj.ts), "dist": dist, "rate_predicted": np.array(rates)}},
+                 figures={"convergence": plot_convergence(np.asarray(traj.ts), dist, np.array(rates), eps, labels)})
+    res.lines.append(f"converge  p={p}, q={q}, ε={eps:g}: time to ‖θ_t − θ∞‖ ≤ ε vs local-rate prediction")
+    res.lines.append(f"  {'(e0, w0)':>18s} {'basin':>7s} {'(e∞, w∞)':>20s} {'T_ε':>9s} {'T_pred':>9s} "
+                     f"{'rate':>8s} {'λ':>8s}")
+    for r in rows:
+        res.lines.append(
+            f"  ({r['e0']:+7.3f}, {r['w0']:+7.3f}) {r['basin']:>7s} ({r['e_inf']:+8.4f}, {r['w_inf']:+8.4f}) "
+            f"{r['T_eps']:9.2f} {r['T_pred']:9.2f} {r['rate_measured']:8.4f} {r['rate_predicted']:8.4f}")
+    return res
+
+
+# ---- stepsize -------------------------------------------------------------------------------------
+def stepsize_markov(p, q, e0=1.0, w0=0.5, lrs=(0.5, 2.0, 3.0), steps=400) -> Result:
+    """GD from (e0, w0) at each η, with λ_max(∇²L(θ_t)) audited against 1/η and 2/η."""
+    prob = Canonical(p, q)
+    e0, w0 = _validate.finite("e0", e0), _validate.finite("w0", w0)
+    lrs = [_validate.positive("lr", lr) for lr in lrs]
+    steps = _validate.int_at_least("steps", steps, 1)
+    theta0 = {"e": jnp.asarray(e0), "w": jnp.asarray(w0)}
+    audits, losses, rows = [], [], []
+    for lr in lrs:
+        traj = gradient_descent(prob, theta0, lr=lr, steps=steps, save_params=True)
+        audit = step_size_audit(prob, traj, lr)
+        audits.append(audit)
+        losses.append(np.asarray(traj.loss))
+        rows.append({"lr": lr, "max_lambda": float(audit.max_lambda), "one_over_lr": 1 / lr, "two_over_lr": 2 / lr,
+                     "monotone_safe": bool(audit.monotone_safe), "past_stability_edge": bool(audit.flagged),
+                     "first_step_above_2_over_lr": float(audit.first_above_2_over_lr),
+                     "loss_rises": int(audit.loss_rises), "status": traj.status_names[int(traj.status)],
+                     "final_loss": float(traj.loss[-1]), "entropy_rate": prob.entropy_rate()})
+    inputs = {"task": "markov", "p": p, "q": q, "e0": e0, "w0": w0, "lr": lrs, "steps": steps}
+    ts = np.stack([a.ts for a in audits])
+    lam = np.stack([a.lambda_max for a in audits])
+    fig_audit = _stack_audits(audits, lrs)
+    res = Result(inputs, {"runs": rows},
+                 arrays={"stepsize": {"steps": ts, "lambda_max": lam, "loss": np.stack(losses), "lr": np.array(lrs)}},
+                 figures={"stepsize": plot_step_size_audit(fig_audit, np.stack(losses), [f"η = {lr:g}" for lr in lrs])})
+    res.lines.append(f"stepsize  p={p}, q={q}, GD from (e, w) = ({e0}, {w0}), {steps} steps")
+    for r in rows:
+        verdict = ("PAST 2/η (unstable)" if r["past_stability_edge"]
+                   else "η ≤ 1/λ_max held" if r["monotone_safe"] else "between 1/λ_max and 2/λ_max")
+        res.lines.append(f"  η = {r['lr']:<6g} max λ_max = {r['max_lambda']:.4f}  (1/η = {r['one_over_lr']:.3f}, "
+                         f"2/η = {r['two_over_lr']:.3f}): {verdict}; loss rose {r['loss_rises']}×; "
+                         f"final loss {r['final_loss']:.6f} (H_rate {r['entropy_rate']:.6f}), {r['status']}")
+    return res
+
+
+def _stack_audits(audits, lrs):
+    from popdyn.analysis.stepsize import StepSizeAudit
+
+    cat = lambda name: np.stack([np.asarray(getattr(a, name)) for a in audits])  # noqa: E731
+    return StepSizeAudit(lr=np.array(lrs), ts=cat("ts"), lambda_max=cat("lambda_max"), max_lambda=cat("max_lambda"),
+                         first_above_1_over_lr=cat("first_above_1_over_lr"),
+                         first_above_2_over_lr=cat("first_above_2_over_lr"), loss_rises=cat("loss_rises"),
+                         status=cat("status"))
+
+
+# ---- CLI adapters -----------------------------------------------------------------------------------
+def basins(args, out: Path) -> list[str]:
+    res, wall = _timed(basins_markov, args.p, args.q, args.grid, *args.range, args.method, args.t1, args.lr,
+                       args.steps, args.chunk, progress=not args.quiet)
+    res.write(out, "basins", wall)
+    return res.lines
+
+
+def converge(args, out: Path) -> list[str]:
+    res, wall = _timed(converge_markov, args.p, args.q, args.n_init, args.std, args.seed, args.eps, args.t1)
+    res.write(out, "converge", wall)
+    return res.lines
+
+
+def stepsize(args, out: Path) -> list[str]:
+    res, wall = _timed(stepsize_markov, args.p, args.q, args.e0, args.w0, args.lr, args.steps)
+    res.write(out, "stepsize", wall)
+    return res.lines
+
+
+def demo(args, out: Path) -> list[str]:
+    """The main job: basin maps for p+q<1 and p+q>1, a convergence table and a step-size audit."""
+    n = _validate.int_at_least("grid", args.grid, 2)
+    jobs = [
+        ("basins-pq-lt-1", "basins", lambda: basins_markov(0.1, 0.1, n, progress=not args.quiet)),
+        ("basins-pq-gt-1", "basins", lambda: basins_markov(0.9, 0.9, n, progress=not args.quiet)),
+        ("converge", "converge", lambda: converge_markov(0.1, 0.1, n_init=6)),
+        ("stepsize", "stepsize", lambda: stepsize_markov(0.1, 0.1)),
+    ]
+    lines = []
+    for name, command, job in jobs:
+        res, wall = _timed(job)
+        res.write(out / name, command, wall)
+        lines += res.lines + [""]
+    return lines

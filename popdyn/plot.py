@@ -1,0 +1,96 @@
+"""Figures (matplotlib, no pyplot state): basin maps, step-size audits, convergence to the limit."""
+
+from __future__ import annotations
+
+import numpy as np
+from matplotlib.colors import BoundaryNorm, ListedColormap
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from popdyn.analysis.basins import UNRESOLVED, BasinMap
+from popdyn.analysis.stepsize import StepSizeAudit
+from popdyn.problem import Problem
+
+_COLOURS = ["#4daf4a", "#e41a1c", "#ff7f00", "#377eb8", "#984ea3", "#a65628", "#f781bf", "#999999"]
+_GREY = "#d9d9d9"
+
+
+def _draw_overlays(ax, prob: Problem | None, bm: BasinMap) -> None:
+    if prob is None:
+        return
+    for ov in prob.overlays(bm.grid.x, bm.grid.y, bm.grid.x_range):
+        if ov.kind == "line":
+            ax.plot(ov.x, ov.y, label=ov.label or None, **ov.style)
+        else:
+            ax.scatter(ov.x, ov.y, label=ov.label or None, zorder=5, **ov.style)
+
+
+def plot_basin_map(bm: BasinMap, prob: Problem | None = None, title: str = "") -> Figure:
+    """Two panels: the attractor reached from each initialisation (with the problem's known critical
+    sets overlaid) and log10 of the time to reach it."""
+    fig = Figure(figsize=(12, 5), layout="constrained")
+    ax, ax_t = fig.subplots(1, 2)
+    g = bm.grid
+    extent = (*g.x_range, *g.y_range)
+    k = len(bm.attractors)
+    cmap = ListedColormap([_GREY] + [_COLOURS[i % len(_COLOURS)] for i in range(k)])
+    norm = BoundaryNorm(np.arange(-1.5, k), cmap.N)
+    ax.imshow(bm.labels, origin="lower", extent=extent, aspect="auto", cmap=cmap, norm=norm,
+              interpolation="nearest")
+    _draw_overlays(ax, prob, bm)
+    fr = bm.fractions
+    handles = [Patch(color=cmap(i + 1), label=f"{n} ({100 * fr[n]:.1f}%)") for i, n in enumerate(bm.attractors)]
+    handles.append(Patch(color=_GREY, label=f"{UNRESOLVED} ({100 * fr[UNRESOLVED]:.1f}%)"))
+    line_handles, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=handles + line_handles, loc="upper left", fontsize=7, framealpha=0.85)
+    ax.set(xlim=g.x_range, ylim=g.y_range, xlabel=g.x, ylabel=g.y, title=title or f"basins ({bm.method})")
+    with np.errstate(divide="ignore", invalid="ignore"):
+        lt = np.log10(bm.times)
+    im = ax_t.imshow(np.where(np.isfinite(lt), lt, np.nan), origin="lower", extent=extent, aspect="auto",
+                     cmap="viridis", interpolation="nearest")
+    fig.colorbar(im, ax=ax_t, label="log10 " + ("time" if bm.method == "flow" else "steps") + " to steady state")
+    ax_t.set(xlabel=g.x, ylabel=g.y, title="convergence time")
+    return fig
+
+
+def plot_step_size_audit(audit: StepSizeAudit, loss: np.ndarray, labels: list[str] | None = None) -> Figure:
+    """λ_max(θ_t) against 1/η and 2/η (top) and the loss (bottom), one curve per run."""
+    fig = Figure(figsize=(7, 6), layout="constrained")
+    ax, ax_l = fig.subplots(2, 1, sharex=True)
+    ts = np.atleast_2d(audit.ts)
+    lam = np.atleast_2d(audit.lambda_max)
+    loss = np.atleast_2d(loss)
+    lrs = np.broadcast_to(np.atleast_1d(audit.lr), (ts.shape[0],))
+    for i in range(ts.shape[0]):
+        name = labels[i] if labels else f"run {i}"
+        line, = ax.plot(ts[i], lam[i], label=f"{name}: λ_max(θ_t)")
+        ax.axhline(2.0 / lrs[i], color=line.get_color(), ls="--", lw=1, label=f"2/η = {2 / lrs[i]:.3g}")
+        ax.axhline(1.0 / lrs[i], color=line.get_color(), ls=":", lw=1, label=f"1/η = {1 / lrs[i]:.3g}")
+        ax_l.plot(ts[i], loss[i], color=line.get_color(), label=name)
+    ax.set(ylabel="λ_max", yscale="symlog", title="step-size audit")
+    ax.legend(fontsize=7)
+    ax_l.set(xlabel="step", ylabel="loss")
+    ax_l.legend(fontsize=7)
+    return fig
+
+
+def plot_convergence(ts: np.ndarray, dist: np.ndarray, rates: np.ndarray, eps: float,
+                     labels: list[str]) -> Figure:
+    """Distance to the limit against time (log scale), with the predicted local rate exp(−λt) as
+    dashed lines anchored at the end of each run."""
+    fig = Figure(figsize=(7, 4.5), layout="constrained")
+    ax = fig.subplots()
+    for i in range(ts.shape[0]):
+        ok = np.isfinite(ts[i]) & np.isfinite(dist[i]) & (dist[i] > 0)
+        if not ok.any():
+            continue
+        line, = ax.plot(ts[i][ok], dist[i][ok], label=labels[i])
+        if np.isfinite(rates[i]):
+            t_end, d_end = ts[i][ok][-1], dist[i][ok][-1]
+            tt = np.linspace(max(0.0, t_end - 12.0 / rates[i]), t_end, 50)
+            ax.plot(tt, d_end * np.exp(-rates[i] * (tt - t_end)), ls="--", color=line.get_color(), lw=1)
+    ax.axhline(eps, color="k", lw=0.8, ls=":", label=f"ε = {eps:g}")
+    ax.set(yscale="log", xscale="symlog", xlabel="t", ylabel="‖θ_t − θ∞‖",
+           title="convergence to the limit (dashed: predicted local rate)")
+    ax.legend(fontsize=7)
+    return fig
