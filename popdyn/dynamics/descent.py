@@ -8,23 +8,22 @@ so one diverging member never poisons the batch.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 from popdyn import _validate
 from popdyn.batching import apply_scales, as_batch, map_chunks, scale_tree
-from popdyn.dynamics.flow import _finish
+from popdyn.dynamics.flow import _finish, _frozen
 from popdyn.dynamics.status import Status
 from popdyn.dynamics.trajectory import Trajectory
 from popdyn.problem import Problem, Theta
 
 
 def _optimizer(optimizer, lr: float) -> optax.GradientTransformation:
-    if optimizer is None:
-        return optax.sgd(lr)
     if isinstance(optimizer, optax.GradientTransformation):
         return optimizer
     if callable(optimizer):  # e.g. optax.adam: called with the learning rate
@@ -62,56 +61,82 @@ def gradient_descent(
         _validate.positive(name, v)
     if steps % k:
         raise ValueError(f"steps={steps} is invalid: must be a multiple of record_every={k}")
-    opt = _optimizer(optimizer, lr)
-    scales = scale_tree(prob, time_scales)
+    cfg = _DescentConfig(steps=steps, record_every=k, save_params=save_params, gtol=gtol, diverge=diverge,
+                         scales=_frozen(scale_tree(prob, time_scales)))
+    opt = None if optimizer is None else _optimizer(optimizer, lr)
     batch, batched = as_batch(prob, theta0)
+    lr_arr = jnp.asarray(lr, dtype=jnp.result_type(float))
+    out = map_chunks(lambda b: _descend_batch(prob, b, lr_arr, opt, cfg), batch, chunk_size, progress=progress,
+                     desc="gradient descent")
+    return _finish(prob, out, batched, saddle_tol, "step")
+
+
+@dataclass(frozen=True)
+class _DescentConfig:
+    """Static settings of a GD run (hashable: compiled loops are reused; lr is traced, not static)."""
+
+    steps: int
+    record_every: int
+    save_params: bool
+    gtol: float
+    diverge: float
+    scales: tuple | None
+
+
+@eqx.filter_jit
+def _descend_batch(prob: Problem, batch: Theta, lr, opt, cfg: _DescentConfig) -> dict:
+    scales = None if cfg.scales is None else dict(cfg.scales)
     vg = jax.value_and_grad(prob.loss)
+    k, steps = cfg.record_every, cfg.steps
     n_rec = steps // k
+
+    def update(theta, state):
+        g = apply_scales(jax.grad(prob.loss)(theta), scales)
+        if opt is None:  # plain GD: no optimizer state
+            return jax.tree_util.tree_map(lambda x, d: x - lr * d, theta, g), state
+        updates, state = opt.update(g, state, theta)
+        return optax.apply_updates(theta, updates), state
 
     def run_one(theta):
         def step(carry, _):
             theta, state, bad = carry
-            g = apply_scales(jax.grad(prob.loss)(theta), scales)
-            updates, new_state = opt.update(g, state, theta)
-            new = optax.apply_updates(theta, updates)
+            new, new_state = update(theta, state)
             norm = optax.tree.norm(new)
-            blown = ~jnp.isfinite(norm) | (norm > diverge)
+            blown = ~jnp.isfinite(norm) | (norm > cfg.diverge)
             code = jnp.where(~jnp.isfinite(norm), int(Status.NAN), int(Status.DIVERGED))
             bad = jnp.where((bad < 0) & blown, code, bad)
-            keep = bad >= 0  # frozen after divergence
+            keep = bad >= 0  # frozen where it was once it diverged
             theta = jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), theta, new)
             state = jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), state, new_state)
             return (theta, state, bad), None
 
+        def snapshot(theta):
+            loss, g = vg(theta)
+            rec = {"loss": loss, "grad_norm": optax.tree.norm(g)}
+            if cfg.save_params:
+                rec["params"] = theta
+            return rec
+
         def block(carry, _):
             carry, _ = jax.lax.scan(step, carry, None, length=k)
-            loss, g = vg(carry[0])
-            rec = {"loss": loss, "grad_norm": optax.tree.norm(g)}
-            if save_params:
-                rec["params"] = carry[0]
-            return carry, rec
+            return carry, snapshot(carry[0])
 
-        loss0, g0 = vg(theta)
-        rec0 = {"loss": loss0, "grad_norm": optax.tree.norm(g0)}
-        if save_params:
-            rec0["params"] = theta
-        carry = (theta, opt.init(theta), jnp.int32(-1))
-        (final, _, bad), recs = jax.lax.scan(block, carry, None, length=n_rec)
-        recs = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), rec0, recs)
+        state0 = () if opt is None else opt.init(theta)
+        (final, _, bad), recs = jax.lax.scan(block, (theta, state0, jnp.int32(-1)), None, length=n_rec)
+        recs = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), snapshot(theta), recs)
         ts = jnp.arange(n_rec + 1, dtype=jnp.result_type(float)) * k
         gn = recs["grad_norm"]
-        below = gn < gtol
+        below = gn < cfg.gtol
         first = jnp.where(jnp.any(below), ts[jnp.argmax(below)], float(steps))
         finite = jnp.isfinite(recs["loss"][-1]) & jnp.isfinite(gn[-1])
         status = jnp.where(
             bad >= 0, bad,
             jnp.where(~finite, int(Status.NAN),
-                      jnp.where(gn[-1] < gtol, int(Status.CONVERGED), int(Status.MAX_STEPS))),
+                      jnp.where(gn[-1] < cfg.gtol, int(Status.CONVERGED), int(Status.MAX_STEPS))),
         )
         return {
             "final": final, "status": status, "t_final": first, "ts": ts, "loss": recs["loss"],
             "grad_norm": gn, "params": recs.get("params"), "n_steps": jnp.int32(steps),
         }
 
-    out = map_chunks(jax.jit(jax.vmap(run_one)), batch, chunk_size, progress=progress, desc="gradient descent")
-    return _finish(prob, out, batched, saddle_tol, "step")
+    return jax.vmap(run_one)(batch)

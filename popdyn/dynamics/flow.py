@@ -8,8 +8,10 @@ never kills the batch: every initialisation gets a ``Status``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import diffrax
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -83,10 +85,42 @@ def gradient_flow(
     if gtol is not None:
         _validate.positive("gtol", gtol)
     _validate.int_at_least("max_steps", max_steps, 1)
-    times = record_times(t1, ts)
-    scales = scale_tree(prob, time_scales)
+    cfg = _FlowConfig(
+        t1=t1, times=tuple(float(t) for t in record_times(t1, ts)), save_params=save_params,
+        rtol=rtol, atol=atol, gtol=gtol, diverge=diverge, max_steps=max_steps, pcoeff=pcoeff, icoeff=icoeff,
+        scales=_frozen(scale_tree(prob, time_scales)),
+    )
     batch, batched = as_batch(prob, theta0)
     solver_ = _solver(solver)
+    out = map_chunks(lambda b: _solve_batch(prob, b, solver_, cfg), batch, chunk_size, progress=progress,
+                     desc="gradient flow")
+    return _finish(prob, out, batched, saddle_tol, "time")
+
+
+@dataclass(frozen=True)
+class _FlowConfig:
+    """Everything static about a flow run: hashable, so compiled solvers are reused across calls."""
+
+    t1: float
+    times: tuple[float, ...]
+    save_params: bool
+    rtol: float
+    atol: float
+    gtol: float | None
+    diverge: float
+    max_steps: int
+    pcoeff: float
+    icoeff: float
+    scales: tuple | None
+
+
+def _frozen(scales: dict | None) -> tuple | None:
+    return None if scales is None else tuple(sorted(scales.items()))
+
+
+@eqx.filter_jit
+def _solve_batch(prob: Problem, batch: Theta, solver, cfg: _FlowConfig) -> dict:
+    scales = None if cfg.scales is None else dict(cfg.scales)
     vg = jax.value_and_grad(prob.loss)
 
     def field(t, y, args):
@@ -94,35 +128,37 @@ def gradient_flow(
 
     def steady(t, y, args, **kwargs):
         speed = optax.tree.norm(field(t, y, args))
-        return speed < (atol + rtol * optax.tree.norm(y) if gtol is None else gtol)
+        return speed < (cfg.atol + cfg.rtol * optax.tree.norm(y) if cfg.gtol is None else cfg.gtol)
 
     def blowup(t, y, args, **kwargs):
         n = optax.tree.norm(y)
-        return (n > diverge) | ~jnp.isfinite(n)
+        return (n > cfg.diverge) | ~jnp.isfinite(n)
 
     def record(t, y, args):
         loss, g = vg(y)
         out = {"loss": loss, "grad_norm": optax.tree.norm(g)}
-        if save_params:
+        if cfg.save_params:
             out["params"] = y
         return out
 
-    saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(t1=True), diffrax.SubSaveAt(ts=jnp.asarray(times), fn=record)])
+    saveat = diffrax.SaveAt(
+        subs=[diffrax.SubSaveAt(t1=True), diffrax.SubSaveAt(ts=jnp.asarray(cfg.times), fn=record)]
+    )
 
     def solve_one(y0):
         sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(field), solver_, t0=0.0, t1=t1, dt0=None, y0=y0, saveat=saveat,
-            stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=pcoeff, icoeff=icoeff),
-            event=diffrax.Event((steady, blowup)), max_steps=max_steps, throw=False,
+            diffrax.ODETerm(field), solver, t0=0.0, t1=cfg.t1, dt0=None, y0=y0, saveat=saveat,
+            stepsize_controller=diffrax.PIDController(rtol=cfg.rtol, atol=cfg.atol, pcoeff=cfg.pcoeff,
+                                                      icoeff=cfg.icoeff),
+            event=diffrax.Event((steady, blowup)), max_steps=cfg.max_steps, throw=False,
         )
         final = jax.tree_util.tree_map(lambda x: x[0], sol.ys[0])
-        t_end = sol.ts[0][0]
         rec_t = sol.ts[1]
-        reached = jnp.isfinite(rec_t)
+        reached = jnp.isfinite(rec_t)  # diffrax pads records after an early stop with inf
         recs = jax.tree_util.tree_map(
             lambda x: jnp.where(reached.reshape((-1,) + (1,) * (x.ndim - 1)), x, jnp.nan), sol.ys[1]
         )
-        hit_steady, hit_blowup = sol.event_mask if sol.event_mask is not None else (False, False)
+        hit_steady, hit_blowup = sol.event_mask
         event = sol.result == diffrax.RESULTS.event_occurred
         finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(final)]))
         finite = finite & jnp.isfinite(prob.loss(final))
@@ -133,13 +169,12 @@ def gradient_flow(
             default=int(Status.SOLVER_FAILED),
         )
         return {
-            "final": final, "status": status, "t_final": t_end, "ts": jnp.where(reached, rec_t, jnp.nan),
+            "final": final, "status": status, "t_final": sol.ts[0][0], "ts": jnp.where(reached, rec_t, jnp.nan),
             "loss": recs["loss"], "grad_norm": recs["grad_norm"], "params": recs.get("params"),
             "n_steps": sol.stats["num_steps"],
         }
 
-    out = map_chunks(jax.jit(jax.vmap(solve_one)), batch, chunk_size, progress=progress, desc="gradient flow")
-    return _finish(prob, out, batched, saddle_tol, "time")
+    return jax.vmap(solve_one)(batch)
 
 
 def _finish(prob: Problem, out: dict, batched: bool, saddle_tol: float, time_unit: str) -> Trajectory:
