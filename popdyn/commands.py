@@ -14,7 +14,7 @@ import numpy as np
 from popdyn import _validate
 from popdyn.analysis import Grid, basin_map, step_size_audit
 from popdyn.analysis.times import asymptotic_rate, hitting_time, local_rate
-from popdyn.dynamics import gradient_descent, gradient_flow
+from popdyn.dynamics import STATUS_NAMES, gradient_descent, gradient_flow
 from popdyn.io import environment, write_results
 from popdyn.plot import plot_basin_map, plot_convergence, plot_step_size_audit
 from popdyn.tasks.markov import ATTRACTORS, Canonical
@@ -62,7 +62,7 @@ def basins_markov(p, q, n=128, lo=-3.0, hi=3.0, method="flow", t1=1e4, lr=0.5, s
     inputs = {"task": "markov", "p": p, "q": q, "grid": n, "range": [lo, hi], "method": method,
               **({"t1": t1} if method == "flow" else {"lr": lr, "steps": steps})}
     results = {"fractions": bm.fractions, "attractors": list(bm.attractors),
-               "status_counts": {k: int(v) for k, v in zip(*np.unique(bm.status, return_counts=True))},
+               "status_counts": {name: int(np.sum(bm.status == code)) for code, name in enumerate(STATUS_NAMES)},
                "agreement_with_theory": agree, "agreement_excludes": "points within 0.05 of the separatrix",
                "median_time": float(np.nanmedian(bm.times)) if np.isfinite(bm.times).any() else None}
     title = f"p={p}, q={q} (p+q{'<' if p + q < 1 else '>' if p + q > 1 else '='}1), {method}"
