@@ -1,0 +1,110 @@
+"""Gradient descent: exact update rule, records, optax, per-block rates, statuses, batching."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+import popdyn
+from popdyn import Status
+from popdyn.tasks.markov import Canonical
+
+
+def test_plain_gd_is_the_exact_update_rule():
+    prob = Canonical(0.5, 0.8, bias="trained")
+    theta = {"e": jnp.asarray(0.7), "w": jnp.asarray(-0.4), "b": jnp.asarray(0.2)}
+    traj = popdyn.gradient_descent(prob, theta, lr=0.3, steps=5, save_params=True)
+    ref = dict(theta)
+    for k in range(5):
+        g = jax.grad(prob.loss)(ref)
+        ref = {n: ref[n] - 0.3 * g[n] for n in ref}
+        for n in ref:
+            assert abs(float(traj.params[n][k + 1]) - float(ref[n])) < 1e-15
+    np.testing.assert_array_equal(np.asarray(traj.ts), np.arange(6.0))
+    assert abs(float(traj.loss[-1]) - float(prob.loss(ref))) < 1e-15
+
+
+def test_records_every_k_and_convergence_step():
+    prob = Canonical(0.1, 0.1)
+    theta = {"e": jnp.asarray(1.0), "w": jnp.asarray(0.5)}
+    traj = popdyn.gradient_descent(prob, theta, lr=0.5, steps=400, record_every=20)
+    assert traj.loss.shape == (21,) and traj.grad_norm.shape == (21,)
+    np.testing.assert_array_equal(np.asarray(traj.ts), np.arange(0, 401, 20.0))
+    assert int(traj.status) == Status.CONVERGED
+    assert abs(float(traj.loss[-1]) - prob.entropy_rate()) < 1e-12
+    gn = np.asarray(traj.grad_norm)
+    first = float(traj.t_final)
+    assert gn[int(first // 20)] < 1e-9 and (first == 0 or gn[int(first // 20) - 1] >= 1e-9)
+    assert np.all(np.diff(np.asarray(traj.loss)) <= 1e-15)  # η = 0.5 < 1/λ_max along this run: monotone
+    with pytest.raises(ValueError, match="multiple of record_every"):
+        popdyn.gradient_descent(prob, theta, lr=0.5, steps=401, record_every=20)
+
+
+def test_optax_optimizer_matches_hand_written_momentum():
+    prob = Canonical(0.2, 0.3, bias="trained")
+    theta = {"e": jnp.asarray(0.5), "w": jnp.asarray(0.1), "b": jnp.asarray(0.0)}
+    traj = popdyn.gradient_descent(prob, theta, lr=0.1, steps=30, optimizer=optax.sgd(0.1, momentum=0.9),
+                                   save_params=True)
+    ref, vel = dict(theta), {n: 0.0 for n in theta}
+    for _ in range(30):
+        g = jax.grad(prob.loss)(ref)
+        vel = {n: 0.9 * vel[n] + g[n] for n in ref}
+        ref = {n: ref[n] - 0.1 * vel[n] for n in ref}
+    for n in ref:
+        assert abs(float(traj.final[n]) - float(ref[n])) < 1e-13
+    # a factory is called with lr
+    a = popdyn.gradient_descent(prob, theta, lr=0.05, steps=10, optimizer=optax.adam)
+    b = popdyn.gradient_descent(prob, theta, lr=0.05, steps=10, optimizer=optax.adam(0.05))
+    for n in ref:
+        assert float(a.final[n]) == float(b.final[n])
+
+
+def test_per_block_learning_rates():
+    prob = Canonical(0.1, 0.1, bias="trained")
+    theta = {"e": jnp.asarray(0.5), "w": jnp.asarray(0.3), "b": jnp.asarray(0.4)}
+    traj = popdyn.gradient_descent(prob, theta, lr=0.1, steps=1, time_scales={"b": 5.0, "w": 0.5})
+    g = jax.grad(prob.loss)(theta)
+    assert abs(float(traj.final["b"]) - (0.4 - 0.5 * float(g["b"]))) < 1e-15
+    assert abs(float(traj.final["w"]) - (0.3 - 0.05 * float(g["w"]))) < 1e-15
+    assert abs(float(traj.final["e"]) - (0.5 - 0.1 * float(g["e"]))) < 1e-15
+
+
+def test_batch_statuses_and_frozen_divergence():
+    prob = Canonical(0.1, 0.1)
+    theta = {"e": jnp.array([1.0, 1.0, jnp.inf, 0.0]), "w": jnp.array([0.5, 0.5, 0.2, 0.5])}
+    traj = popdyn.gradient_descent(prob, theta, lr=0.5, steps=200)
+    st = np.asarray(traj.status)
+    assert st[0] == st[1] == Status.CONVERGED
+    assert st[2] == Status.NAN
+    assert st[3] == Status.SADDLE  # (0, 0.5): a local maximum along e for p+q < 1
+    bad = popdyn.gradient_descent(prob, {"e": jnp.array([1.0, 0.3]), "w": jnp.array([0.5, 0.1])}, lr=3.0,
+                                  steps=200, diverge=1e4)
+    assert int(bad.status[0]) == Status.DIVERGED
+    last = {n: bad.final[n][0] for n in ("e", "w")}
+    assert np.hypot(float(last["e"]), float(last["w"])) <= 1e4  # frozen at the last point within the bound
+    g = jax.grad(prob.loss)(last)
+    assert np.hypot(float(last["e"] - 3.0 * g["e"]), float(last["w"] - 3.0 * g["w"])) > 1e4  # next step blows up
+
+
+def test_unbatched_in_unbatched_out_and_validation():
+    prob = Canonical(0.1, 0.1)
+    traj = popdyn.gradient_descent(prob, {"e": 0.5, "w": 0.2}, lr=0.5, steps=10)
+    assert np.shape(traj.final["e"]) == () and np.shape(traj.status) == () and traj.loss.shape == (11,)
+    for kw, match in [({"lr": 0.0}, "lr="), ({"steps": 0}, "steps="), ({"record_every": 0}, "record_every="),
+                      ({"optimizer": 3}, "optimizer=")]:
+        with pytest.raises(ValueError, match=match):
+            popdyn.gradient_descent(prob, {"e": 0.5, "w": 0.2}, **{"lr": 0.1, "steps": 10, **kw})
+
+
+def test_gd_approaches_flow_for_small_steps():
+    """GD with η → 0 follows the flow: at time T = η·n, positions agree to O(η)."""
+    prob = Canonical(0.5, 0.8)
+    theta = {"e": jnp.asarray(0.9), "w": jnp.asarray(-1.2)}
+    flow = popdyn.gradient_flow(prob, theta, t1=2.0, ts=[0.0, 2.0], save_params=True, rtol=1e-11, atol=1e-13,
+                                gtol=1e-14)
+    errs = []
+    for lr in (0.02, 0.01):
+        gd = popdyn.gradient_descent(prob, theta, lr=lr, steps=int(round(2.0 / lr)))
+        errs.append(max(abs(float(gd.final[n]) - float(flow.params[n][-1])) for n in ("e", "w")))
+    assert errs[1] < 0.6 * errs[0] and errs[1] < 5e-3  # first-order convergence in η
