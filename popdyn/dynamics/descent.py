@@ -17,9 +17,8 @@ import optax
 
 from popdyn import _validate
 from popdyn.batching import apply_scales, as_batch, map_chunks, scale_tree
-from popdyn.dynamics.flow import _finish, _frozen
 from popdyn.dynamics.status import Status
-from popdyn.dynamics.trajectory import Trajectory
+from popdyn.dynamics.trajectory import Trajectory, finish, frozen_scales
 from popdyn.problem import Problem, Theta
 
 
@@ -62,13 +61,13 @@ def gradient_descent(
     if steps % k:
         raise ValueError(f"steps={steps} is invalid: must be a multiple of record_every={k}")
     cfg = _DescentConfig(steps=steps, record_every=k, save_params=save_params, gtol=gtol, diverge=diverge,
-                         scales=_frozen(scale_tree(prob, time_scales)))
+                         scales=frozen_scales(scale_tree(prob, time_scales)))
     opt = None if optimizer is None else _optimizer(optimizer, lr)
     batch, batched = as_batch(prob, theta0)
     lr_arr = jnp.asarray(lr, dtype=jnp.result_type(float))
     out = map_chunks(lambda b: _descend_batch(prob, b, lr_arr, opt, cfg), batch, chunk_size, progress=progress,
                      desc="gradient descent")
-    return _finish(prob, out, batched, saddle_tol, "step")
+    return finish(prob, out, batched, saddle_tol, "step")
 
 
 @dataclass(frozen=True)

@@ -18,10 +18,9 @@ import numpy as np
 import optax
 
 from popdyn import _validate
-from popdyn.analysis.curvature import extreme_eigenvalues
-from popdyn.batching import apply_scales, as_batch, map_chunks, scale_tree, unbatch
-from popdyn.dynamics.status import Status, refine_saddles
-from popdyn.dynamics.trajectory import Trajectory
+from popdyn.batching import apply_scales, as_batch, map_chunks, scale_tree
+from popdyn.dynamics.status import Status
+from popdyn.dynamics.trajectory import Trajectory, finish, frozen_scales
 from popdyn.problem import Problem, Theta
 
 SOLVERS = {"tsit5": diffrax.Tsit5, "kvaerno5": diffrax.Kvaerno5, "dopri8": diffrax.Dopri8}
@@ -88,13 +87,13 @@ def gradient_flow(
     cfg = _FlowConfig(
         t1=t1, times=tuple(float(t) for t in record_times(t1, ts)), save_params=save_params,
         rtol=rtol, atol=atol, gtol=gtol, diverge=diverge, max_steps=max_steps, pcoeff=pcoeff, icoeff=icoeff,
-        scales=_frozen(scale_tree(prob, time_scales)),
+        scales=frozen_scales(scale_tree(prob, time_scales)),
     )
     batch, batched = as_batch(prob, theta0)
     solver_ = _solver(solver)
     out = map_chunks(lambda b: _solve_batch(prob, b, solver_, cfg), batch, chunk_size, progress=progress,
                      desc="gradient flow")
-    return _finish(prob, out, batched, saddle_tol, "time")
+    return finish(prob, out, batched, saddle_tol, "time")
 
 
 @dataclass(frozen=True)
@@ -112,10 +111,6 @@ class _FlowConfig:
     pcoeff: float
     icoeff: float
     scales: tuple | None
-
-
-def _frozen(scales: dict | None) -> tuple | None:
-    return None if scales is None else tuple(sorted(scales.items()))
 
 
 @eqx.filter_jit
@@ -175,18 +170,3 @@ def _solve_batch(prob: Problem, batch: Theta, solver, cfg: _FlowConfig) -> dict:
         }
 
     return jax.vmap(solve_one)(batch)
-
-
-def _finish(prob: Problem, out: dict, batched: bool, saddle_tol: float, time_unit: str) -> Trajectory:
-    """Classify converged points by their Hessian (saddle vs minimum) and package a Trajectory."""
-    status = out["status"]
-    conv = status == Status.CONVERGED
-    if bool(jnp.any(conv)):
-        lo, hi = extreme_eigenvalues(prob, out["final"])
-        status = refine_saddles(status, lo, hi, saddle_tol)
-    traj = Trajectory(
-        final=out["final"], status=status.astype(jnp.int32), t_final=out["t_final"], ts=out["ts"],
-        loss=out["loss"], grad_norm=out["grad_norm"], params=out["params"],
-        n_steps=jnp.asarray(out["n_steps"], jnp.int32), time_unit=time_unit,
-    )
-    return unbatch(traj, batched)

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import equinox as eqx
+import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from popdyn.dynamics.status import STATUS_NAMES, count
-from popdyn.problem import Theta
+from popdyn.analysis.curvature import extreme_eigenvalues
+from popdyn.batching import unbatch
+from popdyn.dynamics.status import STATUS_NAMES, Status, count, refine_saddles
+from popdyn.problem import Problem, Theta
 
 
 class Trajectory(eqx.Module):
@@ -35,3 +38,23 @@ class Trajectory(eqx.Module):
     def status_counts(self) -> dict[str, int]:
         """How many initialisations ended in each status."""
         return count(self.status)
+
+
+def frozen_scales(scales: dict | None) -> tuple | None:
+    """Per-block scales as a hashable tuple, so they can sit in a static (compile-cache) config."""
+    return None if scales is None else tuple(sorted(scales.items()))
+
+
+def finish(prob: Problem, out: dict, batched: bool, saddle_tol: float, time_unit: str) -> Trajectory:
+    """Classify converged points by their Hessian (saddle vs minimum) and package a Trajectory."""
+    status = out["status"]
+    conv = status == Status.CONVERGED
+    if bool(jnp.any(conv)):
+        lo, hi = extreme_eigenvalues(prob, out["final"])
+        status = refine_saddles(status, lo, hi, saddle_tol)
+    traj = Trajectory(
+        final=out["final"], status=status.astype(jnp.int32), t_final=out["t_final"], ts=out["ts"],
+        loss=out["loss"], grad_norm=out["grad_norm"], params=out["params"],
+        n_steps=jnp.asarray(out["n_steps"], jnp.int32), time_unit=time_unit,
+    )
+    return unbatch(traj, batched)
