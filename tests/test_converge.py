@@ -27,3 +27,16 @@ def test_rates_match_local_theory_both_regimes():
                 assert abs(r["rate_predicted"] - lam) < 1e-8 * max(1.0, lam)
         dist = res.arrays["convergence"]["dist"]
         assert (np.nanmin(dist, axis=1) < 1e-6).all()  # every run really entered the ε-ball
+
+
+def test_p_plus_q_one_measures_against_the_flow_end_point():
+    """No closed-form limit at p+q = 1 (§4.4 assumes p+q != 1): the job still runs and says so."""
+    import pytest
+
+    with pytest.warns(UserWarning, match="flat"):
+        res = converge_markov(0.5, 0.5, n_init=2, seed=1, t1=100.0)
+    assert res.inputs["limit"].startswith("flow end point")
+    assert [r["basin"] for r in res.results["rows"]] == ["n/a", "n/a"]
+    dist = res.arrays["convergence"]["dist"]
+    finite = dist[np.isfinite(dist)]
+    assert finite.min() == 0.0  # the last record is the end point itself

@@ -1,0 +1,179 @@
+"""Step-size audits (λ_max along GD against 1/η and 2/η) and hitting times / rates (spec markov.md §4.6)."""
+
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import popdyn
+from popdyn import Status
+from popdyn.analysis import asymptotic_rate, hitting_time, local_rate
+from popdyn.tasks.markov import Canonical
+
+THETA0 = {"e": jnp.asarray(1.0), "w": jnp.asarray(0.5)}
+STEPS = 400
+
+
+def _lambda_star(prob, e, w):
+    """§4.6: λ_max at Γ* = [u*v*/(u*+v*)](4e²c² + 16w²e⁴), u* = π1q(1−q), v* = π0p(1−p)."""
+    p, q = prob.p, prob.q
+    c = 1 + 2 * w * abs(w)
+    u, v = prob.pi1 * q * (1 - q), prob.pi0 * p * (1 - p)
+    return u * v / (u + v) * (4 * e**2 * c**2 + 16 * w**2 * e**4)
+
+
+@pytest.fixture(scope="module")
+def prob():
+    return Canonical(0.1, 0.1)
+
+
+@pytest.fixture(scope="module")
+def runs(prob):
+    out = {}
+    for lr in (0.5, 3.0):
+        traj = popdyn.gradient_descent(prob, THETA0, lr=lr, steps=STEPS, save_params=True)
+        out[lr] = (traj, popdyn.step_size_audit(prob, traj, lr))
+    return out
+
+
+def test_stable_run_is_not_flagged(prob, runs):
+    traj, a = runs[0.5]
+    assert isinstance(a, popdyn.StepSizeAudit)
+    assert a.lr == 0.5
+    assert a.ts.shape == a.lambda_max.shape == (STEPS + 1,)
+    assert not bool(a.flagged)
+    assert bool(a.monotone_safe)
+    assert not bool(a.diverged)
+    assert int(a.loss_rises) == 0
+    assert np.all(np.diff(np.asarray(traj.loss)) <= 1e-15)
+    assert int(traj.status) == Status.CONVERGED == int(a.status)
+    assert abs(float(traj.loss[-1]) - prob.entropy_rate()) < 1e-9
+    assert math.isnan(float(a.first_above_2_over_lr))
+    assert math.isnan(float(a.first_above_1_over_lr))  # max λ_max ≈ 1.76 < 1/η = 2
+    assert float(a.max_lambda) == pytest.approx(float(np.max(a.lambda_max)), abs=0)
+    assert 1.0 < float(a.max_lambda) <= 2.0
+
+
+def test_unstable_run_is_flagged_and_diverges(prob, runs):
+    traj, a = runs[3.0]
+    assert bool(a.flagged)
+    assert bool(a.diverged)
+    assert int(traj.status) == Status.DIVERGED == int(a.status)
+    assert int(a.loss_rises) > 0
+    assert not bool(a.monotone_safe)
+    t2 = float(a.first_above_2_over_lr)
+    t1 = float(a.first_above_1_over_lr)
+    assert math.isfinite(t2) and 0 <= t2 <= STEPS
+    assert math.isfinite(t1) and t1 <= t2
+    # the first record past 2/η really is the first one
+    lam = np.asarray(a.lambda_max)
+    k = int(np.flatnonzero(np.asarray(a.ts) == t2)[0])
+    assert lam[k] > 2 / 3.0 and np.all(lam[:k] <= 2 / 3.0)
+    assert float(a.max_lambda) > 2 / 3.0
+
+
+@pytest.mark.parametrize("lr", [0.5, 3.0])
+def test_audit_lambda_max_matches_recomputation(prob, runs, lr):
+    traj, a = runs[lr]
+    idx = np.array([0, 1, 2, 10, 100, STEPS])
+    theta = {k: v[idx] for k, v in traj.params.items()}
+    np.testing.assert_allclose(a.lambda_max[idx], np.asarray(popdyn.lambda_max(prob, theta)), rtol=1e-12, atol=0)
+    np.testing.assert_array_equal(a.ts[idx], idx.astype(float))
+
+
+def test_lambda_max_at_the_end_matches_section_4_6(prob, runs):
+    traj, a = runs[0.5]
+    e, w = float(traj.params["e"][-1]), float(traj.params["w"][-1])
+    assert float(prob.gap({"e": e, "w": w})) == pytest.approx(prob.optimal_gap(), abs=1e-8)  # on Γ*
+    assert float(a.lambda_max[-1]) == pytest.approx(_lambda_star(prob, e, w), abs=1e-8)
+    # and this run stayed below the GD stability edge 2/λ_max at its limit
+    assert 0.5 < 2.0 / float(a.lambda_max[-1])
+
+
+def test_batched_audit_gives_per_run_arrays(prob, runs):
+    theta0 = {"e": jnp.array([1.0, 0.3]), "w": jnp.array([0.5, -1.2])}
+    traj = popdyn.gradient_descent(prob, theta0, lr=0.5, steps=STEPS, save_params=True)
+    a = popdyn.step_size_audit(prob, traj, 0.5)
+    assert a.ts.shape == a.lambda_max.shape == (2, STEPS + 1)
+    for name in ("max_lambda", "first_above_1_over_lr", "first_above_2_over_lr", "loss_rises", "status"):
+        assert np.shape(getattr(a, name)) == (2,), name
+    assert np.shape(a.flagged) == np.shape(a.monotone_safe) == np.shape(a.diverged) == (2,)
+    # row 0 is the single run from the same θ0
+    _, single = runs[0.5]
+    np.testing.assert_allclose(a.lambda_max[0], single.lambda_max, rtol=1e-12, atol=0)
+    assert a.max_lambda[0] == pytest.approx(float(single.max_lambda), rel=1e-12)
+    assert a.loss_rises[0] == int(single.loss_rises)
+    # row 1 is its own run
+    idx = np.array([0, 50, STEPS])
+    theta = {k: v[1, idx] for k, v in traj.params.items()}
+    np.testing.assert_allclose(a.lambda_max[1, idx], np.asarray(popdyn.lambda_max(prob, theta)), rtol=1e-12)
+    np.testing.assert_allclose(a.max_lambda, np.max(a.lambda_max, axis=-1), rtol=0, atol=0)
+    assert not np.allclose(a.lambda_max[0], a.lambda_max[1])
+
+
+def test_audit_rejects_missing_params_and_bad_lr(prob):
+    traj = popdyn.gradient_descent(prob, THETA0, lr=0.5, steps=4)
+    assert traj.params is None
+    with pytest.raises(ValueError, match="save_params"):
+        popdyn.step_size_audit(prob, traj, 0.5)
+    traj = popdyn.gradient_descent(prob, THETA0, lr=0.5, steps=4, save_params=True)
+    for lr in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="lr"):
+            popdyn.step_size_audit(prob, traj, lr)
+
+
+# ---- hitting times and rates ------------------------------------------------------------------
+def test_hitting_time_on_exponential_decay():
+    d0, r = 3.0, 0.7
+    ts = np.linspace(0.0, 40.0, 4001)
+    dist = d0 * np.exp(-r * ts)
+    for eps in (1e-2, 1e-5, 1e-9):
+        assert hitting_time(ts, dist, eps) == pytest.approx(math.log(d0 / eps) / r, abs=1e-6)
+    # already inside at the first record
+    assert hitting_time(ts, dist, 10.0) == 0.0
+    # never reached
+    assert math.isnan(hitting_time(ts, dist, 1e-20))
+    # non-finite records (a run that stopped early) are ignored
+    dist_nan = dist.copy()
+    dist_nan[2000:] = np.nan
+    assert math.isnan(hitting_time(ts, dist_nan, 1e-9))
+    assert hitting_time(ts, dist_nan, 1e-2) == pytest.approx(math.log(d0 / 1e-2) / r, abs=1e-6)
+
+
+def test_hitting_time_is_the_last_entry():
+    """First time after which dist stays ≤ ε, not the first crossing."""
+    ts = np.array([0.0, 1.0, 2.0, 3.0])
+    dist = np.array([1.0, 1e-4, 1.0, 1e-4])
+    assert hitting_time(ts, dist, 1e-2) == pytest.approx(2.5, abs=1e-12)
+
+
+def test_asymptotic_rate_recovers_r():
+    r = 0.37
+    ts = np.linspace(0.0, 60.0, 601)
+    dist = 2.0 * np.exp(-r * ts)
+    assert asymptotic_rate(ts, dist, hi=1e-2, lo=1e-8) == pytest.approx(r, rel=1e-9)
+    assert math.isnan(asymptotic_rate(ts, dist, hi=1e-30, lo=1e-40))  # fewer than 3 records in the window
+
+
+def test_local_rate_at_global_minimum_is_lambda_star():
+    prob = Canonical(0.1, 0.1)
+    for w in (0.5, -0.3, 2.0):
+        e = math.sqrt(prob.optimal_gap() / (1 + 2 * w * abs(w)))
+        rate = local_rate(prob, {"e": jnp.asarray(e), "w": jnp.asarray(w)})
+        assert rate == pytest.approx(_lambda_star(prob, e, w), rel=1e-9)
+
+
+@pytest.mark.parametrize("p,q", [(0.9, 0.9), (0.5, 0.8)])
+def test_local_rate_at_local_minimum(p, q):
+    """§4.6: at (0, w) with p+q > 1 and c(w) > 0, e decays at rate 2c(w)·π0π1(p+q−1)."""
+    prob = Canonical(p, q)
+    for w in (0.5, -0.3, 1.5):
+        rate = local_rate(prob, {"e": jnp.asarray(0.0), "w": jnp.asarray(w)})
+        c = 1 + 2 * w * abs(w)
+        assert rate == pytest.approx(2 * c * prob.pi0 * prob.pi1 * (p + q - 1), rel=1e-9)
+
+
+def test_local_rate_is_nan_at_a_maximum():
+    prob = Canonical(0.1, 0.1)
+    assert math.isnan(local_rate(prob, {"e": jnp.asarray(0.0), "w": jnp.asarray(0.5)}))
