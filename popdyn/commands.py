@@ -165,7 +165,7 @@ def stepsize_markov(p, q, e0=1.0, w0=0.5, lrs=(0.5, 2.0, 3.0), steps=400) -> Res
                    else "η ≤ 1/λ_max held" if r["monotone_safe"] else "between 1/λ_max and 2/λ_max")
         res.lines.append(f"  η = {r['lr']:<6g} max λ_max = {r['max_lambda']:.4f}  (1/η = {r['one_over_lr']:.3f}, "
                          f"2/η = {r['two_over_lr']:.3f}): {verdict}; loss rose {r['loss_rises']}×; "
-                         f"final loss {r['final_loss']:.6f} (H_rate {r['entropy_rate']:.6f}), {r['status']}")
+                         f"final loss {r['final_loss']:.6g} (H_rate {r['entropy_rate']:.6f}), {r['status']}")
     return res
 
 
