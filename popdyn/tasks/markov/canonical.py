@@ -15,6 +15,7 @@ import warnings
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float
 
 from popdyn import _validate
@@ -196,8 +197,6 @@ class Canonical(Problem):
     def separatrix_distance(self, theta: Theta, samples: int = 4001) -> Array:
         """Euclidean distance from each (e, w) to the separatrix branch that flows into the saddle
         (dense polyline of ``samples`` points per sign of e; for excluding boundary points)."""
-        import numpy as np
-
         lo, hi = self.separatrix_w_range()
         lo = max(lo, -50.0)
         w = np.linspace(lo, hi, samples)[1:-1]
@@ -324,8 +323,6 @@ class Canonical(Problem):
         """Γ* (dashed), local minima/maxima on e = 0, the saddle and the separatrix, on the (w, e) plane."""
         if (x_axis, y_axis) != ("w", "e"):
             return []
-        import numpy as np
-
         w = np.linspace(*x_range, 801)
         g = np.asarray(self.global_minimum_e(jnp.asarray(w)))
         sep = np.asarray(self.separatrix_e(jnp.asarray(w)))
