@@ -50,7 +50,7 @@ def as_batch(prob: Problem, theta: Theta) -> tuple[Theta, bool]:
 
 def unbatch(tree, batched: bool):
     """Drop the leading batch axis again when the caller passed a single point."""
-    return tree if batched else jax.tree_util.tree_map(lambda x: x[0] if x is not None else None, tree)
+    return tree if batched else jax.tree_util.tree_map(lambda x: x[0], tree)
 
 
 def map_chunks(

@@ -19,7 +19,7 @@ import optax
 
 from popdyn import _validate
 from popdyn.batching import apply_scales, as_batch, map_chunks, scale_tree
-from popdyn.dynamics.status import Status
+from popdyn.dynamics.status import Status, finite_tree
 from popdyn.dynamics.trajectory import Trajectory, finish, frozen_scales
 from popdyn.problem import Problem, Theta
 
@@ -155,8 +155,7 @@ def _solve_batch(prob: Problem, batch: Theta, solver, cfg: _FlowConfig) -> dict:
         )
         hit_steady, hit_blowup = sol.event_mask
         event = sol.result == diffrax.RESULTS.event_occurred
-        finite = jnp.all(jnp.stack([jnp.all(jnp.isfinite(x)) for x in jax.tree_util.tree_leaves(final)]))
-        finite = finite & jnp.isfinite(prob.loss(final))
+        finite = finite_tree(*jax.tree_util.tree_leaves(final), prob.loss(final))
         status = jnp.select(
             [~finite, event & hit_steady, event & hit_blowup,
              (sol.result == diffrax.RESULTS.successful) | (sol.result == diffrax.RESULTS.max_steps_reached)],
