@@ -1,0 +1,130 @@
+"""The full single-layer transformer (spec markov.md §2.1, §3.3): exact loss, DP, rank-one construction."""
+
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from popdyn.exact import Chain, count_dp_loss, expectation
+from popdyn.tasks.markov import AttentionScalar, Canonical, Transformer, rank_one_weights
+
+CHAINS = {
+    "binary": Chain.binary(0.2, 0.3),
+    "3-state": Chain.from_matrix([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.3, 0.3, 0.4]]),
+    "order-2": Chain.binary_order_k([0.1, 0.7, 0.4, 0.9]),
+}
+
+
+def _brute_loss(model, theta):
+    """Loop over every sequence in Python: weight × per-position CE (independent of `expectation`)."""
+    ch = model.chain
+    V, N, k = ch.V, model.N, ch.order
+    init, kern = np.asarray(ch.init), np.asarray(ch.kernel)
+    total = 0.0
+    for x in itertools.product(range(V), repeat=N):
+        ctx = lambda toks: int(sum(t * V ** (len(toks) - 1 - i) for i, t in enumerate(toks)))  # noqa: E731
+        w = init[ctx(x[:k])]
+        for n in range(k, N):
+            w *= kern[ctx(x[n - k:n]), x[n]]
+        logp = np.asarray(jax.nn.log_softmax(model.logits(theta, jnp.asarray(x))))
+        ce = 0.0
+        for n in range(1, N + 1):
+            if n >= k:
+                nxt = kern[ctx(x[n - k:n])]
+            else:
+                marg = init.reshape((V,) * k).sum(axis=tuple(range(n + 1, k))) if n + 1 < k else init.reshape((V,) * k)
+                j = marg[tuple(x[:n])]
+                nxt = j / j.sum()
+            ce -= float(np.dot(nxt, logp[n - 1]))
+        total += w * ce / N
+    return total
+
+
+@pytest.mark.parametrize("name", list(CHAINS))
+def test_loss_equals_python_brute_force(name):
+    chain = CHAINS[name]
+    model = Transformer(chain, N=4 if chain.V == 3 else 5, d=4, init_std=0.5)
+    theta = model.init(jax.random.PRNGKey(3))
+    assert abs(float(model.loss(theta)) - _brute_loss(model, theta)) < 1e-12
+
+
+def test_layernorm_and_untied_variants_run_and_differ():
+    chain = CHAINS["binary"]
+    for kw in ({"layernorm": True}, {"tie": False}):
+        m = Transformer(chain, N=5, d=4, init_std=0.5, **kw)
+        th = m.init(jax.random.PRNGKey(0))
+        assert abs(float(m.loss(th)) - _brute_loss(m, th)) < 1e-12
+
+
+@pytest.mark.parametrize("e,w,b", [(1.3, -0.4, 0.25), (0.7, 1.1, -0.5), (2.0, -1.5, 1.0)])
+def test_rank_one_construction_reproduces_canonical(e, w, b):
+    p, q, N, d = 0.5, 0.8, 6, 4
+    full = Transformer(Chain.binary(p, q), N=N, d=d)
+    canon = Canonical(p, q, bias="trained")
+    x = jnp.array([e, w, b])
+
+    def L_full(x):
+        return full.loss(rank_one_weights(x[0], x[1], x[2], N=N, d=d))
+
+    def L_canon(x):
+        return canon.loss({"e": x[0], "w": x[1], "b": x[2]})
+
+    assert abs(float(L_full(x)) - float(L_canon(x))) < 1e-12
+    np.testing.assert_allclose(np.asarray(jax.grad(L_full)(x)), np.asarray(jax.grad(L_canon)(x)), atol=1e-10)
+
+
+def test_dp_equals_enumeration_for_the_attention_scalar_model():
+    p, q, N, d = 0.2, 0.3, 10, 4
+    full = Transformer(Chain.binary(p, q), N=N, d=d)
+    model = AttentionScalar(p, q, N)
+    for e, w, a, b in [(1.3, -0.4, 0.7, 0.25), (0.5, 0.9, -1.2, -0.3), (1.0, -1.0, 0.0, 0.1)]:
+        th = {"e": jnp.asarray(e), "w": jnp.asarray(w), "a": jnp.asarray(a), "b": jnp.asarray(b)}
+        dp = float(model.loss(th))
+        enum = float(full.loss(rank_one_weights(e, w, b, N=N, d=d, a=a)))
+        assert abs(dp - enum) < 1e-12
+        if a == 0.0:
+            canon = Canonical(p, q, bias="trained").loss({k: th[k] for k in ("e", "w", "b")})
+            assert abs(dp - float(canon)) < 1e-12
+
+
+def test_count_dp_against_enumeration_generic_logit():
+    chain = Chain.binary(0.35, 0.6)
+    f = lambda n, x, s: 0.3 * x - 0.7 * s / n + 0.1 * jnp.sqrt(n) - 0.05 * s * x  # noqa: E731
+
+    def seq(x, P):
+        n = jnp.arange(1, x.shape[0] + 1)
+        z = f(n, x, jnp.cumsum(x))
+        return jnp.mean(-(P[:, 1] * jax.nn.log_sigmoid(z) + P[:, 0] * jax.nn.log_sigmoid(-z)))
+
+    assert abs(float(expectation(seq, chain, 10)) - float(count_dp_loss(chain, 10, f))) < 1e-12
+    with pytest.raises(ValueError, match="binary first-order"):
+        count_dp_loss(CHAINS["3-state"], 5, f)
+
+
+def test_gradient_matches_finite_differences():
+    model = Transformer(CHAINS["order-2"], N=5, d=3, init_std=0.4)
+    theta = model.init(jax.random.PRNGKey(5))
+    g = jax.grad(model.loss)(theta)
+    rng = np.random.default_rng(0)
+    for name in ("e", "pos", "W_Q", "W_V", "W_1", "b"):
+        idx = tuple(rng.integers(0, s) for s in np.shape(theta[name]))
+        h = 1e-5
+
+        def at(delta, name=name, idx=idx):
+            th = dict(theta)
+            th[name] = theta[name].at[idx].add(delta)
+            return float(model.loss(th))
+
+        fd = (at(h) - at(-h)) / (2 * h)
+        assert abs(fd - float(g[name][idx])) < 1e-8
+
+
+def test_too_long_for_enumeration_names_N():
+    with pytest.raises(ValueError, match=r"N=30 is too large .*\(N <= 22 for V = 2\)"):
+        Transformer(Chain.binary(0.2, 0.3), N=30, d=4)
+    with pytest.raises(ValueError, match="N=0"):
+        Transformer(Chain.binary(0.2, 0.3), N=0, d=4)
+    with pytest.raises(ValueError, match="probs"):
+        Chain.binary_order_k([0.1, 0.2, 0.3])
