@@ -66,6 +66,11 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--w0", type=float, default=0.5)
     s.add_argument("--lr", type=float, nargs="+", default=[0.5, 2.0, 3.0], help="one or more learning rates")
     s.add_argument("--steps", type=int, default=400)
+    r = sub.add_parser("reproduce", help="regenerate a paper figure from exact dynamics (--list)")
+    r.add_argument("figure", nargs="?", help="figure name, e.g. markov-fig1")
+    r.add_argument("--list", action="store_true", help="list the figures")
+    r.add_argument("--out", type=Path, default=None)
+    r.add_argument("--quiet", action="store_true")
     return ap
 
 
@@ -91,12 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     from popdyn import commands
 
     try:
-        if args.command != "demo":
+        if args.command in ("basins", "converge", "stepsize"):
             _check_markov_args(args)
         run = {"demo": commands.demo, "basins": commands.basins, "converge": commands.converge,
-               "stepsize": commands.stepsize}[args.command]
+               "stepsize": commands.stepsize, "reproduce": commands.reproduce}[args.command]
+        name = {"demo": "demo", "reproduce": f"reproduce-{getattr(args, 'figure', None)}"}.get(
+            args.command, f"{args.command}-{getattr(args, 'task', '')}")
         t0 = time.perf_counter()
-        lines = run(args, _out_dir(args, args.command if args.command == "demo" else f"{args.command}-{args.task}"))
+        lines = run(args, _out_dir(args, name))
     except ValueError as err:
         print(f"popdyn: error: {err}", file=sys.stderr)
         return 2

@@ -4,7 +4,6 @@ returns the lines of its human summary. Inputs are validated before anything is 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import jax
@@ -15,27 +14,9 @@ from popdyn import _validate
 from popdyn.analysis import Grid, basin_map, step_size_audit
 from popdyn.analysis.times import asymptotic_rate, hitting_time, local_rate
 from popdyn.dynamics import STATUS_NAMES, gradient_descent, gradient_flow
-from popdyn.io import environment, write_results
+from popdyn.io import Result
 from popdyn.plot import plot_basin_map, plot_convergence, plot_step_size_audit
 from popdyn.tasks.markov import ATTRACTORS, Canonical
-
-
-@dataclass
-class Result:
-    """What one job produced: the summary's ``results``, arrays, figures and printed lines."""
-
-    inputs: dict
-    results: dict
-    arrays: dict = field(default_factory=dict)
-    figures: dict = field(default_factory=dict)
-    lines: list = field(default_factory=list)
-
-    def write(self, out: Path, command: str, wall: float) -> None:
-        summary = {"command": command, "inputs": self.inputs, "results": self.results,
-                   "wall_time_s": wall, **environment()}
-        write_results(out, summary, self.arrays, self.figures)
-        files = ["summary.json", *(f"{a}.npz" for a in self.arrays), *(f"{f}.png" for f in self.figures)]
-        self.lines.append(f"wrote {out}/ ({', '.join(files)})")
 
 
 def _timed(job, *a, **k) -> tuple[Result, float]:
@@ -214,3 +195,15 @@ def demo(args, out: Path) -> list[str]:
         res.write(out / name, command, wall)
         lines += res.lines + [""]
     return lines
+
+
+def reproduce(args, out: Path) -> list[str]:
+    """``popdyn reproduce FIGURE`` (or ``--list``)."""
+    from popdyn.figures import FIGURES, get_figure
+
+    if args.list or args.figure is None:
+        return [f"{name:<14s} {text}" for name, (_, text) in FIGURES.items()]
+    job = get_figure(args.figure)
+    res, wall = _timed(job, progress=not args.quiet)
+    res.write(out, "reproduce", wall)
+    return res.lines

@@ -9,6 +9,7 @@ import os
 import platform
 import shutil
 import tempfile
+from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
 
@@ -75,3 +76,21 @@ def write_results(out: str | os.PathLike, summary: dict, arrays: dict[str, dict[
         return written
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@dataclass
+class Result:
+    """What one job produced: the summary's ``results``, arrays, figures and printed lines."""
+
+    inputs: dict
+    results: dict
+    arrays: dict = field(default_factory=dict)
+    figures: dict = field(default_factory=dict)
+    lines: list = field(default_factory=list)
+
+    def write(self, out: Path, command: str, wall: float) -> None:
+        summary = {"command": command, "inputs": self.inputs, "results": self.results,
+                   "wall_time_s": wall, **environment()}
+        write_results(out, summary, self.arrays, self.figures)
+        files = ["summary.json", *(f"{a}.npz" for a in self.arrays), *(f"{f}.png" for f in self.figures)]
+        self.lines.append(f"wrote {out}/ ({', '.join(files)})")

@@ -15,10 +15,11 @@ _COLOURS = ["#4daf4a", "#e41a1c", "#ff7f00", "#377eb8", "#984ea3", "#a65628", "#
 _GREY = "#d9d9d9"
 
 
-def _draw_overlays(ax, prob: Problem | None, bm: BasinMap) -> None:
+def draw_overlays(ax, prob: Problem | None, x: str, y: str, x_range: tuple[float, float]) -> None:
+    """Draw what the problem knows about the (x, y) slice: critical sets, separatrices, saddles."""
     if prob is None:
         return
-    for ov in prob.overlays(bm.grid.x, bm.grid.y, bm.grid.x_range):
+    for ov in prob.overlays(x, y, x_range):
         if ov.kind == "line":
             ax.plot(ov.x, ov.y, label=ov.label or None, **ov.style)
         else:
@@ -37,7 +38,7 @@ def plot_basin_map(bm: BasinMap, prob: Problem | None = None, title: str = "") -
     norm = BoundaryNorm(np.arange(-1.5, k), cmap.N)
     ax.imshow(bm.labels, origin="lower", extent=extent, aspect="auto", cmap=cmap, norm=norm,
               interpolation="nearest")
-    _draw_overlays(ax, prob, bm)
+    draw_overlays(ax, prob, g.x, g.y, g.x_range)
     fr = bm.fractions
     handles = [Patch(color=cmap(i + 1), label=f"{n} ({100 * fr[n]:.1f}%)") for i, n in enumerate(bm.attractors)]
     handles.append(Patch(color=_GREY, label=f"{UNRESOLVED} ({100 * fr[UNRESOLVED]:.1f}%)"))

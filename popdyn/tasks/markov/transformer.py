@@ -136,9 +136,11 @@ def rank_one_weights(e, w, b, *, N: int, d: int, a=0.0, alpha=None) -> Theta:
     alpha = jnp.full(d, 1.0 / math.sqrt(d)) if alpha is None else jnp.asarray(alpha) / jnp.linalg.norm(alpha)
     ones = jnp.ones(4 * d)
     zero = jnp.zeros((d, d))
-    return {
+    weights = {
         "e": e * alpha, "pos": jnp.broadcast_to(-(e / 2.0) * alpha, (N, d)), "W_Q": zero, "W_K": zero,
         "W_V": a * jnp.outer(alpha, alpha), "W_O": jnp.eye(d),
         "W_1": (jnp.abs(w) / math.sqrt(d)) * jnp.outer(ones, alpha),
-        "W_2": (w / math.sqrt(d)) * jnp.outer(alpha, ones), "b": jnp.asarray(b, dtype=jnp.result_type(float)),
+        "W_2": (w / math.sqrt(d)) * jnp.outer(alpha, ones), "b": b,
     }
+    # strongly typed float arrays, so a jitted loss never retraces on weak types
+    return {k: jnp.asarray(v, dtype=jnp.result_type(float)) for k, v in weights.items()}

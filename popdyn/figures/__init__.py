@@ -1,0 +1,18 @@
+"""Paper figures regenerated from exact dynamics (``popdyn reproduce FIGURE``)."""
+
+from popdyn.figures.markov import markov_fig1, markov_fig4
+
+FIGURES = {
+    "markov-fig1": (markov_fig1, "Local to Global Fig 1: (e, w) flows, energy, critical sets, basins for p+q<1 and p+q>1"),
+    "markov-fig4": (markov_fig4, "Local to Global Fig 4: standard vs rank-one initialisation of the full model, p=0.5, q=0.8"),
+}
+
+
+def get_figure(name: str):
+    """The job that reproduces ``name``; ValueError listing the known figures otherwise."""
+    if name not in FIGURES:
+        raise ValueError(f"figure={name!r} is unknown: must be one of {', '.join(FIGURES)} (popdyn reproduce --list)")
+    return FIGURES[name][0]
+
+
+__all__ = ["FIGURES", "get_figure", "markov_fig1", "markov_fig4"]

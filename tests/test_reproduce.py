@@ -1,0 +1,55 @@
+"""``popdyn reproduce``: the paper's figures from exact dynamics (spec markov.md §5)."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from popdyn.figures import FIGURES, get_figure, markov_fig1
+from popdyn.tasks.markov import Canonical
+
+H_UNI, H_RATE = 0.666278, 0.619015  # spec §5.4, p = 0.5, q = 0.8
+
+
+def test_fig4_cli_final_losses(tmp_path):
+    """Acceptance: standard init plateaus at H_uni, rank-one init reaches H_rate (within 2e-3)."""
+    out = tmp_path / "f4"
+    proc = subprocess.run([sys.executable, "-m", "popdyn.cli", "reproduce", "markov-fig4", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert "parameters, N = 8" in proc.stdout and "one exact loss + gradient: 256 sequences" in proc.stdout
+    res = json.loads((out / "summary.json").read_text())["results"]
+    assert abs(res["final_loss"]["standard"] - H_UNI) < 2e-3
+    assert abs(res["final_loss"]["rank_one"] - H_RATE) < 2e-3
+    prob = Canonical(0.5, 0.8)
+    assert abs(res["unigram_loss"] - prob.unigram_loss()) < 1e-15
+    # the trap is exact: GD from the standard init ends at H_uni to 1e-5, not merely near it
+    assert abs(res["final_loss"]["standard"] - prob.unigram_loss()) < 1e-5
+    assert res["n_params"] == 841 and res["sequences_per_loss"] == 256
+    assert (out / "markov-fig4.png").stat().st_size > 10_000
+    data = np.load(out / "fig4.npz")
+    assert data["loss_gd"].shape[0] == 2 and np.all(np.diff(data["loss_gd"][1]) <= 1e-12)  # GD at η=0.1 is monotone
+
+
+def test_fig1_small_grid_matches_closed_form():
+    res = markov_fig1(n_basin=16, progress=False)
+    for tag in ("pq_lt_1", "pq_gt_1"):
+        r = res.results[tag]
+        assert r["agreement_with_theory"] >= 0.99
+        assert abs(sum(r["fractions"].values()) - 1) < 1e-12
+        arr = res.arrays[f"fig1_{tag}"]
+        assert arr["loss"].shape == (601, 601) and arr["labels"].shape == (16, 16)
+        # the loss grid is the exact loss: its minimum over the grid is ≥ H_rate and close to it
+        prob = Canonical(r["p"], r["q"])
+        assert arr["loss"].min() >= prob.entropy_rate() - 1e-12
+        assert arr["loss"].min() - prob.entropy_rate() < 1e-4
+
+
+def test_unknown_figure_and_list():
+    with pytest.raises(ValueError, match="figure='markov-fig9' is unknown"):
+        get_figure("markov-fig9")
+    proc = subprocess.run([sys.executable, "-m", "popdyn.cli", "reproduce", "--list"], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0 and all(name in proc.stdout for name in FIGURES)
