@@ -53,3 +53,16 @@ def test_unknown_figure_and_list():
     proc = subprocess.run([sys.executable, "-m", "popdyn.cli", "reproduce", "--list"], capture_output=True,
                           text=True, timeout=120)
     assert proc.returncode == 0 and all(name in proc.stdout for name in FIGURES)
+
+
+def test_fig3_rank_one_emergence():
+    from popdyn.figures.markov import markov_fig3, top_singular_share
+
+    res = markov_fig3(steps=200, progress=False)
+    share = res.results["share"]
+    for k in ("W_V", "W_1", "pos"):
+        assert share[k][100] > 0.8 and share[k][100] > share[k][1] + 0.4  # rank one emerges by step 100
+    assert abs(res.results["final_loss"] - Canonical(0.2, 0.3).entropy_rate()) < 1e-5
+    # the share itself: a rank-one matrix has share 1, an orthogonal one 1/d
+    assert abs(top_singular_share(np.outer([1.0, 2.0, 3.0], [1.0, -1.0])) - 1.0) < 1e-14
+    assert abs(top_singular_share(np.eye(4)) - 0.25) < 1e-14

@@ -39,5 +39,5 @@ def count_dp_loss(
         new = jnp.stack([to0, jnp.concatenate([jnp.zeros(1), to1[:-1]])])
         return new, loss_n
 
-    _, losses = jax.lax.scan(step, alpha0, jnp.arange(1, N + 1))
+    _, losses = jax.lax.scan(step, alpha0, jnp.arange(1, N + 1), unroll=min(N, 32))
     return jnp.mean(losses)

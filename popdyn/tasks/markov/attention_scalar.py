@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from popdyn import _validate
-from popdyn.exact import Chain, count_dp_loss
+from popdyn.exact import Chain, count_dp_loss, entropy_rate, unigram_loss
 from popdyn.problem import Problem, Theta
 
 
@@ -40,6 +40,19 @@ class AttentionScalar(Problem):
     def loss(self, theta: Theta) -> Float[Array, ""]:
         """Exact mean next-token cross-entropy over positions 1..N by the count DP (§3.3)."""
         return count_dp_loss(self.chain, self.N, lambda n, x, s: self.logit(theta, n, x, s))
+
+    def entropy_rate(self) -> float:
+        """H_rate, the global minimum (reached at a = 0 on Γ*, as in the canonical model)."""
+        return entropy_rate(self.chain.kernel)
+
+    def unigram_loss(self) -> float:
+        """H_uni, the loss of every point with e = 0 (the logit is then the constant b*)."""
+        return unigram_loss(self.chain.kernel)
+
+    def attractors(self):
+        """Global minima (loss − H_rate, which vanishes exactly there) and the unigram set e = 0 (|e|)."""
+        h_rate = self.entropy_rate()
+        return {"global": lambda th: jnp.abs(self.loss(th) - h_rate), "local": lambda th: jnp.abs(th["e"])}
 
     def init(self, key: Array) -> Theta:
         """e, w, a ~ init_std·N(0, 1), b = 0."""
