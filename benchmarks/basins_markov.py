@@ -43,12 +43,7 @@ from __future__ import annotations
 
 import argparse
 import collections
-import datetime
 import math
-import os
-import platform
-import shlex
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -67,12 +62,9 @@ from tqdm.auto import tqdm  # noqa: E402
 
 import popdyn  # noqa: E402
 from popdyn.tasks.markov import ATTRACTORS, W_SADDLE, Canonical  # noqa: E402
+from benchmarks._common import machine_lines, run_header, write_section  # noqa: E402
 
 SECTION = "## Markov (e,w) basin maps"
-RESULTS_HEADER = (
-    "# popdyn benchmarks\n\n"
-    "Measured results written by the scripts in `benchmarks/`; each script replaces its own section when re-run.\n"
-)
 RTOL, ATOL, T1 = 1e-8, 1e-10, 1e4  # popdyn's gradient_flow defaults, used by basin_map(method="flow")
 LABEL_TOL = 1e-3  # basin_map's default ``tol``; also the baseline's classification threshold
 LO, HI = -3.0, 3.0
@@ -207,43 +199,6 @@ def fmt_us(x: float) -> str:
     return f"{x:,.1f}" if x < 1e4 else f"{x:,.0f}"
 
 
-def machine_info() -> dict:
-    import diffrax
-    import jaxlib
-    import scipy
-
-    info = {
-        "cpu_count": os.cpu_count(),
-        "processor": platform.processor() or "(empty)",
-        "uname": " ".join(platform.uname()),
-        "python": platform.python_version(),
-        "jax": jax.__version__,
-        "jaxlib": jaxlib.__version__,
-        "diffrax": diffrax.__version__,
-        "numpy": np.__version__,
-        "scipy": scipy.__version__,
-        "devices": str(jax.devices()),
-    }
-    try:
-        info["load_avg"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
-    except OSError:
-        pass
-    try:
-        with open("/proc/cpuinfo") as fh:
-            models = [ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")]
-        if models:
-            info["cpu_model"] = models[0]
-    except OSError:
-        pass
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True,
-                               check=True).stdout.strip()
-        info["git"] = head + (" (+ uncommitted changes)" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return info
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -405,28 +360,8 @@ def render(results: list[dict], info: dict, args, command: str, date: str, total
         for name, ok, detail in res["checks"]:
             out.append(f"- ({res['p']:g}, {res['q']:g}) {'PASS' if ok else '**FAIL**'}: {name} — {detail}")
     out.append("")
-    out.append("Machine:")
-    out.append("")
-    for k, v in info.items():
-        out.append(f"- {k}: {v}")
-    out.append("")
+    out += machine_lines(info)
     return "\n".join(out)
-
-
-def write_section(path: Path, section: str) -> None:
-    """Replace (or append) the SECTION block of ``path``, keeping every other section."""
-    text = path.read_text() if path.exists() else RESULTS_HEADER
-    lines = text.splitlines()
-    start = next((i for i, ln in enumerate(lines) if ln.strip() == SECTION), None)
-    if start is None:
-        new = text.rstrip("\n") + "\n\n" + section.rstrip("\n") + "\n"
-    else:
-        end = next((j for j in range(start + 1, len(lines)) if lines[j].startswith("## ")), len(lines))
-        before = "\n".join(lines[:start]).rstrip("\n")
-        after = "\n".join(lines[end:]).strip("\n")
-        new = (before + "\n\n" if before else "") + section.rstrip("\n") + "\n" + ("\n" + after + "\n" if after else "")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(new)
 
 
 def parse_args(argv=None):
@@ -458,13 +393,10 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    command = "python " + " ".join(shlex.quote(a) for a in ([sys.argv[0]] + list(sys.argv[1:] if argv is None
-                                                                                    else argv)))
-    date = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    info = machine_info()
-    print(f"basins_markov benchmark, {date}\n{command}")
-    for k, v in info.items():
-        print(f"  {k}: {v}")
+    command, date, info = run_header("basins_markov", argv)
+    import scipy
+
+    info["scipy"] = scipy.__version__
     pqs = [(args.p, args.q)] + ([(0.9, 0.9)] if args.also_09 and (args.p, args.q) != (0.9, 0.9) else [])
     t0 = time.perf_counter()
     results = [bench_pq(p, q, args) for p, q in pqs]
@@ -472,7 +404,7 @@ def main(argv=None) -> int:
     section = render(results, info, args, command, date, total)
     print("\n" + section.split("\nMachine:")[0].rstrip())
     if args.results is not None:
-        write_section(Path(args.results), section)
+        write_section(Path(args.results), SECTION, section)
         print(f"\nwrote section '{SECTION}' to {args.results}")
     else:
         print("\n(--quick: no results file written; pass --results PATH to write one)")

@@ -59,10 +59,7 @@ file are kept).
 from __future__ import annotations
 
 import argparse
-import datetime
-import importlib.util
 import math
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -81,6 +78,7 @@ from jax.flatten_util import ravel_pytree
 
 from popdyn.exact import Chain, sample
 from popdyn.tasks.markov import Transformer
+from benchmarks._common import machine_lines, run_header, write_section  # noqa: E402
 
 SECTION = "## Markov full model: exact gradient vs Monte Carlo"
 EXACT_VAR_MAX_LEN = 16  # enumerate all 2^(N+1) sequences for the exact Σ_i Var_i check while N + 1 ≤ this
@@ -88,30 +86,6 @@ POINTS = (("GPT-2 init (std 0.02)", 0.02), ("trained-like (std 0.5)", 0.5))
 COVERAGE_SE, COVERAGE_MIN = 4.0, 0.99
 
 
-def _load_basins_markov():
-    """benchmarks/ is not a package: load basins_markov.py by path for its machine_info and write_section."""
-    spec = importlib.util.spec_from_file_location("_popdyn_bench_basins_markov", REPO / "benchmarks" / "basins_markov.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-_BM = _load_basins_markov()
-
-
-def write_section(path: Path, section: str) -> None:
-    """basins_markov.write_section, pointed at this script's section heading (it reads its module's SECTION)."""
-    old = _BM.SECTION
-    _BM.SECTION = SECTION
-    try:
-        _BM.write_section(path, section)
-    finally:
-        _BM.SECTION = old
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Helpers
-# ---------------------------------------------------------------------------------------------------------------
 def warm_times(fn, *args, repeats: int) -> np.ndarray:
     """Seconds of ``repeats`` calls (after one warm-up call), each blocked until ready."""
     jax.block_until_ready(fn(*args))
@@ -343,11 +317,7 @@ def render(results: list[dict], compile_s: dict, info: dict, args, command: str,
             f"{r['B_loss_fp64']:.1g} sequences."
         )
     out.append("")
-    out.append("Machine:")
-    out.append("")
-    for k, v in info.items():
-        out.append(f"- {k}: {v}")
-    out.append("")
+    out += machine_lines(info)
     return "\n".join(out)
 
 
@@ -416,13 +386,7 @@ def exact_variance(model: Transformer, seq_loss):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    command = "python " + " ".join(shlex.quote(a) for a in ([sys.argv[0]] + list(sys.argv[1:] if argv is None
-                                                                                    else argv)))
-    date = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
-    info = _BM.machine_info()
-    print(f"markov_full_mc benchmark, {date}\n{command}")
-    for k, v in info.items():
-        print(f"  {k}: {v}")
+    command, date, info = run_header("markov_full_mc", argv)
 
     model = Transformer(Chain.binary(args.p, args.q), N=args.N, d=args.d)
     N = model.N
@@ -455,7 +419,7 @@ def main(argv=None) -> int:
     section = render(results, compile_s, info, args, command, date, total)
     print("\n" + section.split("\nMachine:")[0].rstrip())
     if args.results is not None:
-        write_section(Path(args.results), section)
+        write_section(Path(args.results), SECTION, section)
         print(f"\nwrote section '{SECTION}' to {args.results}")
     else:
         print("\n(--quick: no results file written; pass --results PATH to write one)")
