@@ -128,3 +128,33 @@ def test_too_long_for_enumeration_names_N():
         Transformer(Chain.binary(0.2, 0.3), N=0, d=4)
     with pytest.raises(ValueError, match="probs"):
         Chain.binary_order_k([0.1, 0.2, 0.3])
+
+
+def test_attention_scalar_profiled_bias_is_the_exact_minimum():
+    from scipy.optimize import minimize_scalar
+
+    prof = AttentionScalar(0.2, 0.3, N=10, bias="profiled")
+    trained = AttentionScalar(0.2, 0.3, N=10)
+    for e, w, a in [(1.3, -0.4, 0.7), (0.5, 0.9, -1.2), (2.5, 2.0, 1.5)]:
+        th = {"e": jnp.asarray(e), "w": jnp.asarray(w), "a": jnp.asarray(a)}
+        res = minimize_scalar(lambda b, th=th: float(trained.loss(dict(th, b=jnp.asarray(b)))), bracket=(-5, 5),
+                              tol=1e-12)
+        assert abs(res.fun - float(prof.loss(th))) < 1e-13  # equal to Brent's minimum up to rounding
+        g = jax.grad(lambda b, th=th: trained.loss(dict(th, b=b)))(prof.optimal_bias(th))
+        assert abs(float(g)) < 1e-13  # ∂L/∂b = 0 at b*
+    # a = 0: the canonical profiled model, whose b* is in closed form
+    th = {"e": jnp.asarray(1.0), "w": jnp.asarray(-1.0), "a": jnp.asarray(0.0)}
+    assert abs(float(prof.loss(th)) - float(Canonical(0.2, 0.3).loss({"e": th["e"], "w": th["w"]}))) < 1e-14
+
+
+def test_attention_scalar_profiled_derivatives_match_finite_differences():
+    prof = AttentionScalar(0.2, 0.3, N=10, bias="profiled")
+    th = {"e": jnp.asarray(1.3), "w": jnp.asarray(-0.4), "a": jnp.asarray(0.7)}
+    g, H = jax.grad(prof.loss)(th), jax.hessian(prof.loss)(th)
+    h = 1e-5
+    for k in "ewa":
+        up, dn = dict(th, **{k: th[k] + h}), dict(th, **{k: th[k] - h})
+        assert abs((float(prof.loss(up)) - float(prof.loss(dn))) / (2 * h) - float(g[k])) < 1e-9
+        gu, gd = jax.grad(prof.loss)(up), jax.grad(prof.loss)(dn)
+        for kk in "ewa":  # implicit differentiation of b* gives the exact profile Hessian
+            assert abs((float(gu[kk]) - float(gd[kk])) / (2 * h) - float(H[k][kk])) < 1e-8

@@ -2,7 +2,8 @@
 
 For predictors whose logit at position n depends only on (n, x_n, S_n), S_n = #ones in x_1..x_n:
 α_1(x, s) = π_x [s = x],  α_{n+1}(y, s + y) = Σ_x α_n(x, s) P(x, y),
-L = (1/N) Σ_n Σ_{x,s} α_n(x, s) Σ_y P(x, y) CE(y, σ(logit(n, x, s))). O(N²) work instead of 2^N.
+L = (1/N) Σ_n Σ_{x,s} α_n(x, s) Σ_y P(x, y) CE(y, σ(logit(n, x, s))). The occupation measure α depends on
+the chain only, so it is computed once (O(N²)) and the loss is one vectorised sum over an (N, 2, N+1) grid.
 """
 
 from __future__ import annotations
@@ -16,28 +17,42 @@ from jaxtyping import Array, Float
 from popdyn.exact.chains import Chain
 
 
-def count_dp_loss(
-    chain: Chain, N: int, logit: Callable[[Array, Array, Array], Array]
-) -> Float[Array, ""]:
-    """Exact mean next-token cross-entropy over positions 1..N of a binary first-order chain.
-
-    ``logit(n, x, s)`` is vectorised over arrays x, s of shape (2, N+1) and returns logit P(x_{n+1} = 1).
-    """
+def _require_binary_first_order(chain: Chain) -> None:
     if chain.V != 2 or chain.order != 1:
         raise ValueError(f"the count DP needs a binary first-order chain (got V={chain.V}, order={chain.order})")
+
+
+def count_occupancy(chain: Chain, N: int) -> Float[Array, "N 2 N+1"]:
+    """α_n(x, s) = P(x_n = x, S_n = s) for n = 1..N (row n−1)."""
+    _require_binary_first_order(chain)
     P = chain.kernel
-    x = jnp.broadcast_to(jnp.arange(2)[:, None], (2, N + 1))
-    s = jnp.broadcast_to(jnp.arange(N + 1)[None, :], (2, N + 1))
     alpha0 = jnp.zeros((2, N + 1)).at[0, 0].set(chain.init[0]).at[1, 1].set(chain.init[1])
 
-    def step(alpha, n):
-        f = logit(n, x, s)
-        ce = -(P[:, 1][:, None] * jax.nn.log_sigmoid(f) + P[:, 0][:, None] * jax.nn.log_sigmoid(-f))
-        loss_n = jnp.sum(alpha * ce)
+    def step(alpha, _):
         to0 = jnp.sum(alpha * P[:, 0][:, None], axis=0)  # next token 0: count unchanged
         to1 = jnp.sum(alpha * P[:, 1][:, None], axis=0)  # next token 1: count + 1
-        new = jnp.stack([to0, jnp.concatenate([jnp.zeros(1), to1[:-1]])])
-        return new, loss_n
+        return jnp.stack([to0, jnp.concatenate([jnp.zeros(1), to1[:-1]])]), alpha
 
-    _, losses = jax.lax.scan(step, alpha0, jnp.arange(1, N + 1), unroll=min(N, 32))
-    return jnp.mean(losses)
+    _, alphas = jax.lax.scan(step, alpha0, None, length=N)
+    return alphas
+
+
+def count_grid(N: int) -> tuple[Array, Array, Array]:
+    """Broadcast (n, x, s) index arrays of shape (N, 2, N+1), n = 1..N."""
+    n = jnp.arange(1, N + 1)[:, None, None]
+    x = jnp.arange(2)[None, :, None]
+    s = jnp.arange(N + 1)[None, None, :]
+    return jnp.broadcast_arrays(n, x, s)
+
+
+def occupancy_loss(chain: Chain, occupancy: Array, logits: Array) -> Float[Array, ""]:
+    """(1/N) Σ α_n(x, s) Σ_y P(x, y) CE(y, σ(logit)) for logits on the (N, 2, N+1) grid."""
+    p1 = chain.kernel[:, 1][None, :, None]
+    ce = -(p1 * jax.nn.log_sigmoid(logits) + (1.0 - p1) * jax.nn.log_sigmoid(-logits))
+    return jnp.sum(occupancy * ce) / occupancy.shape[0]
+
+
+def count_dp_loss(chain: Chain, N: int, logit: Callable[[Array, Array, Array], Array]) -> Float[Array, ""]:
+    """Exact mean next-token cross-entropy over positions 1..N of a binary first-order chain;
+    ``logit(n, x, s)`` is vectorised over broadcast index arrays and returns logit P(x_{n+1} = 1)."""
+    return occupancy_loss(chain, count_occupancy(chain, N), logit(*count_grid(N)))
