@@ -85,6 +85,23 @@ def run_header(name: str, argv: list[str] | None) -> tuple[str, str, dict]:
     return command, date, info
 
 
-def machine_lines(info: dict) -> list[str]:
-    """The "Machine:" block of a RESULTS.md section."""
-    return ["Machine:", "", *(f"- {k}: {v}" for k, v in info.items()), ""]
+def finish_section(lines: list[str], info: dict) -> str:
+    """Close a RESULTS.md section: a blank line, the "Machine:" block, and the joined text."""
+    return "\n".join([*lines, "", "Machine:", "", *(f"- {k}: {v}" for k, v in info.items()), ""])
+
+
+def parser(doc: str):
+    """An argument parser whose description is the script docstring's first paragraph."""
+    import argparse
+
+    return argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def publish(section: str, heading: str, results: str | Path | None) -> None:
+    """Print the section (without its machine block) and write it into ``results`` when given."""
+    print("\n" + section.split("\nMachine:")[0].rstrip())
+    if results is not None:
+        write_section(Path(results), heading, section)
+        print(f"\nwrote section '{heading}' to {results}")
+    else:
+        print("\n(--quick: no results file written; pass --results PATH to write one)")

@@ -41,7 +41,6 @@ Options: --sizes N [N ...], --baseline-points K, --p P --q Q, --lr, --steps, --s
 
 from __future__ import annotations
 
-import argparse
 import collections
 import math
 import sys
@@ -62,7 +61,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 import popdyn  # noqa: E402
 from popdyn.tasks.markov import ATTRACTORS, W_SADDLE, Canonical  # noqa: E402
-from benchmarks._common import machine_lines, run_header, write_section  # noqa: E402
+from benchmarks._common import finish_section, parser, publish, run_header  # noqa: E402
 
 SECTION = "## Markov (e,w) basin maps"
 RTOL, ATOL, T1 = 1e-8, 1e-10, 1e4  # popdyn's gradient_flow defaults, used by basin_map(method="flow")
@@ -359,14 +358,11 @@ def render(results: list[dict], info: dict, args, command: str, date: str, total
     for res in results:
         for name, ok, detail in res["checks"]:
             out.append(f"- ({res['p']:g}, {res['q']:g}) {'PASS' if ok else '**FAIL**'}: {name} — {detail}")
-    out.append("")
-    out += machine_lines(info)
-    return "\n".join(out)
+    return finish_section(out, info)
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--sizes", type=int, nargs="+", default=None, help="grid sizes n (n×n); default 256 512")
     ap.add_argument("--baseline-points", type=int, default=None, help="solve_ivp points; default 200")
     ap.add_argument("--quick", action="store_true",
@@ -402,12 +398,7 @@ def main(argv=None) -> int:
     results = [bench_pq(p, q, args) for p, q in pqs]
     total = time.perf_counter() - t0
     section = render(results, info, args, command, date, total)
-    print("\n" + section.split("\nMachine:")[0].rstrip())
-    if args.results is not None:
-        write_section(Path(args.results), SECTION, section)
-        print(f"\nwrote section '{SECTION}' to {args.results}")
-    else:
-        print("\n(--quick: no results file written; pass --results PATH to write one)")
+    publish(section, SECTION, args.results)
     return 0
 
 

@@ -58,7 +58,6 @@ file are kept).
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 import time
@@ -78,7 +77,7 @@ from jax.flatten_util import ravel_pytree
 
 from popdyn.exact import Chain, sample
 from popdyn.tasks.markov import Transformer
-from benchmarks._common import machine_lines, run_header, write_section  # noqa: E402
+from benchmarks._common import finish_section, parser, publish, run_header  # noqa: E402
 
 SECTION = "## Markov full model: exact gradient vs Monte Carlo"
 EXACT_VAR_MAX_LEN = 16  # enumerate all 2^(N+1) sequences for the exact Σ_i Var_i check while N + 1 ≤ this
@@ -316,14 +315,11 @@ def render(results: list[dict], compile_s: dict, info: dict, args, command: str,
             f"µs/sequence (not counted). MC loss standard error = float64 eps·L would need B ≈ "
             f"{r['B_loss_fp64']:.1g} sequences."
         )
-    out.append("")
-    out += machine_lines(info)
-    return "\n".join(out)
+    return finish_section(out, info)
 
 
 def parse_args(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = parser(__doc__)
     ap.add_argument("--N", type=int, default=None, help="sequence length (default 12; --quick: 8)")
     ap.add_argument("--d", type=int, default=8, help="model width (default 8)")
     ap.add_argument("--p", type=float, default=0.2)
@@ -417,12 +413,7 @@ def main(argv=None) -> int:
     results = [bench_point(label, std, model, fns, args, rng) for label, std in POINTS]
     total = time.perf_counter() - t0
     section = render(results, compile_s, info, args, command, date, total)
-    print("\n" + section.split("\nMachine:")[0].rstrip())
-    if args.results is not None:
-        write_section(Path(args.results), SECTION, section)
-        print(f"\nwrote section '{SECTION}' to {args.results}")
-    else:
-        print("\n(--quick: no results file written; pass --results PATH to write one)")
+    publish(section, SECTION, args.results)
     return 0 if all(r["ok"] for r in results) else 1
 
 
