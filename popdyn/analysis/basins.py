@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import equinox as eqx
 import jax
+import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
@@ -45,12 +47,17 @@ class BasinMap:
         return out
 
 
+@eqx.filter_jit
+def _attractor_residuals(prob: Problem, final) -> jax.Array:
+    """(B, n_attractors) residuals, compiled once per problem (not once per basin_map call)."""
+    return jnp.stack([jax.vmap(fn)(final) for fn in prob.attractors().values()], axis=-1)
+
+
 def _theory_labels(prob: Problem, final, ok: np.ndarray, tol: float) -> tuple[np.ndarray, tuple[str, ...]]:
-    residuals = prob.attractors()
-    names = tuple(residuals)
+    names = tuple(prob.attractors())
     if not names:
         return np.full(ok.shape, -1), names
-    R = np.stack([np.asarray(jax.jit(jax.vmap(fn))(final)) for fn in residuals.values()], axis=-1)
+    R = np.asarray(_attractor_residuals(prob, final))
     R = np.where(np.isfinite(R), R, np.inf)
     best = np.argmin(R, axis=-1)
     hit = np.take_along_axis(R, best[:, None], axis=-1)[:, 0] < tol
