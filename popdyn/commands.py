@@ -136,10 +136,9 @@ def stepsize_markov(p, q, e0=1.0, w0=0.5, lrs=(0.5, 2.0, 3.0), steps=400) -> Res
     inputs = {"task": "markov", "p": p, "q": q, "e0": e0, "w0": w0, "lr": lrs, "steps": steps}
     ts = np.stack([a.ts for a in audits])
     lam = np.stack([a.lambda_max for a in audits])
-    fig_audit = _stack_audits(audits, lrs)
     res = Result(inputs, {"runs": rows},
                  arrays={"stepsize": {"steps": ts, "lambda_max": lam, "loss": np.stack(losses), "lr": np.array(lrs)}},
-                 figures={"stepsize": plot_step_size_audit(fig_audit, np.stack(losses), [f"η = {lr:g}" for lr in lrs])})
+                 figures={"stepsize": plot_step_size_audit(audits, losses, [f"η = {lr:g}" for lr in lrs])})
     res.lines.append(f"stepsize  p={p}, q={q}, GD from (e, w) = ({e0}, {w0}), {steps} steps")
     for r in rows:
         verdict = ("PAST 2/η (unstable)" if r["past_stability_edge"]
@@ -148,16 +147,6 @@ def stepsize_markov(p, q, e0=1.0, w0=0.5, lrs=(0.5, 2.0, 3.0), steps=400) -> Res
                          f"2/η = {r['two_over_lr']:.3f}): {verdict}; loss rose {r['loss_rises']}×; "
                          f"final loss {r['final_loss']:.6g} (H_rate {r['entropy_rate']:.6f}), {r['status']}")
     return res
-
-
-def _stack_audits(audits, lrs):
-    from popdyn.analysis.stepsize import StepSizeAudit
-
-    cat = lambda name: np.stack([np.asarray(getattr(a, name)) for a in audits])  # noqa: E731
-    return StepSizeAudit(lr=np.array(lrs), ts=cat("ts"), lambda_max=cat("lambda_max"), max_lambda=cat("max_lambda"),
-                         first_above_1_over_lr=cat("first_above_1_over_lr"),
-                         first_above_2_over_lr=cat("first_above_2_over_lr"), loss_rises=cat("loss_rises"),
-                         status=cat("status"))
 
 
 # ---- CLI adapters -----------------------------------------------------------------------------------

@@ -54,20 +54,16 @@ def plot_basin_map(bm: BasinMap, prob: Problem | None = None, title: str = "") -
     return fig
 
 
-def plot_step_size_audit(audit: StepSizeAudit, loss: np.ndarray, labels: list[str] | None = None) -> Figure:
-    """λ_max(θ_t) against 1/η and 2/η (top) and the loss (bottom), one curve per run."""
+def plot_step_size_audit(audits: list[StepSizeAudit], losses: list[np.ndarray], labels: list[str]) -> Figure:
+    """λ_max(θ_t) against 1/η and 2/η (top) and the loss (bottom), one curve per (unbatched) audited run."""
     fig = Figure(figsize=(7, 6), layout="constrained")
     ax, ax_l = fig.subplots(2, 1, sharex=True)
-    ts = np.atleast_2d(audit.ts)
-    lam = np.atleast_2d(audit.lambda_max)
-    loss = np.atleast_2d(loss)
-    lrs = np.broadcast_to(np.atleast_1d(audit.lr), (ts.shape[0],))
-    for i in range(ts.shape[0]):
-        name = labels[i] if labels else f"run {i}"
-        line, = ax.plot(ts[i], lam[i], label=f"{name}: λ_max(θ_t)")
-        ax.axhline(2.0 / lrs[i], color=line.get_color(), ls="--", lw=1, label=f"2/η = {2 / lrs[i]:.3g}")
-        ax.axhline(1.0 / lrs[i], color=line.get_color(), ls=":", lw=1, label=f"1/η = {1 / lrs[i]:.3g}")
-        ax_l.plot(ts[i], loss[i], color=line.get_color(), label=name)
+    for audit, loss, name in zip(audits, losses, labels):
+        line, = ax.plot(audit.ts, audit.lambda_max, label=f"{name}: λ_max(θ_t)")
+        ax.axhline(2.0 / audit.lr, color=line.get_color(), ls="--", lw=1, label=f"2/η = {2 / audit.lr:.3g}")
+        ax.axhline(1.0 / audit.lr, color=line.get_color(), ls=":", lw=1, label=f"1/η = {1 / audit.lr:.3g}")
+        ax_l.plot(audit.ts, loss, color=line.get_color(), label=name)
+    lam = np.concatenate([np.ravel(a.lambda_max) for a in audits])
     finite = lam[np.isfinite(lam)]
     low = min(float(finite.min()), 0.0) if finite.size else 0.0
     ax.set_yscale("symlog", linthresh=1e-2)

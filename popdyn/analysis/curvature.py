@@ -8,6 +8,8 @@ Hessian-vector products (forward-over-reverse) gives the extreme Ritz values. Ei
 
 from __future__ import annotations
 
+import math
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -91,7 +93,7 @@ def lanczos_extremes(prob: Problem, theta: Theta, iters: int = 64, seed: int = 0
 
 
 def _n_params(prob: Problem) -> int:
-    return sum(int(jnp.size(jnp.zeros(t.shape))) for t in jax.tree_util.tree_leaves(prob.template()))
+    return sum(math.prod(t.shape) for t in jax.tree_util.tree_leaves(prob.template()))
 
 
 def extreme_eigenvalues(
