@@ -8,6 +8,7 @@ jits, differentiates and vmaps.
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -58,3 +59,7 @@ class Problem(eqx.Module):
     def template(self) -> Theta:
         """Shapes and dtypes of one parameter pytree (no computation)."""
         return jax.eval_shape(self.init, jax.random.PRNGKey(0))
+
+    def n_params(self) -> int:
+        """Number of scalar parameters."""
+        return sum(math.prod(t.shape) for t in jax.tree_util.tree_leaves(self.template()))

@@ -8,8 +8,6 @@ Hessian-vector products (forward-over-reverse) gives the extreme Ritz values. Ei
 
 from __future__ import annotations
 
-import math
-
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -92,10 +90,6 @@ def lanczos_extremes(prob: Problem, theta: Theta, iters: int = 64, seed: int = 0
     return ritz[0], ritz[-1]
 
 
-def _n_params(prob: Problem) -> int:
-    return sum(math.prod(t.shape) for t in jax.tree_util.tree_leaves(prob.template()))
-
-
 def extreme_eigenvalues(
     prob: Problem, theta: Theta, method: str = "auto", iters: int = 64
 ) -> tuple[Array, Array]:
@@ -107,7 +101,7 @@ def extreme_eigenvalues(
     if method not in ("auto", "exact", "lanczos"):
         raise ValueError(f"method={method!r} is invalid: must be one of 'auto', 'exact', 'lanczos'")
     if method == "auto":
-        method = "exact" if _n_params(prob) <= EXACT_MAX_DIM else "lanczos"
+        method = "exact" if prob.n_params() <= EXACT_MAX_DIM else "lanczos"
     batch, batched = as_batch(prob, theta)
     lo, hi = _extremes(prob, batch, method, iters)
     return unbatch(lo, batched), unbatch(hi, batched)

@@ -108,8 +108,8 @@ def markov_fig4(N: int = 8, d: int = 8, steps: int = 2000, lr: float = 0.1, adam
     cost = time.perf_counter() - t1
     gd = gradient_descent(model, batch, lr=lr, steps=steps, record_every=10, progress=progress)
     adam = gradient_descent(model, batch, lr=adam_lr, steps=adam_steps, optimizer=optax.adam, record_every=10)
-    h_uni = Canonical(p, q).unigram_loss()
-    h_rate = Canonical(p, q).entropy_rate()
+    canon = Canonical(p, q)
+    h_uni, h_rate = canon.unigram_loss(), canon.entropy_rate()
     names = ("standard", "rank_one")
     gd_loss, adam_loss = np.asarray(gd.loss), np.asarray(adam.loss)
     escape = [float(np.asarray(adam.ts[0])[np.argmax(l < h_uni - 1e-3)]) if (l < h_uni - 1e-3).any() else None

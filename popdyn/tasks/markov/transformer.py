@@ -63,10 +63,6 @@ class Transformer(Problem):
         """V^N: forward passes in one exact loss evaluation."""
         return self.chain.V**self.N
 
-    def n_params(self) -> int:
-        """Number of scalar parameters."""
-        return sum(math.prod(v.shape) for v in self.template().values())
-
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         V, N, d = self.chain.V, self.N, self.d
         binary = V == 2
