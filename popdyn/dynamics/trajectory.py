@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import equinox as eqx
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
@@ -17,10 +18,12 @@ class Trajectory(eqx.Module):
 
     ``ts`` are record times (flow time, or GD step index when ``time_unit == "step"``); entries
     after a point stopped early are NaN (diffrax's inf padding is masked). ``t_final`` is when a
-    point stopped: its steady-state time if it converged, else the end of the budget.
+    point stopped: its steady-state time if it converged, else the end of the budget. ``final_loss`` is
+    L(final), so it is never padding, unlike ``loss[..., -1]`` for a flow that stopped early.
     """
 
     final: Theta
+    final_loss: Float[Array, " *B"]
     status: Int[Array, " *B"]
     t_final: Float[Array, " *B"]
     ts: Float[Array, "*B T"]
@@ -53,7 +56,7 @@ def finish(prob: Problem, out: dict, batched: bool, saddle_tol: float, time_unit
         lo, hi = extreme_eigenvalues(prob, out["final"])
         status = refine_saddles(status, lo, hi, saddle_tol)
     traj = Trajectory(
-        final=out["final"], status=status.astype(jnp.int32), t_final=out["t_final"], ts=out["ts"],
+        final=out["final"], final_loss=jax.vmap(prob.loss)(out["final"]), status=status.astype(jnp.int32), t_final=out["t_final"], ts=out["ts"],
         loss=out["loss"], grad_norm=out["grad_norm"], params=out["params"],
         n_steps=jnp.asarray(out["n_steps"], jnp.int32), time_unit=time_unit,
     )

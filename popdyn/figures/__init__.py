@@ -1,11 +1,13 @@
 """Paper figures regenerated from exact dynamics (``popdyn reproduce FIGURE``)."""
 
 from popdyn.figures.markov import markov_fig1, markov_fig3, markov_fig4
+from popdyn.figures.markov_ewa import markov_ewa
 
 FIGURES = {
     "markov-fig1": (markov_fig1, "Local to Global Fig 1: (e, w) flows, energy, critical sets, basins for p+q<1 and p+q>1"),
     "markov-fig3": (markov_fig3, "Local to Global Fig 3: rank-one emergence in W_V, W_1 and positional vectors"),
     "markov-fig4": (markov_fig4, "Local to Global Fig 4: standard vs rank-one initialisation of the full model, p=0.5, q=0.8"),
+    "markov-ewa": (markov_ewa, "(e, w, a) attention-scalar model ([our choice], §2.4): 3-D trajectories, basin slices"),
 }
 
 
@@ -16,4 +18,4 @@ def get_figure(name: str):
     return FIGURES[name][0]
 
 
-__all__ = ["FIGURES", "get_figure", "markov_fig1", "markov_fig3", "markov_fig4"]
+__all__ = ["FIGURES", "get_figure", "markov_ewa", "markov_fig1", "markov_fig3", "markov_fig4"]

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from popdyn import _validate
-from popdyn.exact import Chain, entropy_rate, unigram_loss
+from popdyn.exact import Chain, binary_kernel, entropy_rate, unigram_loss
 from popdyn.exact.count_dp import count_grid, count_occupancy, occupancy_loss
 from popdyn.problem import Problem, Theta
 
@@ -48,12 +48,15 @@ class AttentionScalar(Problem):
 
     chain: Chain
     occupancy: Array
+    p: float = eqx.field(static=True)
+    q: float = eqx.field(static=True)
     N: int = eqx.field(static=True)
     bias: str = eqx.field(static=True)
     init_std: float = eqx.field(static=True)
 
     def __init__(self, p: float, q: float, N: int, bias: str = "trained", init_std: float = 0.01):
         self.chain = Chain.binary(p, q)
+        self.p, self.q = float(p), float(q)
         self.N = _validate.int_at_least("N", N, 1)
         self.bias = _validate.choice("bias", bias, ("profiled", "trained"))
         self.init_std = _validate.positive("init_std", init_std)
@@ -88,11 +91,11 @@ class AttentionScalar(Problem):
 
     def entropy_rate(self) -> float:
         """H_rate, the global minimum (reached at a = 0 on Γ*, as in the canonical model)."""
-        return entropy_rate(self.chain.kernel)
+        return entropy_rate(binary_kernel(self.p, self.q))
 
     def unigram_loss(self) -> float:
         """H_uni, the loss of every point with e = 0 (the logit is then the constant b*)."""
-        return unigram_loss(self.chain.kernel)
+        return unigram_loss(binary_kernel(self.p, self.q))
 
     def attractors(self):
         """Global minima (loss − H_rate, which vanishes exactly there) and the unigram set e = 0 (|e|)."""
