@@ -1,0 +1,127 @@
+"""The one-layer softmax transformer on decision lists, f(X) = σ(V X σ(XᵀWX)), and its exact population
+loss by histogram enumeration (spec decision_lists.md §1 (F1)–(F3), §3 B).
+
+Query token a attends to the present tokens with α_b ∝ h_b e^{W[b, a]} (F1), outputs softmax(V α) (F2),
+and the loss is Σ_h P(h) (1/n) Σ_a h_a ℓ(a; h) (F3), a sum over C(L, n) subsets (distinct tokens) or
+C(L+n−1, n) multisets (i.i.d. tokens) instead of L^n sequences.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float, Int
+
+from popdyn import _validate
+from popdyn.exact.histograms import Histograms
+from popdyn.problem import Problem, Theta
+from popdyn.tasks.decision_list.data import validate_lists, validate_perm, validate_sizes
+
+
+def permutation_matrix(perm) -> np.ndarray:
+    """P with P[k, b] = 1 iff k = π(b), so P e_b = e_{π(b)} (§0)."""
+    L = len(perm)
+    P = np.zeros((L, L))
+    P[list(perm), np.arange(L)] = 1.0
+    return P
+
+
+class DecisionList(Problem):
+    """Decision lists on L tokens, sequences of n tokens (§0–§3).
+
+    θ = {"W", "V"} (``train="both"``, Theorem 2) or {"W"} with V = cP fixed (``train="W"``, Theorem 1).
+    ``distribution`` is "distinct" (a uniform n-subset, the default) or "iid" — both [our choice], the
+    paper's law being unknown (§2). ``init`` gives W₀ = 0 and V₀ = cP + U(−ε/2, ε/2) with ε = ``init_eps``.
+    """
+
+    table: Histograms
+    list_pad: Int[Array, "L M"]
+    perm_arr: Int[Array, " L"]
+    L: int = eqx.field(static=True)
+    n: int = eqx.field(static=True)
+    lists: tuple = eqx.field(static=True)
+    perm: tuple = eqx.field(static=True)
+    distribution: str = eqx.field(static=True)
+    c: float = eqx.field(static=True)
+    train: str = eqx.field(static=True)
+    init_eps: float = eqx.field(static=True)
+
+    def __init__(self, L: int, n: int, lists, perm, distribution: str = "distinct", c: float = 1.0,
+                 train: str = "both", init_eps: float = 0.0, chunk: int = 8192):
+        self.L, self.n, self.distribution = validate_sizes(L, n, distribution)
+        self.lists, self.perm = validate_lists(lists, self.L), validate_perm(perm, self.L)
+        self.c = _validate.positive("c", c)
+        self.train = _validate.choice("train", train, ("both", "W"))
+        self.init_eps = _validate.positive("init_eps", init_eps, allow_zero=True)
+        self.table = Histograms(self.L, self.n, distinct=self.distribution == "distinct", chunk=chunk)
+        M = self.max_length
+        pad = np.full((self.L, M), self.L, dtype=np.int32)  # index L = an always-absent token
+        for a, lst in enumerate(self.lists):
+            pad[a, : len(lst)] = lst
+        self.list_pad = jnp.asarray(pad)
+        self.perm_arr = jnp.asarray(self.perm, dtype=jnp.int32)
+
+    @property
+    def max_length(self) -> int:
+        """M, the longest list."""
+        return max(len(lst) for lst in self.lists)
+
+    @property
+    def P(self) -> np.ndarray:
+        """The label permutation matrix (§0)."""
+        return permutation_matrix(self.perm)
+
+    def weights(self, theta: Theta) -> tuple[Float[Array, "L L"], Float[Array, "L L"]]:
+        """(W, V), with V = cP when only W is trained."""
+        V = theta["V"] if self.train == "both" else self.c * jnp.asarray(self.P)
+        return theta["W"], V
+
+    def labels(self, tokens: Int[Array, " n"], logc: Float[Array, " n"]) -> Int[Array, " n"]:
+        """y = π(LDT(a, h)) for the query token a of every slot: the first list entry present in h."""
+        present = jnp.zeros(self.L + 1, bool).at[tokens].max(logc > -jnp.inf)
+        hits = present[self.list_pad[tokens]]  # (n, M)
+        first = jnp.argmax(hits, axis=1)
+        return self.perm_arr[jnp.take_along_axis(self.list_pad[tokens], first[:, None], axis=1)[:, 0]]
+
+    def logits(self, theta: Theta, tokens: Int[Array, " n"], logc: Float[Array, " n"]) -> Float[Array, "L n"]:
+        """z(a; h) = V α(a; h) for the query token of every slot (F1, F2); column j is slot j's query."""
+        W, V = self.weights(theta)
+        att = jax.nn.softmax(logc[:, None] + W[tokens[:, None], tokens[None, :]], axis=0)
+        return V[:, tokens] @ att
+
+    def loss(self, theta: Theta) -> Float[Array, ""]:
+        """ℒ(W, V) = Σ_h P(h) (1/n) Σ_a h_a [logsumexp z(a; h) − z(a; h)_y] (F3), by histogram enumeration."""
+
+        def per_histogram(tokens, logc):
+            z = self.logits(theta, tokens, logc)
+            zy = jnp.take_along_axis(z, self.labels(tokens, logc)[None, :], axis=0)[0]
+            return jnp.sum(jnp.exp(logc) / self.n * (jax.nn.logsumexp(z, axis=0) - zy))
+
+        return self.table.expectation(per_histogram)
+
+    def margin(self, theta: Theta) -> Float[Array, ""]:
+        """min over histograms and present queries of z_y − max_{k≠y} z_k; perfect classification ⇔ > 0
+        (§4; a tie counts as failure)."""
+
+        def per_histogram(tokens, logc):
+            z = self.logits(theta, tokens, logc)
+            y = self.labels(tokens, logc)
+            zy = jnp.take_along_axis(z, y[None, :], axis=0)[0]
+            others = jnp.where(jax.nn.one_hot(y, self.L, axis=0) > 0, -jnp.inf, z)
+            return jnp.min(jnp.where(logc > -jnp.inf, zy - jnp.max(others, axis=0), jnp.inf))
+
+        return self.table.minimum(per_histogram)
+
+    def perfectly_classifies(self, theta: Theta) -> Array:
+        """Perfect classification: every present query of every histogram has a strict argmax at its label."""
+        return self.margin(theta) > 0
+
+    def init(self, key: Array) -> Theta:
+        """W₀ = 0 and (when trained) V₀ = cP + U(−ε/2, ε/2)."""
+        W = jnp.zeros((self.L, self.L))
+        if self.train == "W":
+            return {"W": W}
+        noise = jax.random.uniform(key, (self.L, self.L), minval=-0.5, maxval=0.5) * self.init_eps
+        return {"W": W, "V": self.c * jnp.asarray(self.P) + noise}

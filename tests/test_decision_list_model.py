@@ -1,0 +1,147 @@
+"""Decision lists, path B (histogram enumeration) against brute force and the closed forms of spec
+decision_lists.md §1, §5, §7."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from popdyn import gradient_descent, hessian_spectrum
+from popdyn.exact.histograms import Histograms
+from popdyn.tasks.decision_list import (
+    brute_force_loss, brute_force_margin, random_lists, random_perm, rule_probabilities,
+)
+from popdyn.tasks.decision_list.model import DecisionList, permutation_matrix
+
+CASES = [(6, 3, 3), (5, 4, 2), (6, 2, 3), (4, 4, 2), (5, 1, 2)]
+
+
+def _random_theta(L, seed, scale=1.0):
+    k1, k2 = jax.random.split(jax.random.PRNGKey(seed))
+    return {"W": scale * jax.random.normal(k1, (L, L)), "V": 2 * scale * jax.random.normal(k2, (L, L))}
+
+
+@pytest.mark.parametrize("distribution", ["distinct", "iid"])
+@pytest.mark.parametrize("L,n,M", CASES)
+def test_histograms_equal_brute_force(distribution, L, n, M):
+    """(F3): loss, gradient and PC margin of path B equal enumeration over all L^n sequences."""
+    lists, perm = random_lists(L, M, seed=L + n), random_perm(L, seed=n)
+    prob = DecisionList(L, n, lists, perm, distribution, chunk=7)  # 7 divides no table size here
+    th = jax.vmap(lambda s: _random_theta(L, s))(jnp.arange(3))
+
+    def brute(t):
+        return brute_force_loss(t["W"], t["V"], L, n, lists, perm, distribution)
+
+    def brute_margin(t):
+        return brute_force_margin(t["W"], t["V"], L, n, lists, perm, distribution)
+
+    (v, g), (vb, gb) = (jax.jit(jax.vmap(jax.value_and_grad(f)))(th) for f in (prob.loss, brute))
+    np.testing.assert_allclose(v, vb, atol=1e-13, rtol=0)
+    for k in g:
+        np.testing.assert_allclose(g[k], gb[k], atol=1e-13, rtol=0)
+    m, mb = (jax.jit(jax.vmap(f))(th) for f in (prob.margin, brute_margin))
+    np.testing.assert_allclose(m, mb, atol=1e-12, rtol=0)
+
+
+@pytest.mark.parametrize("distribution", ["distinct", "iid"])
+def test_perfect_classification_is_detected(distribution):
+    """A W with a steep rule chain in every column and V = cP classifies perfectly; ties at W = 0 do not."""
+    L, n = 6, 3
+    lists, perm = random_lists(L, 3, seed=1), random_perm(L, seed=2)
+    prob = DecisionList(L, n, lists, perm, distribution)
+    W = np.zeros((L, L))
+    for a, lst in enumerate(lists):
+        W[:, a] = -20.0
+        W[list(lst), a] = 10.0 * np.arange(len(lst), 0, -1)
+    th = {"W": jnp.asarray(W), "V": 5.0 * jnp.asarray(prob.P)}
+    m = float(prob.margin(th))
+    assert m > 0 and bool(prob.perfectly_classifies(th))
+    assert abs(m - float(brute_force_margin(th["W"], th["V"], L, n, lists, perm, distribution))) < 1e-12
+    zero = {"W": jnp.zeros((L, L)), "V": th["V"]}
+    assert float(prob.margin(zero)) <= 0 and not bool(prob.perfectly_classifies(zero))
+
+
+@pytest.mark.parametrize("L,n,M,c", [(10, 3, 3, 10.0), (8, 5, 2, 3.0), (6, 6, 3, 1.5)])
+def test_zero_W_closed_forms(L, n, M, c):
+    """§5: ℒ(0, cP) = log(n + (L−n)e^{−c/n}) and the W = 0 gradient (F6), D_distinct."""
+    lists, perm = random_lists(L, M, seed=5), random_perm(L, seed=6)
+    prob = DecisionList(L, n, lists, perm, c=c, train="W")
+    th = prob.init(jax.random.PRNGKey(0))
+    assert float(jnp.abs(th["W"]).max()) == 0.0
+    assert abs(float(prob.loss(th)) - np.log(n + (L - n) * np.exp(-c / n))) < 1e-13
+    G = np.asarray(jax.grad(prob.loss)(th)["W"])
+    F6 = np.zeros((L, L))
+    for a, lst in enumerate(lists):
+        pi = rule_probabilities(L, n, len(lst))
+        for b in range(L):
+            present = 1.0 if b == a else (n - 1) / (L - 1)
+            fires = pi[lst.index(b)] if b in lst else 0.0
+            F6[b, a] = c / (n * L) * (present / n - fires)
+    np.testing.assert_allclose(G, F6, atol=1e-14)
+
+
+def test_zero_W_outputs_are_shared():
+    """Fact 5: at W = 0 every query of a sequence outputs softmax(V h / n)."""
+    L, n = 6, 4
+    prob = DecisionList(L, n, random_lists(L, 2, seed=0), random_perm(L, seed=0), "iid")
+    V = jax.random.normal(jax.random.PRNGKey(3), (L, L))
+    tokens, logc = jnp.array([1, 4, 0, 0]), jnp.log(jnp.array([3.0, 1.0, 0.0, 0.0]))
+    z = prob.logits({"W": jnp.zeros((L, L)), "V": V}, tokens, logc)
+    h = jnp.zeros(L).at[jnp.array([1, 4])].set(jnp.array([3.0, 1.0]))
+    np.testing.assert_allclose(z[:, 0], V @ h / n, atol=1e-15)
+    np.testing.assert_allclose(z[:, 1], V @ h / n, atol=1e-15)
+
+
+@pytest.mark.parametrize("distribution", ["distinct", "iid"])
+def test_invariances(distribution):
+    """Fact 4: column sums of ∇_W ℒ and ∇_V ℒ vanish and the loss ignores per-column shifts."""
+    L, n = 5, 3
+    prob = DecisionList(L, n, random_lists(L, 3, seed=4), random_perm(L, seed=4), distribution)
+    th = _random_theta(L, 11)
+    g = jax.grad(prob.loss)(th)
+    np.testing.assert_allclose(g["W"].sum(axis=0), 0.0, atol=1e-15)
+    np.testing.assert_allclose(g["V"].sum(axis=0), 0.0, atol=1e-15)
+    u = jnp.arange(L) * 0.37
+    shifted = {"W": th["W"] + u[None, :], "V": th["V"] - u[None, :]}
+    assert abs(float(prob.loss(shifted) - prob.loss(th))) < 1e-13
+
+
+def test_conservation_and_null_vectors():
+    """Fact 4 consequences: GD conserves 1ᵀW and 1ᵀV, and the Hessian has 2L exact null vectors."""
+    L, n = 5, 3
+    prob = DecisionList(L, n, random_lists(L, 3, seed=4), random_perm(L, seed=4))
+    th = _random_theta(L, 11)
+    traj = gradient_descent(prob, th, lr=0.5, steps=50)
+    for k in ("W", "V"):
+        np.testing.assert_allclose(traj.final[k].sum(axis=0), th[k].sum(axis=0), atol=1e-12)
+    eig = np.asarray(hessian_spectrum(prob, th))
+    assert np.sum(np.abs(eig) < 1e-10) >= 2 * L
+
+
+def test_bad_input_is_rejected():
+    lists, perm = random_lists(5, 2, seed=0), random_perm(5, seed=0)
+    with pytest.raises(ValueError, match="n=6 is out of range"):
+        DecisionList(5, 6, lists, perm)
+    DecisionList(5, 6, lists, perm, "iid")  # i.i.d. tokens may repeat: n > L is fine
+    with pytest.raises(ValueError, match="must end in its own token 1"):
+        DecisionList(5, 3, ((0,), (2,), (2,), (3,), (4,)), perm)
+    with pytest.raises(ValueError, match="entries must be distinct"):
+        DecisionList(5, 3, ((0,), (3, 3, 1), (2,), (3,), (4,)), perm)
+    with pytest.raises(ValueError, match="must be a permutation of 0..4"):
+        DecisionList(5, 3, lists, (0, 1, 2, 3, 3))
+    with pytest.raises(ValueError, match="distribution='uniform' is invalid"):
+        DecisionList(5, 3, lists, perm, "uniform")
+    with pytest.raises(ValueError, match="L=1 is out of range"):
+        DecisionList(1, 1, ((0,),), (0,))
+    with pytest.raises(ValueError, match="c=-1.0 is out of range"):
+        DecisionList(5, 3, lists, perm, c=-1.0)
+    with pytest.raises(ValueError, match="n=9 is too large for exact histogram enumeration"):
+        Histograms(60, 9, distinct=True)
+
+
+def test_permutation_matrix_convention():
+    """§0: P e_b = e_{π(b)}."""
+    perm = (2, 0, 1)
+    P = permutation_matrix(perm)
+    for b in range(3):
+        assert np.argmax(P @ np.eye(3)[b]) == perm[b]
