@@ -34,8 +34,15 @@ def _parser() -> argparse.ArgumentParser:
             p.add_argument("task", help="markov | decision-list | scan-snap | scb | teacher")
         p.add_argument("--out", type=Path, default=None, help="output folder (default: popdyn-out/<command>-<task>)")
         p.add_argument("--quiet", action="store_true", help="no progress bars or summary table")
-        p.add_argument("--p", type=float, default=0.1, help="P(next=1 | current=0), in (0,1)")
-        p.add_argument("--q", type=float, default=0.1, help="P(next=0 | current=1), in (0,1)")
+        m = p.add_argument_group("markov")
+        m.add_argument("--p", type=float, default=0.1, help="P(next=1 | current=0), in (0,1)")
+        m.add_argument("--q", type=float, default=0.1, help="P(next=0 | current=1), in (0,1)")
+        dl = p.add_argument_group("decision-list")
+        dl.add_argument("--L", type=int, default=10, help="number of tokens")
+        dl.add_argument("--n", type=int, default=3, help="sequence length (<= L for distinct tokens)")
+        dl.add_argument("--M", type=int, default=3, help="longest list; lists of every length 1..M are present")
+        dl.add_argument("--c", type=float, default=None, help="V = cP scale (default: the theorem's)")
+        dl.add_argument("--distribution", default="distinct", help="distinct | iid (popdyn's choice, spec §2)")
 
     d = sub.add_parser("demo", help="Markov (e,w) basin maps for p+q<1 and p+q>1, convergence table, step-size audit")
     d.add_argument("--out", type=Path, default=None)
@@ -58,7 +65,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--std", type=float, default=1.0, help="std of the Gaussian initialisations")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--eps", type=float, default=1e-6)
-    c.add_argument("--t1", type=float, default=1e4)
+    c.add_argument("--t1", type=float, default=None, help="flow horizon (markov: 1e4; decision-list: 10× the bound)")
+    c.add_argument("--delta", type=float, default=None, help="decision-list: override δ (default: spec §5's)")
+    c.add_argument("--gamma", type=float, default=None, help="decision-list: override γ (default: δ/L-type, §5)")
 
     s = sub.add_parser("stepsize", help="λ_max along GD trajectories against 1/η and 2/η")
     common(s)
@@ -78,12 +87,13 @@ def _out_dir(args, name: str) -> Path:
     return args.out if args.out is not None else DEFAULT_OUT / name
 
 
-def _check_markov_args(args) -> None:
+def _check_task_args(args) -> None:
     from popdyn.tasks.registry import check_task
 
     check_task(args.task)
-    _validate.open_unit("p", args.p)
-    _validate.open_unit("q", args.q)
+    if args.task == "markov":
+        _validate.open_unit("p", args.p)
+        _validate.open_unit("q", args.q)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         if args.command in ("basins", "converge", "stepsize"):
-            _check_markov_args(args)
+            _check_task_args(args)
         run = {"demo": commands.demo, "basins": commands.basins, "converge": commands.converge,
                "stepsize": commands.stepsize, "reproduce": commands.reproduce}[args.command]
         name = {"demo": "demo", "reproduce": f"reproduce-{getattr(args, 'figure', None)}"}.get(

@@ -158,7 +158,14 @@ def basins(args, out: Path) -> list[str]:
 
 
 def converge(args, out: Path) -> list[str]:
-    res, wall = _timed(converge_markov, args.p, args.q, args.n_init, args.std, args.seed, args.eps, args.t1)
+    if args.task == "decision-list":
+        from popdyn.tasks.decision_list.jobs import converge_decision_list
+
+        res, wall = _timed(converge_decision_list, args.L, args.n, args.M, args.c, args.distribution, args.delta,
+                           args.gamma, args.t1)
+    else:
+        res, wall = _timed(converge_markov, args.p, args.q, args.n_init, args.std, args.seed, args.eps,
+                           1e4 if args.t1 is None else args.t1)
     res.write(out, "converge", wall)
     return res.lines
 

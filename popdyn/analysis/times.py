@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import jax
 import numpy as np
 
 from popdyn.analysis.curvature import hessian_spectrum
+from popdyn.dynamics import gradient_flow
 from popdyn.problem import Problem, Theta
 
 
@@ -41,3 +43,29 @@ def local_rate(prob: Problem, theta_limit: Theta, rel_tol: float = 1e-8) -> floa
     ev = np.asarray(hessian_spectrum(prob, theta_limit))
     pos = ev[ev > rel_tol * max(ev[-1], 0.0)]
     return float(pos[0]) if pos.size and ev[-1] > 0 else float("nan")
+
+
+def first_passage(prob: Problem, theta0: Theta, g, t1: float, *, n_grid: int = 4000, t_min: float | None = None,
+                  **flow_kwargs) -> tuple[np.ndarray, object]:
+    """First times t at which each component of g(θ_t) > 0 along the gradient flow from one θ0.
+
+    The flow is recorded on 0 ∪ a log-spaced grid of ``n_grid`` times in [t_min, t1] (t_min = t1·1e-9 by
+    default) and each crossing is located by linear interpolation between the two records around it
+    (relative error ~ (grid ratio − 1)², ≈ 3e-5 at the defaults). NaN where g_k never becomes positive;
+    returns (times (K,), trajectory)."""
+    t_min = t1 * 1e-9 if t_min is None else t_min
+    ts = np.concatenate([[0.0], np.geomspace(t_min, t1, n_grid)])
+    traj = gradient_flow(prob, theta0, t1=t1, ts=ts, save_params=True, **flow_kwargs)
+    G = np.asarray(jax.vmap(g)(traj.params)).reshape(len(ts), -1)
+    out = np.full(G.shape[1], np.nan)
+    for k in range(G.shape[1]):
+        above = np.flatnonzero(np.isfinite(G[:, k]) & (G[:, k] > 0))
+        if above.size == 0:
+            continue
+        i = above[0]
+        if i == 0:
+            out[k] = 0.0
+            continue
+        g0, g1 = G[i - 1, k], G[i, k]
+        out[k] = ts[i - 1] + (ts[i] - ts[i - 1]) * (-g0) / (g1 - g0)
+    return out, traj
