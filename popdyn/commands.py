@@ -151,8 +151,15 @@ def stepsize_markov(p, q, e0=1.0, w0=0.5, lrs=(0.5, 2.0, 3.0), steps=400) -> Res
 
 # ---- CLI adapters -----------------------------------------------------------------------------------
 def basins(args, out: Path) -> list[str]:
-    res, wall = _timed(basins_markov, args.p, args.q, args.grid, *args.range, args.method, args.t1, args.lr,
-                       args.steps, args.chunk, progress=not args.quiet)
+    if args.task == "decision-list":
+        from popdyn.tasks.decision_list.jobs import basins_decision_list
+
+        res, wall = _timed(basins_decision_list, args.L, args.n, args.c, args.grid or 64, *args.range,
+                           10.0 if args.t1 is None else args.t1, args.distribution, progress=not args.quiet)
+    else:
+        res, wall = _timed(basins_markov, args.p, args.q, args.grid or 128, *args.range, args.method,
+                           1e4 if args.t1 is None else args.t1, args.lr, args.steps, args.chunk,
+                           progress=not args.quiet)
     res.write(out, "basins", wall)
     return res.lines
 

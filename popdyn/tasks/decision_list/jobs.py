@@ -4,9 +4,15 @@
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
 
+from popdyn import _validate
+from popdyn.dynamics import gradient_flow
 from popdyn.io import Result
+from popdyn.tasks.decision_list.data import validate_sizes
+from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
+from popdyn.tasks.decision_list.theorems import delta_gamma
 from popdyn.tasks.decision_list.theorem1 import theorem1_run
 
 
@@ -48,3 +54,73 @@ def converge_decision_list(L: int, n: int, M: int, c: float | None = None, distr
     inputs = {"task": "decision-list", "L": L, "n": n, "M": M, "c": c, "distribution": distribution,
               "delta": delta, "gamma": gamma, "t1": run["t1"]}
     return Result(inputs, run, {"theorem1": arrays}, {"theorem1": fig}, lines)
+
+
+RULE_ORDERS = ("a1>a2>ω", "a1>ω>a2", "a2>a1>ω", "a2>ω>a1", "ω>a1>a2", "ω>a2>a1")
+"""The six orders of (w_1, w_2, ω) in a column with a list of length 2; the first is perfect classification
+(for D_distinct with n ≥ 3 and L ≥ n + 1, §4)."""
+
+
+def plane_to_column(x, y, L: int) -> dict:
+    """(x, y) = (w_1 − w_2, ω − w_2) on the plane of zero column sum w_1 + w_2 + (L−2)ω = 0 (§3 C), as the
+    reduced state (w_1, w_2, u = √(L−2)ω) of a column with a list of length 2."""
+    w2 = -(x + (L - 2) * y) / L
+    return {"m2": np.stack([x + w2, w2, np.sqrt(L - 2) * (y + w2)], axis=-1)}
+
+
+def rule_order(state: np.ndarray, L: int) -> np.ndarray:
+    """Index into RULE_ORDERS of the order of (w_1, w_2, ω) for each reduced state (…, 3)."""
+    vals = np.stack([state[..., 0], state[..., 1], state[..., 2] / np.sqrt(L - 2)], axis=-1)
+    ranks = [tuple(r) for r in np.argsort(-vals, axis=-1).reshape(-1, 3)]
+    table = {(0, 1, 2): 0, (0, 2, 1): 1, (1, 0, 2): 2, (1, 2, 0): 3, (2, 0, 1): 4, (2, 1, 0): 5}
+    return np.array([table[r] for r in ranks]).reshape(state.shape[:-1])
+
+
+def basins_decision_list(L: int, n: int, c: float | None = None, grid: int = 64, lo: float = -3.0, hi: float = 3.0,
+                         t1: float = 10.0, distribution: str = "distinct", progress: bool = True) -> Result:
+    """Which rule order the flow on W (V = cP) learns in a column with a list of length 2, from every
+    initialisation of the (w_1 − w_2, ω − w_2) plane (zero column sum; §3 C): the order of (w_1, w_2, ω)
+    at time t1."""
+
+    L, n, distribution = validate_sizes(L, n, distribution)
+    if L < 3:
+        raise ValueError(f"L={L} is out of range: a list of length 2 needs distractors, L >= 3")
+    grid = _validate.int_at_least("grid", grid, 2)
+    lo, hi = _validate.interval("range", (lo, hi))
+    t1 = _validate.positive("t1", t1)
+    c = 4 * n * np.log(L) / delta_gamma(L, n, 2, distribution)[0] if c is None else _validate.positive("c", c)
+    prob = ReducedDecisionList(L, n, (2,), c, distribution)
+    xs = np.linspace(lo, hi, grid)
+    X, Y = np.meshgrid(xs, xs)
+    theta0 = plane_to_column(X.ravel(), Y.ravel(), L)
+    traj = gradient_flow(prob, theta0, t1=t1, ts=None, chunk_size=4096, progress=progress)
+    labels = rule_order(np.asarray(traj.final["m2"]), L).reshape(X.shape)
+    origin = gradient_flow(prob, prob.init(None), t1=t1, ts=np.geomspace(t1 * 1e-6, t1, 200), save_params=True)
+    path = np.asarray(origin.params["m2"])
+    px, py = path[:, 0] - path[:, 1], path[:, 2] / np.sqrt(L - 2) - path[:, 1]
+    fractions = {name: float(np.mean(labels == k)) for k, name in enumerate(RULE_ORDERS)}
+    fig = Figure(figsize=(8.2, 5.2), layout="constrained")
+    ax = fig.subplots()
+    colours = ("#4daf4a", "#377eb8", "#ff7f00", "#984ea3", "#e41a1c", "#a65628")
+    ax.imshow(labels, origin="lower", extent=(lo, hi, lo, hi), cmap=ListedColormap(colours), vmin=-0.5, vmax=5.5,
+              interpolation="nearest", alpha=0.8)
+    ax.plot(px, py, "k-", lw=1.5, label="flow from W₀ = 0")
+    ax.axvline(0, color="k", lw=0.5)
+    ax.axhline(0, color="k", lw=0.5)
+    for k, name in enumerate(RULE_ORDERS):
+        ax.scatter([], [], color=colours[k], marker="s", label=f"{name}: {100 * fractions[name]:.1f}%")
+    ax.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="w₁ − w₂ (first rule − own token)", ylabel="ω − w₂ (distractors − own)",
+           title=f"rule order learned by t = {t1:g}: L = {L}, n = {n}, c = {c:.4g}")
+    fig.legend(fontsize=7, loc="outside right upper")
+    status = {traj.status_names[s]: int(np.sum(np.asarray(traj.status) == s)) for s in np.unique(traj.status)}
+    results = {"L": L, "n": n, "c": c, "t1": t1, "distribution": distribution, "fractions": fractions,
+               "pc_fraction": fractions[RULE_ORDERS[0]], "status": status,
+               "order_from_zero": RULE_ORDERS[int(rule_order(path[-1], L))]}
+    lines = [f"basins decision-list  L={L}, n={n}, c={c:.6g}, {distribution} tokens: rule order learned by t = {t1:g}, "
+             f"{grid}² initialisations of the list-length-2 column plane"]
+    lines += [f"  {name}: {100 * f:6.2f}%" for name, f in fractions.items()]
+    lines.append(f"  from W0 = 0: {results['order_from_zero']}")
+    inputs = {"task": "decision-list", "L": L, "n": n, "c": c, "grid": grid, "range": [lo, hi], "t1": t1,
+              "distribution": distribution}
+    return Result(inputs, results, {"basins": {"x": xs, "y": xs, "labels": labels, "path_x": px, "path_y": py}},
+                  {"basins": fig}, lines)
