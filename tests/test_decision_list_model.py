@@ -145,3 +145,20 @@ def test_permutation_matrix_convention():
     P = permutation_matrix(perm)
     for b in range(3):
         assert np.argmax(P @ np.eye(3)[b]) == perm[b]
+
+
+@pytest.mark.parametrize("distribution", ["distinct", "iid"])
+def test_evaluate_picks_the_structured_path_where_it_applies(distribution):
+    """§3 C is used automatically for V = cP and column-structured W, and equals path B there."""
+    L, n = 6, 3
+    lists = random_lists(L, 3, seed=7)
+    prob = DecisionList(L, n, lists, random_perm(L, seed=8), distribution)
+    W = np.full((L, L), -0.4)
+    for a, lst in enumerate(lists):
+        W[list(lst), a] = np.linspace(1.0, 0.2, len(lst))
+    th = {"W": jnp.asarray(W), "V": 3.0 * jnp.asarray(prob.P)}
+    value, path = prob.evaluate(th)
+    assert path == "structured" and abs(value - float(prob.loss(th))) < 1e-13
+    assert prob.evaluate(dict(th, V=th["V"].at[0, 0].add(0.01)))[1] == "histograms"  # V ≠ cP
+    distractor = next(b for b in range(L) if b not in lists[0])
+    assert prob.evaluate(dict(th, W=th["W"].at[distractor, 0].add(0.1)))[1] == "histograms"  # W not structured

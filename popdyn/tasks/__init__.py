@@ -1,5 +1,5 @@
 """One module per paper (DESIGN.md, layer 2)."""
 
-from popdyn.tasks import markov
+from popdyn.tasks import decision_list, markov
 
-__all__ = ["markov"]
+__all__ = ["decision_list", "markov"]

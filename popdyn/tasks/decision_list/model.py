@@ -18,6 +18,7 @@ from popdyn import _validate
 from popdyn.exact.histograms import Histograms
 from popdyn.problem import Problem, Theta
 from popdyn.tasks.decision_list.data import validate_lists, validate_perm, validate_sizes
+from popdyn.tasks.decision_list.reduced import is_column_structured, structured_total_loss
 
 
 def permutation_matrix(perm) -> np.ndarray:
@@ -100,6 +101,16 @@ class DecisionList(Problem):
             return jnp.sum(jnp.exp(logc) / self.n * (jax.nn.logsumexp(z, axis=0) - zy))
 
         return self.table.expectation(per_histogram)
+
+    def evaluate(self, theta: Theta) -> tuple[float, str]:
+        """(ℒ(θ), path) for a concrete θ, choosing the cheapest exact path: the structured reduction (§3 C,
+        O(M·2^M·n) per column) when V = cP with c > 0 and W is column-structured, else histogram enumeration."""
+        W, V = (np.asarray(x, dtype=float) for x in self.weights(theta))
+        c = float(V[self.perm[0], 0])
+        if c > 0 and np.allclose(V, c * self.P, rtol=0, atol=1e-12 * c) and is_column_structured(W, self.lists):
+            value = structured_total_loss(W, self.lists, L=self.L, n=self.n, c=c, distribution=self.distribution)
+            return float(value), "structured"
+        return float(self.loss(theta)), "histograms"
 
     def margin(self, theta: Theta) -> Float[Array, ""]:
         """min over histograms and present queries of z_y − max_{k≠y} z_k; perfect classification ⇔ > 0

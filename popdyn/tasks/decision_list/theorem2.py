@@ -1,0 +1,166 @@
+"""Theorem 2 run exactly: W and V trained by gradient descent from W₀ = 0, V₀ = cP + U(−ε/2, ε/2)
+(spec decision_lists.md §6, sanity runs).
+
+``theorem2_run`` builds the instance of ``theorem2_instance`` (c, ε solved jointly at ε = nℒ₀/18), measures ℒ₀
+at the actual perturbed θ₀, recomputes the A- and T-ranges from it, runs exact GD (path B, §3) with
+η = 1/λ_max(θ₀), and checks the theorem's conclusions and the hypotheses its T-range rests on: the first
+perfectly classifying step (§4) against the T-range, ‖V_t − cP‖ ≤ ε, η·λ_max(θ_t) ≤ 1 and the descent lemma
+ℒ_{t+1} ≤ ℒ_t − (η/2)‖∇ℒ_t‖².
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from popdyn import _validate
+from popdyn.analysis import lambda_max, step_size_audit
+from popdyn.dynamics import Trajectory, gradient_descent
+from popdyn.tasks.decision_list.data import random_lists, random_perm
+from popdyn.tasks.decision_list.model import DecisionList
+from popdyn.tasks.decision_list.theorems import (
+    theorem2_A_range, theorem2_feasible, theorem2_instance, theorem2_T_range,
+)
+
+ROUNDING = 1e-12
+"""Relative slack for float64 rounding in the descent-lemma and η·λ_max ≤ 1 checks [our choice]: with
+η = 1/λ_max(θ₀) the product η·λ_max(θ₀) is 1 only up to an ulp."""
+
+
+@eqx.filter_jit
+def _loss(prob: DecisionList, theta):
+    return prob.loss(theta)
+
+
+@eqx.filter_jit
+def _margins(prob: DecisionList, params):
+    return jax.vmap(prob.margin)(params)
+
+
+def _floats(x) -> list[float]:
+    return [float(v) for v in np.asarray(x).ravel()]
+
+
+def _slice(traj: Trajectory, start: int, stop: int) -> Trajectory:
+    """Records start..stop−1 of an unbatched trajectory, for auditing part of it."""
+    def cut(x):
+        return x[start:stop]
+
+    return Trajectory(
+        final=traj.final, final_loss=traj.final_loss, status=traj.status, t_final=traj.t_final,
+        ts=cut(traj.ts), loss=cut(traj.loss), grad_norm=cut(traj.grad_norm),
+        params=jax.tree_util.tree_map(cut, traj.params), n_steps=traj.n_steps, time_unit=traj.time_unit,
+    )
+
+
+def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = None, max_steps: int = 20,
+                 extra_steps: int = 3, audit: bool = True) -> dict:
+    """Theorem 2 (§6) on one random instance, by exact gradient descent; a JSON-friendly dict.
+
+    * Instance: c, ε from ``theorem2_instance(L, n, M)`` (ε = nℒ₀/18 with ℒ₀ = ℒ(0, cP), m = M [our choice]);
+      lists, π from ``seed``; θ₀ = ``DecisionList.init(PRNGKey(seed))``, i.e. W₀ = 0, V₀ = cP + U(−ε/2, ε/2).
+    * ℒ₀ is measured at that perturbed θ₀ (as in §6's table) and the A-range (√(4mℒ₀/ε), ℒ₀ − 6ε/n) recomputed
+      from it with the unperturbed ε. Infeasible (empty A-range or nℒ₀² ≤ 162m): returns ``feasible=False`` and a
+      ``reason``, runs nothing more, and leaves every run quantity None; the caller reports it.
+    * A = midpoint of the A-range [our choice]; η = 1/λ_max(θ₀) unless ``lr`` is given; T-range
+      [2mℒ₀/(A²η), ε/(2η)] (None if empty).
+    * Runs ``max_steps`` GD steps, finds the first perfectly classifying step t* (margin > 0, §4) and keeps
+      records 0..steps with steps = min(t* + ``extra_steps``, ``max_steps``) (all ``max_steps`` if never PC).
+    * ``audit``: λ_max along records 1..steps by ``step_size_audit`` (λ_max(θ₀) reused). Each λ_max is a
+      64-step Lanczos (2L² > 512 parameters here); ``audit=False`` skips it for large L and leaves the λ-path
+      quantities None.
+
+    ‖V_t − cP‖ is reported in both readings of §6's ‖·‖_∞ (max entry, induced ∞-norm = max row sum of |·|);
+    ``V_within_eps`` uses the max-entry one [our choice: V₀ = cP + U(−ε/2, ε/2) meets the hypothesis
+    ‖V₀ − cP‖ ≤ ε/2 only in that reading]. Needs float64 (``jax_enable_x64``): c is 1e4–3e5.
+    """
+    if not jax.config.jax_enable_x64:
+        raise RuntimeError("theorem2_run needs float64: call jax.config.update('jax_enable_x64', True) first "
+                           "(c is 1e4 to 3e5, so float32 losses and margins are meaningless)")
+    seed = _validate.int_at_least("seed", seed, 0)
+    max_steps = _validate.int_at_least("max_steps", max_steps, 1)
+    extra_steps = _validate.int_at_least("extra_steps", extra_steps, 0)
+    lr = None if lr is None else _validate.positive("lr", lr)
+    timings: dict[str, float] = {}
+
+    inst = theorem2_instance(L, n, M)
+    m, c, eps = inst["m"], inst["c"], inst["eps"]
+    prob = DecisionList(L, n, random_lists(L, M, seed), random_perm(L, seed), c=c, init_eps=eps)
+    theta0 = prob.init(jax.random.PRNGKey(seed))
+    L0 = float(_loss(prob, theta0))
+    A_range = theorem2_A_range(L0, n, eps, m)
+    out = {
+        "L": L, "n": n, "M": M, "m": m, "seed": seed, "delta": inst["delta"], "c": c, "eps": eps,
+        "L0_unperturbed": inst["L0"], "L0": L0, "A_range": None if A_range is None else list(A_range),
+        "feasible": True, "reason": None, "A": None, "lambda_max0": None, "lr": None, "T_range": None,
+        "steps": 0, "first_pc_step": None, "pc_within_T": None, "first_pc_le_T_lo": None,
+        "max_lambda_along": None, "lambda_at_hit": None, "eta_times_max_lambda": None, "step_size_held": None,
+        "loss_rises": None, "descent_inequality_held": None, "descent_gaps": None,
+        "V_dev_max_entry": None, "V_dev_inf_norm": None, "V_within_eps": None, "V_within_eps_inf_norm": None,
+        "ts": None, "margins": None, "losses": None, "grad_norms": None, "lambdas": None, "timings": timings,
+    }
+    if not theorem2_feasible(n, L0, m):
+        out.update(feasible=False, reason=f"n·ℒ0² = {n * L0**2:.4g} <= 162m = {162 * m}: no ε, A satisfy the "
+                                          f"hypotheses (§6)")
+        return out
+    if A_range is None:
+        out.update(feasible=False, reason=f"empty A-range: √(4mℒ0/ε) = {math.sqrt(4 * m * L0 / eps):.4g} >= "
+                                          f"ℒ0 − 6ε/n = {L0 - 6 * eps / n:.4g} at ε = {eps:.4g} (§6)")
+        return out
+
+    A = 0.5 * (A_range[0] + A_range[1])
+    t0 = time.perf_counter()
+    lam0 = float(lambda_max(prob, theta0))
+    timings["lambda_max0"] = time.perf_counter() - t0
+    eta = 1.0 / lam0 if lr is None else lr
+    T_range = theorem2_T_range(L0, m, A, eta, eps)
+
+    t0 = time.perf_counter()
+    scale = float(jnp.sqrt(sum(jnp.sum(x**2) for x in jax.tree_util.tree_leaves(theta0))))
+    traj = gradient_descent(prob, theta0, lr=eta, steps=max_steps, save_params=True,
+                            gtol=1e-300, diverge=max(1e8, 1e3 * scale))  # run the full budget; no early stop
+    jax.block_until_ready(traj.loss)
+    timings["gradient_descent"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    margins = np.asarray(_margins(prob, traj.params))
+    timings["margins"] = time.perf_counter() - t0
+    hits = np.flatnonzero(margins > 0)
+    first = int(hits[0]) if hits.size else None
+    steps = max_steps if first is None else min(first + extra_steps, max_steps)
+    keep = slice(0, steps + 1)
+
+    losses, gnorms = np.asarray(traj.loss)[keep], np.asarray(traj.grad_norm)[keep]
+    gaps = losses[:-1] - 0.5 * eta * gnorms[:-1] ** 2 - losses[1:]  # ≥ 0 ⇔ the descent lemma held at step t
+    dev = np.asarray(traj.params["V"])[keep] - c * prob.P
+    dev_max, dev_inf = np.abs(dev).max(axis=(1, 2)), np.abs(dev).sum(axis=2).max(axis=1)
+
+    lambdas = [lam0]
+    if audit and steps >= 1:
+        t0 = time.perf_counter()
+        aud = step_size_audit(prob, _slice(traj, 1, steps + 1), eta)
+        timings["audit"] = time.perf_counter() - t0
+        lambdas += _floats(aud.lambda_max)
+        max_lam = max(lambdas)
+        out.update(max_lambda_along=max_lam, eta_times_max_lambda=eta * max_lam,
+                   step_size_held=bool(eta * max_lam <= 1 + ROUNDING),
+                   lambda_at_hit=None if first is None else lambdas[first],
+                   loss_rises=int(np.sum(np.diff(losses) > ROUNDING * np.maximum(1.0, np.abs(losses[:-1])))))
+
+    T_lo = None if T_range is None else T_range[0]
+    out.update(
+        A=A, lambda_max0=lam0, lr=eta, T_range=None if T_range is None else list(T_range), steps=steps,
+        first_pc_step=first,
+        pc_within_T=None if first is None or T_range is None else bool(first <= T_range[1]),
+        first_pc_le_T_lo=None if first is None or T_range is None else bool(first <= math.ceil(T_lo)),
+        descent_inequality_held=bool(np.all(gaps >= -ROUNDING * np.maximum(1.0, np.abs(losses[:-1])))),
+        descent_gaps=_floats(gaps), V_dev_max_entry=_floats(dev_max), V_dev_inf_norm=_floats(dev_inf),
+        V_within_eps=bool(np.all(dev_max <= eps)), V_within_eps_inf_norm=bool(np.all(dev_inf <= eps)),
+        ts=_floats(np.asarray(traj.ts)[keep]), margins=_floats(margins[keep]), losses=_floats(losses),
+        grad_norms=_floats(gnorms), lambdas=lambdas,
+    )
+    return out
