@@ -178,7 +178,16 @@ def converge(args, out: Path) -> list[str]:
 
 
 def stepsize(args, out: Path) -> list[str]:
-    res, wall = _timed(stepsize_markov, args.p, args.q, args.e0, args.w0, args.lr, args.steps)
+    if args.task == "decision-list":
+        from popdyn.tasks.decision_list.jobs import stepsize_decision_list
+
+        if args.lr is not None and len(args.lr) != 1:
+            raise ValueError(f"lr={args.lr} is invalid: decision-list takes one learning rate")
+        res, wall = _timed(stepsize_decision_list, args.L, args.n, args.M, args.seed,
+                           None if args.lr is None else args.lr[0], 20 if args.steps is None else args.steps)
+    else:
+        res, wall = _timed(stepsize_markov, args.p, args.q, args.e0, args.w0,
+                           (0.5, 2.0, 3.0) if args.lr is None else args.lr, 400 if args.steps is None else args.steps)
     res.write(out, "stepsize", wall)
     return res.lines
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from popdyn import _validate
 from popdyn.analysis import lambda_max, step_size_audit
-from popdyn.dynamics import Trajectory, gradient_descent
+from popdyn.dynamics import STATUS_NAMES, Trajectory, gradient_descent
 from popdyn.tasks.decision_list.data import random_lists, random_perm
 from popdyn.tasks.decision_list.model import DecisionList
 from popdyn.tasks.decision_list.theorems import (
@@ -59,7 +59,7 @@ def _slice(traj: Trajectory, start: int, stop: int) -> Trajectory:
 
 
 def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = None, max_steps: int = 20,
-                 extra_steps: int = 3, audit: bool = True) -> dict:
+                 extra_steps: int = 3, audit: bool = True, lanczos_iters: int = 64) -> dict:
     """Theorem 2 (§6) on one random instance, by exact gradient descent; a JSON-friendly dict.
 
     * Instance: c, ε from ``theorem2_instance(L, n, M)`` (ε = nℒ₀/18 with ℒ₀ = ℒ(0, cP), m = M [our choice]);
@@ -73,11 +73,25 @@ def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = No
       records 0..steps with steps = min(t* + ``extra_steps``, ``max_steps``) (all ``max_steps`` if never PC).
     * ``audit``: λ_max along records 1..steps by ``step_size_audit`` (λ_max(θ₀) reused). Each λ_max is a
       64-step Lanczos (2L² > 512 parameters here); ``audit=False`` skips it for large L and leaves the λ-path
-      quantities None.
+      quantities None. ``lanczos_iters`` is for λ_max(θ₀) only (``lambda_max``'s default 64; 32 already agree
+      with 64 and 128 to ~1e-15 at (23, 20, 1) and (32, 29, 2)).
+    * Descent lemma at each step t < steps: ``descent_gaps`` = ℒ_t − (η/2)‖∇ℒ_t‖² − ℒ_{t+1} (held ⇔ ≥ 0, up to
+      rounding) and ``descent_beta`` = 2(ℒ_{t+1} − ℒ_t + η‖∇ℒ_t‖²)/(η²‖∇ℒ_t‖²) [derived]: the curvature along
+      the step averaged with weight 2(1−s) (Taylor with integral remainder), so held ⇔ β_t ≤ 1/η. It can fail
+      while η·λ_max(θ_t) ≤ 1 at every recorded θ_t: the curvature can peak between iterates.
 
     ‖V_t − cP‖ is reported in both readings of §6's ‖·‖_∞ (max entry, induced ∞-norm = max row sum of |·|);
     ``V_within_eps`` uses the max-entry one [our choice: V₀ = cP + U(−ε/2, ε/2) meets the hypothesis
     ‖V₀ − cP‖ ≤ ε/2 only in that reading]. Needs float64 (``jax_enable_x64``): c is 1e4–3e5.
+
+    Returns (JSON-serialisable; per-record lists have steps + 1 entries, per-step lists ``steps``):
+    L, n, M, m, seed, delta, c, eps, L0_unperturbed, L0, A_range, feasible, reason, A, lambda_max0, lr, T_range,
+    steps, status, first_pc_step, pc_within_T (t* ≤ ε/(2η)), first_pc_le_T_lo (t* ≤ ⌈2mℒ₀/(A²η)⌉) — both None
+    when undecided (no PC within ``max_steps`` < the bound); max_lambda_along, lambda_at_hit,
+    eta_times_max_lambda, step_size_held (η·max_t λ_max(θ_t) ≤ 1); loss_rises, descent_inequality_held,
+    descent_gaps, descent_beta; V_dev_max_entry, V_dev_inf_norm, V_within_eps, V_within_eps_inf_norm; ts,
+    margins, losses, grad_norms, lambdas (λ_max per record, None where not audited: the figure's data); timings
+    (seconds).
     """
     if not jax.config.jax_enable_x64:
         raise RuntimeError("theorem2_run needs float64: call jax.config.update('jax_enable_x64', True) first "
@@ -85,6 +99,7 @@ def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = No
     seed = _validate.int_at_least("seed", seed, 0)
     max_steps = _validate.int_at_least("max_steps", max_steps, 1)
     extra_steps = _validate.int_at_least("extra_steps", extra_steps, 0)
+    lanczos_iters = _validate.int_at_least("lanczos_iters", lanczos_iters, 1)
     lr = None if lr is None else _validate.positive("lr", lr)
     timings: dict[str, float] = {}
 
@@ -92,15 +107,17 @@ def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = No
     m, c, eps = inst["m"], inst["c"], inst["eps"]
     prob = DecisionList(L, n, random_lists(L, M, seed), random_perm(L, seed), c=c, init_eps=eps)
     theta0 = prob.init(jax.random.PRNGKey(seed))
+    t0 = time.perf_counter()
     L0 = float(_loss(prob, theta0))
+    timings["L0"] = time.perf_counter() - t0
     A_range = theorem2_A_range(L0, n, eps, m)
     out = {
         "L": L, "n": n, "M": M, "m": m, "seed": seed, "delta": inst["delta"], "c": c, "eps": eps,
         "L0_unperturbed": inst["L0"], "L0": L0, "A_range": None if A_range is None else list(A_range),
         "feasible": True, "reason": None, "A": None, "lambda_max0": None, "lr": None, "T_range": None,
-        "steps": 0, "first_pc_step": None, "pc_within_T": None, "first_pc_le_T_lo": None,
+        "steps": 0, "status": None, "first_pc_step": None, "pc_within_T": None, "first_pc_le_T_lo": None,
         "max_lambda_along": None, "lambda_at_hit": None, "eta_times_max_lambda": None, "step_size_held": None,
-        "loss_rises": None, "descent_inequality_held": None, "descent_gaps": None,
+        "loss_rises": None, "descent_inequality_held": None, "descent_gaps": None, "descent_beta": None,
         "V_dev_max_entry": None, "V_dev_inf_norm": None, "V_within_eps": None, "V_within_eps_inf_norm": None,
         "ts": None, "margins": None, "losses": None, "grad_norms": None, "lambdas": None, "timings": timings,
     }
@@ -115,7 +132,7 @@ def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = No
 
     A = 0.5 * (A_range[0] + A_range[1])
     t0 = time.perf_counter()
-    lam0 = float(lambda_max(prob, theta0))
+    lam0 = float(lambda_max(prob, theta0, iters=lanczos_iters))
     timings["lambda_max0"] = time.perf_counter() - t0
     eta = 1.0 / lam0 if lr is None else lr
     T_range = theorem2_T_range(L0, m, A, eta, eps)
@@ -136,29 +153,37 @@ def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = No
 
     losses, gnorms = np.asarray(traj.loss)[keep], np.asarray(traj.grad_norm)[keep]
     gaps = losses[:-1] - 0.5 * eta * gnorms[:-1] ** 2 - losses[1:]  # ≥ 0 ⇔ the descent lemma held at step t
+    beta = [2 * (l1 - l0 + eta * g * g) / (eta * g) ** 2 if g > 0 else None
+            for l0, l1, g in zip(losses[:-1].tolist(), losses[1:].tolist(), gnorms[:-1].tolist())]
     dev = np.asarray(traj.params["V"])[keep] - c * prob.P
     dev_max, dev_inf = np.abs(dev).max(axis=(1, 2)), np.abs(dev).sum(axis=2).max(axis=1)
 
-    lambdas = [lam0]
+    lambdas = [lam0] + [None] * steps  # None: not audited
     if audit and steps >= 1:
         t0 = time.perf_counter()
         aud = step_size_audit(prob, _slice(traj, 1, steps + 1), eta)
         timings["audit"] = time.perf_counter() - t0
-        lambdas += _floats(aud.lambda_max)
+        lambdas = [lam0] + _floats(aud.lambda_max)
         max_lam = max(lambdas)
         out.update(max_lambda_along=max_lam, eta_times_max_lambda=eta * max_lam,
                    step_size_held=bool(eta * max_lam <= 1 + ROUNDING),
-                   lambda_at_hit=None if first is None else lambdas[first],
-                   loss_rises=int(np.sum(np.diff(losses) > ROUNDING * np.maximum(1.0, np.abs(losses[:-1])))))
+                   lambda_at_hit=None if first is None else lambdas[first])
 
-    T_lo = None if T_range is None else T_range[0]
+    def by(bound: float | None) -> bool | None:
+        """Whether the first PC step is ≤ bound; None when that is undecided (no PC within a shorter run)."""
+        if bound is None or (first is None and max_steps < bound):
+            return None
+        return first is not None and first <= bound
+
     out.update(
         A=A, lambda_max0=lam0, lr=eta, T_range=None if T_range is None else list(T_range), steps=steps,
-        first_pc_step=first,
-        pc_within_T=None if first is None or T_range is None else bool(first <= T_range[1]),
-        first_pc_le_T_lo=None if first is None or T_range is None else bool(first <= math.ceil(T_lo)),
+        status=STATUS_NAMES[int(traj.status)], first_pc_step=first,
+        pc_within_T=by(None if T_range is None else T_range[1]),
+        first_pc_le_T_lo=by(None if T_range is None else math.ceil(T_range[0])),
+        loss_rises=int(np.sum(np.diff(losses) > ROUNDING * np.maximum(1.0, np.abs(losses[:-1])))),
         descent_inequality_held=bool(np.all(gaps >= -ROUNDING * np.maximum(1.0, np.abs(losses[:-1])))),
-        descent_gaps=_floats(gaps), V_dev_max_entry=_floats(dev_max), V_dev_inf_norm=_floats(dev_inf),
+        descent_gaps=_floats(gaps), descent_beta=beta,
+        V_dev_max_entry=_floats(dev_max), V_dev_inf_norm=_floats(dev_inf),
         V_within_eps=bool(np.all(dev_max <= eps)), V_within_eps_inf_norm=bool(np.all(dev_inf <= eps)),
         ts=_floats(np.asarray(traj.ts)[keep]), margins=_floats(margins[keep]), losses=_floats(losses),
         grad_norms=_floats(gnorms), lambdas=lambdas,

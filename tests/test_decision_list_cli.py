@@ -1,0 +1,39 @@
+"""The decision-list CLI: infeasible Theorem 2 settings are reported, bad input is one line and exit 2."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+
+def _run(*args, tmp_path, name="out"):
+    out = tmp_path / name
+    proc = subprocess.run([sys.executable, "-m", "popdyn.cli", *args, "--out", str(out)], capture_output=True,
+                          text=True, timeout=300)
+    return proc, out
+
+
+def test_stepsize_reports_an_infeasible_setting(tmp_path):
+    """n·ℒ0² ≤ 162m: reported as infeasible (exit 0, summary written), and no GD is run."""
+    proc, out = _run("stepsize", "decision-list", "--L", "8", "--n", "5", "--M", "2", tmp_path=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "INFEASIBLE, not run" in proc.stdout
+    res = json.loads((out / "summary.json").read_text())["results"]
+    assert res["feasible"] is False and res["first_pc_step"] is None and res["lambda_max0"] is None
+    assert not (out / "theorem2.png").exists()
+
+
+@pytest.mark.parametrize("args,message", [
+    (("converge", "decision-list", "--L", "4", "--n", "5"), "n=5 is out of range: distinct tokens need"),
+    (("converge", "decision-list", "--distribution", "zipf"), "distribution='zipf' is invalid"),
+    (("basins", "decision-list", "--L", "2", "--n", "2"), "L=2 is out of range"),
+    (("converge", "decision-list", "--M", "11"), "M=11 is out of range"),
+    (("stepsize", "decision-list", "--lr", "1", "2"), "decision-list takes one learning rate"),
+    (("converge", "decision-list", "--c", "-3"), "c=-3.0 is out of range"),
+])
+def test_bad_input_is_one_line(tmp_path, args, message):
+    proc, out = _run(*args, tmp_path=tmp_path)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+    assert not out.exists()
