@@ -12,7 +12,7 @@ from popdyn.dynamics import gradient_flow
 from popdyn.io import Result
 from popdyn.tasks.decision_list.data import validate_sizes
 from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
-from popdyn.tasks.decision_list.theorems import delta_gamma
+from popdyn.tasks.decision_list.theorems import theorem1_c
 from popdyn.tasks.decision_list.theorem1 import theorem1_run
 
 
@@ -88,7 +88,7 @@ def basins_decision_list(L: int, n: int, c: float | None = None, grid: int = 64,
     grid = _validate.int_at_least("grid", grid, 2)
     lo, hi = _validate.interval("range", (lo, hi))
     t1 = _validate.positive("t1", t1)
-    c = 4 * n * np.log(L) / delta_gamma(L, n, 2, distribution)[0] if c is None else _validate.positive("c", c)
+    c = theorem1_c(L, n, 2, distribution) if c is None else _validate.positive("c", c)
     prob = ReducedDecisionList(L, n, (2,), c, distribution)
     xs = np.linspace(lo, hi, grid)
     X, Y = np.meshgrid(xs, xs)

@@ -13,7 +13,7 @@ from popdyn import _validate
 from popdyn.analysis import first_passage
 from popdyn.tasks.decision_list.data import validate_sizes
 from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
-from popdyn.tasks.decision_list.theorems import delta_gamma, theorem1_bound
+from popdyn.tasks.decision_list.theorems import delta_gamma, theorem1_bound, theorem1_c
 
 
 def theorem1_run(L: int, n: int, M: int, c: float | None = None, distribution: str = "distinct",
@@ -31,7 +31,7 @@ def theorem1_run(L: int, n: int, M: int, c: float | None = None, distribution: s
     d_ours, g_ours = delta_gamma(L, n, M, distribution)
     d = d_ours if delta is None else _validate.positive("delta", delta)
     g = g_ours if gamma is None else _validate.positive("gamma", gamma)
-    c = 4 * n * np.log(L) / d if c is None else _validate.positive("c", c)
+    c = theorem1_c(L, n, M, distribution, d) if c is None else _validate.positive("c", c)
     bounds = {"gamma": theorem1_bound(L, n, M, g), "gamma_eq_delta": theorem1_bound(L, n, M, d)}
     t1 = 10 * max(bounds.values()) if t1 is None else _validate.positive("t1", t1)
     prob = ReducedDecisionList(L, n, range(1, M + 1), c, distribution)

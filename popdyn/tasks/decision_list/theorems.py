@@ -45,10 +45,11 @@ def delta_gamma(L: int, n: int, M: int, distribution: str = "distinct") -> tuple
     return float(min(deltas)), float(min(gammas))
 
 
-def theorem1_c(L: int, n: int, M: int, distribution: str = "distinct") -> float:
-    """c = 4n·log(L)/δ, the value scale of V = cP in Theorem 1 (§5; δ [our choice])."""
-    delta, _ = delta_gamma(L, n, M, distribution)
-    return 4 * n * math.log(L) / delta
+def theorem1_c(L: int, n: int, M: int, distribution: str = "distinct", delta: float | None = None) -> float:
+    """c = 4n·log(L)/δ, the value scale of V = cP in Theorem 1 (§5; δ [our choice] unless given)."""
+    if delta is None:
+        delta, _ = delta_gamma(L, n, M, distribution)
+    return 4 * n * math.log(L) / _validate.positive("delta", delta)
 
 
 def theorem1_bound(L: int, n: int, M: int, gamma: float) -> float:
