@@ -51,10 +51,10 @@ def _parser() -> argparse.ArgumentParser:
 
     b = sub.add_parser("basins", help="basin-of-attraction map and fractions over the (w, e) plane")
     common(b)
-    b.add_argument("--grid", type=int, default=None, help="points per axis (>= 2; markov 128, decision-list 64)")
+    b.add_argument("--grid", type=int, default=None, help="points per axis (>= 2; markov 128, decision-list 32)")
     b.add_argument("--range", type=float, nargs=2, default=(-3.0, 3.0), metavar=("LO", "HI"))
     b.add_argument("--method", default="flow", help="flow | gd")
-    b.add_argument("--t1", type=float, default=None, help="flow horizon (markov 1e4, decision-list 10)")
+    b.add_argument("--t1", type=float, default=None, help="flow horizon (markov 1e4, decision-list 100)")
     b.add_argument("--lr", type=float, default=0.5, help="GD learning rate")
     b.add_argument("--steps", type=int, default=2000, help="GD steps")
     b.add_argument("--chunk", type=int, default=16384, help="initialisations per compiled chunk")

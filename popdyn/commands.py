@@ -154,8 +154,8 @@ def basins(args, out: Path) -> list[str]:
     if args.task == "decision-list":
         from popdyn.tasks.decision_list.jobs import basins_decision_list
 
-        res, wall = _timed(basins_decision_list, args.L, args.n, args.c, args.grid or 64, *args.range,
-                           10.0 if args.t1 is None else args.t1, args.distribution, progress=not args.quiet)
+        res, wall = _timed(basins_decision_list, args.L, args.n, args.c, args.grid or 32, *args.range,
+                           100.0 if args.t1 is None else args.t1, args.distribution)
     else:
         res, wall = _timed(basins_markov, args.p, args.q, args.grid or 128, *args.range, args.method,
                            1e4 if args.t1 is None else args.t1, args.lr, args.steps, args.chunk,

@@ -7,13 +7,16 @@ import sys
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from popdyn import gradient_flow
+from popdyn.analysis import first_passage
 from popdyn.tasks.decision_list import random_perm
 from popdyn.tasks.decision_list.classification import pc_slacks
 from popdyn.tasks.decision_list.jobs import RULE_ORDERS, basins_decision_list, plane_to_column, rule_order
 from popdyn.tasks.decision_list.model import DecisionList
 from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
+from popdyn.tasks.decision_list.theorem1 import theorem1_run
 
 
 def test_plane_coordinates():
@@ -30,7 +33,7 @@ def test_plane_coordinates():
 
 def test_basin_labels_agree_with_the_full_model():
     L, n, c, t1 = 6, 3, 8.0, 3.0
-    res = basins_decision_list(L, n, c=c, grid=6, t1=t1, progress=False)
+    res = basins_decision_list(L, n, c=c, grid=6, t1=t1, n_times=60)
     r = res.results
     assert abs(sum(r["fractions"].values()) - 1) < 1e-12 and r["fractions"]["a1>a2>ω"] > 0
     labels = res.arrays["basins"]["labels"]
@@ -48,14 +51,23 @@ def test_basin_labels_agree_with_the_full_model():
         assert int(rule_order(state, L)) == labels[i, j]
         is_pc = bool(np.all(pc_slacks(fin, lists, n) > 0))
         assert is_pc == (labels[i, j] == 0)
+    # the batched first-passage map equals the single-point computation, and T* from W0 = 0 is Theorem 1's
+    T_map = res.arrays["basins"]["T_star"]
+    i, j = 1, 4
+    T_one, _ = first_passage(red, {"m2": jnp.asarray(plane_to_column(xs[j], xs[i], L)["m2"])}, red.pc_slack, t1,
+                             n_grid=60)
+    assert T_map[i, j] == pytest.approx(T_one[0], rel=1e-9, nan_ok=True)
+    T_thm = {col["m"]: col["T_star"] for col in theorem1_run(L, n, 2, c=c)["columns"]}[2]
+    assert r["T_star_from_zero"] == pytest.approx(T_thm, rel=2e-2)  # 60 records over 9 decades vs 4000
 
 
 def test_cli_basins(tmp_path):
     out = tmp_path / "b"
     proc = subprocess.run([sys.executable, "-m", "popdyn.cli", "basins", "decision-list", "--L", "8", "--n", "3",
-                           "--grid", "8", "--t1", "2", "--out", str(out), "--quiet"], capture_output=True, text=True,
+                           "--grid", "8", "--t1", "5", "--out", str(out), "--quiet"], capture_output=True, text=True,
                           timeout=300)
     assert proc.returncode == 0, proc.stderr
     res = json.loads((out / "summary.json").read_text())["results"]
     assert set(res["fractions"]) == set(RULE_ORDERS) and res["order_from_zero"] in RULE_ORDERS
-    assert np.load(out / "basins.npz")["labels"].shape == (8, 8)
+    data = np.load(out / "basins.npz")
+    assert data["labels"].shape == (8, 8) and data["T_star"].shape == (8, 8)
