@@ -72,8 +72,7 @@ class ReducedDecisionList(Problem):
 
     def embed(self, theta: Theta, lists) -> Float[Array, "L L"]:
         """The full column-structured W for ``lists`` (column a takes the state of its list length)."""
-        W = np.zeros((self.L, self.L))
-        W = jnp.asarray(W)
+        W = jnp.zeros((self.L, self.L))
         for a, lst in enumerate(lists):
             w, omega = self.column(theta, len(lst))
             col = jnp.full(self.L, omega).at[jnp.asarray(lst)].set(w)
