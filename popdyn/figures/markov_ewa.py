@@ -67,7 +67,7 @@ def markov_ewa(N: int = 4, n: int = 24, steps: int = 6000, lr: float = 0.05, n_t
             status = np.asarray(traj.status).reshape(grid.shape)
             res["slices"][f"a0={a0:g}"] = {
                 "fractions": {c: float(np.mean(cls == k)) for k, c in enumerate(CLASSES)},
-                "status": {traj.status_names[s]: int(np.sum(status == s)) for s in np.unique(status)},
+                "status": traj.status_counts(),
                 "median_abs_final_a": float(np.median(np.abs(np.asarray(traj.final["a"])))),
             }
             arrays[f"ewa_{tag}_a{col}"] = {"w": grid.xs, "e": grid.ys, "r": r, "class": cls, "status": status,

@@ -9,6 +9,7 @@ from matplotlib.figure import Figure
 
 from popdyn import _validate
 from popdyn.analysis import first_passage
+from popdyn.dynamics.status import count
 from popdyn.io import Result
 from popdyn.tasks.decision_list.data import validate_sizes
 from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
@@ -93,11 +94,13 @@ def basins_decision_list(L: int, n: int, c: float | None = None, grid: int = 32,
     prob = ReducedDecisionList(L, n, (2,), c, distribution)
     xs = np.linspace(lo, hi, grid)
     X, Y = np.meshgrid(xs, xs)
-    T, traj = first_passage(prob, plane_to_column(X.ravel(), Y.ravel(), L), prob.pc_slack, t1, n_grid=n_times)
-    T = T[:, 0].reshape(X.shape)
-    labels = rule_order(np.asarray(traj.final["m2"]), L).reshape(X.shape)
-    t_zero, origin = first_passage(prob, prob.init(None), prob.pc_slack, t1, n_grid=n_times)
-    path = np.asarray(origin.params["m2"])
+    # the grid plus, last, the origin (0, 0) of the plane, i.e. W₀ = 0, whose path is drawn on the map
+    T, traj = first_passage(prob, plane_to_column(np.append(X.ravel(), 0.0), np.append(Y.ravel(), 0.0), L),
+                            prob.pc_slack, t1, n_grid=n_times)
+    t_zero, T = T[-1], T[:-1, 0].reshape(X.shape)
+    ends = np.asarray(traj.final["m2"])
+    labels = rule_order(ends[:-1], L).reshape(X.shape)
+    path = np.asarray(traj.params["m2"])[-1]
     px, py = path[:, 0] - path[:, 1], path[:, 2] / np.sqrt(L - 2) - path[:, 1]
     fractions = {name: float(np.mean(labels == k)) for k, name in enumerate(RULE_ORDERS)}
     fig = Figure(figsize=(12, 5.2), layout="constrained")
@@ -121,14 +124,14 @@ def basins_decision_list(L: int, n: int, c: float | None = None, grid: int = 32,
     fig.suptitle(f"list length 2, flow on W with V = cP: L = {L}, n = {n}, c = {c:.4g}, {distribution} tokens",
                  fontsize=10)
     fig.legend(fontsize=7, loc="outside right upper")
-    status = {traj.status_names[s]: int(np.sum(np.asarray(traj.status) == s)) for s in np.unique(traj.status)}
+    status = count(traj.status[:-1])  # the grid's, without the origin
     reached = np.isfinite(T)
     results = {"L": L, "n": n, "c": c, "t1": t1, "distribution": distribution, "fractions": fractions,
                "pc_fraction": fractions[RULE_ORDERS[0]], "pc_reached_fraction": float(reached.mean()),
                "T_star_median": float(np.median(T[reached])) if reached.any() else None,
                "T_star_max": float(T[reached].max()) if reached.any() else None,
                "T_star_from_zero": None if np.isnan(t_zero[0]) else float(t_zero[0]), "status": status,
-               "order_from_zero": RULE_ORDERS[int(rule_order(path[-1], L))]}
+               "order_from_zero": RULE_ORDERS[int(rule_order(ends[-1], L))]}
     lines = [f"basins decision-list  L={L}, n={n}, c={c:.6g}, {distribution} tokens: list-length-2 column, "
              f"{grid}² initialisations of its zero-sum plane, flow to t = {t1:g}"]
     lines += [f"  order at t1 {name}: {100 * f:6.2f}%" for name, f in fractions.items()]

@@ -48,14 +48,8 @@ def _floats(x) -> list[float]:
 
 def _slice(traj: Trajectory, start: int, stop: int) -> Trajectory:
     """Records start..stop−1 of an unbatched trajectory, for auditing part of it."""
-    def cut(x):
-        return x[start:stop]
-
-    return Trajectory(
-        final=traj.final, final_loss=traj.final_loss, status=traj.status, t_final=traj.t_final,
-        ts=cut(traj.ts), loss=cut(traj.loss), grad_norm=cut(traj.grad_norm),
-        params=jax.tree_util.tree_map(cut, traj.params), n_steps=traj.n_steps, time_unit=traj.time_unit,
-    )
+    return eqx.tree_at(lambda t: (t.ts, t.loss, t.grad_norm, t.params), traj,
+                       jax.tree_util.tree_map(lambda x: x[start:stop], (traj.ts, traj.loss, traj.grad_norm, traj.params)))
 
 
 def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = None, max_steps: int = 20,
