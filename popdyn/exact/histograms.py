@@ -9,7 +9,7 @@ holds the distinct tokens of h padded to n slots, their log-counts (−inf on pa
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from math import comb, lgamma, log
 
 import equinox as eqx
@@ -41,7 +41,8 @@ class Histograms(eqx.Module):
     """The histogram table of a sequence law, padded into chunks of ``chunk`` rows (padding has P = 0).
 
     Rows hold the distinct tokens of h padded to n slots, their log-counts (−inf on padding) and P(h), for
-    a uniformly random n-subset of [L] (``distinct``) or n i.i.d. uniform tokens (P(h) = n!/Π h_b! · L^{−n}).
+    a uniformly random n-subset of [L] (``distinct``) or n i.i.d. tokens with probabilities ``token_probs``
+    (default uniform): P(h) = n!/Π h_b! · Π p_b^{h_b}, the multinomial law.
     """
 
     tokens: Int[Array, "C chunk n"]
@@ -50,8 +51,19 @@ class Histograms(eqx.Module):
     valid: Bool[Array, "C chunk"]
     size: int = eqx.field(static=True)
 
-    def __init__(self, L: int, n: int, distinct: bool, chunk: int = 8192, limit: int = MAX_HISTOGRAMS):
+    def __init__(self, L: int, n: int, distinct: bool, chunk: int = 8192, limit: int = MAX_HISTOGRAMS,
+                 token_probs: Sequence[float] | None = None):
         self.size = check_histograms(L, n, distinct, limit)
+        if token_probs is None:
+            logp = np.full(L, -log(L))
+        elif distinct:
+            raise ValueError("token_probs is only defined for i.i.d. tokens (distinct=False)")
+        else:
+            p = np.asarray(token_probs, dtype=float)
+            if p.shape != (L,) or not np.all(p > 0) or abs(p.sum() - 1) > 1e-9:
+                raise ValueError(f"token_probs={p.tolist()} is invalid: must be {L} positive probabilities "
+                                 f"summing to 1")
+            logp = np.log(p)
         if distinct:
             tokens = np.array(list(itertools.combinations(range(L), n)), dtype=np.int32).reshape(-1, n)
             logc = np.zeros(tokens.shape)
@@ -65,7 +77,7 @@ class Histograms(eqx.Module):
                 vals, counts = np.unique(ms, return_counts=True)
                 tokens[r, : len(vals)] = vals
                 logc[r, : len(vals)] = np.log(counts)
-                prob[r] = np.exp(lgamma(n + 1) - sum(lgamma(k + 1) for k in counts) - n * log(L))
+                prob[r] = np.exp(lgamma(n + 1) - sum(lgamma(k + 1) for k in counts) + counts @ logp[vals])
         chunk = min(chunk, self.size)
         n_chunks = -(-self.size // chunk)
         pad = n_chunks * chunk - self.size
