@@ -117,14 +117,17 @@ def test_theorem2_signs_under_joint_flow():
 
 
 def test_per_block_rates_and_momentum():
-    """GD with time scales (η_Y, η_Z) and optax heavy-ball momentum equals a hand-written PyTorch-style loop
-    (b ← μb + g, θ ← θ − η_block·b); row sums of Y and Z stay 0."""
+    """Heavy-ball GD with time scales (η_Y, η_Z) equals a hand-written PyTorch-style loop (b ← μb + g,
+    θ ← θ − η_block·b) and optax's sgd(momentum); per-point learning rates equal separate runs; row sums of Y
+    and Z stay 0."""
     prob = ScanSnap(syn_small())
     theta0 = prob.init_uniform(jax.random.PRNGKey(1))
     theta0 = {k: v - v.mean(axis=1, keepdims=True) for k, v in theta0.items()}
     rates, mu, steps = {"Y": 2.0, "Z": 0.5}, 0.9, 25
     tr = popdyn.gradient_descent(prob, theta0, lr=1.0, steps=steps, record_every=steps, time_scales=rates,
-                                 optimizer=optax.sgd(1.0, momentum=mu))
+                                 momentum=mu)
+    tr_optax = popdyn.gradient_descent(prob, theta0, lr=1.0, steps=steps, record_every=steps, time_scales=rates,
+                                       optimizer=optax.sgd(1.0, momentum=mu))
     grad = jax.jit(jax.grad(prob.loss))
     theta, buf = theta0, {k: jnp.zeros_like(v) for k, v in theta0.items()}
     for _ in range(steps):
@@ -133,4 +136,28 @@ def test_per_block_rates_and_momentum():
         theta = {k: theta[k] - rates[k] * buf[k] for k in g}
     for k in theta:
         np.testing.assert_allclose(tr.final[k], theta[k], atol=1e-12)
+        np.testing.assert_allclose(tr_optax.final[k], theta[k], atol=1e-12)
         np.testing.assert_allclose(tr.final[k].sum(axis=1), 0.0, atol=1e-12)
+    # a sweep over learning rates in one call equals one call per rate
+    batch = jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), theta0)
+    swept = popdyn.gradient_descent(prob, batch, lr=np.array([1.0, 0.3]), steps=steps, record_every=steps,
+                                    time_scales=rates, momentum=mu)
+    single = popdyn.gradient_descent(prob, theta0, lr=0.3, steps=steps, record_every=steps, time_scales=rates,
+                                     momentum=mu)
+    for k in theta:
+        np.testing.assert_allclose(swept.final[k][0], tr.final[k], atol=1e-13)
+        np.testing.assert_allclose(swept.final[k][1], single.final[k], atol=1e-13)
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(momentum=1.0), "momentum"),
+    (dict(momentum=-0.1), "momentum"),
+    (dict(lr=np.array([0.1, -0.1])), "lr"),
+    (dict(lr=np.array([0.1, 0.2, 0.3])), "lr"),
+    (dict(momentum=0.5, optimizer=optax.adam), "optimizer"),
+])
+def test_bad_descent_options_raise(kwargs, match):
+    prob = ScanSnap(ONE_CLASS)
+    batch = jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), prob.init(None))
+    with pytest.raises(ValueError, match=match):
+        popdyn.gradient_descent(prob, batch, steps=2, **kwargs)

@@ -1,6 +1,8 @@
-"""Gradient descent θ ← θ − η τ ⊙ ∇L(θ), or any optax optimizer, as one jitted ``lax.scan``.
+"""Gradient descent θ ← θ − η τ ⊙ ∇L(θ) (optionally with heavy-ball momentum), or any optax optimizer, as
+one jitted ``lax.scan``.
 
-Batched over initialisations (vmap), loss and ‖∇L‖ recorded every ``record_every`` steps. A point
+Batched over initialisations (vmap), with one learning rate or one per initialisation (a step-size
+sweep is one call); loss and ‖∇L‖ recorded every ``record_every`` steps. A point
 whose ‖θ‖ exceeds ``diverge`` or turns non-finite is frozen where it was and marked DIVERGED / NAN,
 so one diverging member never poisons the batch.
 """
@@ -13,7 +15,10 @@ from dataclasses import dataclass
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
+from jax.typing import ArrayLike
+from jaxtyping import Float
 
 from popdyn import _validate
 from popdyn.batching import apply_scales, as_batch, map_chunks, scale_tree
@@ -33,9 +38,10 @@ def _optimizer(optimizer, lr: float) -> optax.GradientTransformation:
 def gradient_descent(
     prob: Problem,
     theta0: Theta,
-    lr: float = 0.1,
+    lr: float | Float[ArrayLike, " B"] = 0.1,
     steps: int = 1000,
     *,
+    momentum: float = 0.0,
     optimizer: optax.GradientTransformation | Callable | None = None,
     record_every: int = 1,
     save_params: bool = False,
@@ -48,26 +54,44 @@ def gradient_descent(
 ) -> Trajectory:
     """Run ``steps`` steps of GD (``optimizer=None``) or of an optax optimizer from θ0 (batched or not).
 
-    ``optimizer`` may be a GradientTransformation (used as is) or a factory such as ``optax.adam``
+    ``lr`` is one number or, for a batched θ0, one learning rate per initialisation. ``momentum`` μ > 0 gives
+    heavy-ball GD in PyTorch's convention, b ← μb + τ ⊙ ∇L, θ ← θ − η b (b₀ = 0). ``optimizer`` may be a GradientTransformation (used as is) or a factory such as ``optax.adam``
     (called with ``lr``). ``time_scales`` multiplies each parameter block's gradient (per-block
     learning rates). Records at steps 0, k, 2k, …; ``t_final`` is the first recorded step with
     ‖∇L‖ < gtol (or ``steps``). Status as for ``gradient_flow``.
     """
-    lr = _validate.positive("lr", lr)
     steps = _validate.int_at_least("steps", steps, 1)
+    momentum = _validate.positive("momentum", momentum, allow_zero=True)
+    if not momentum < 1:
+        raise ValueError(f"momentum={momentum!r} is out of range: must lie in [0, 1)")
     k = _validate.int_at_least("record_every", record_every, 1)
     for name, v in (("gtol", gtol), ("diverge", diverge)):
         _validate.positive(name, v)
     if steps % k:
         raise ValueError(f"steps={steps} is invalid: must be a multiple of record_every={k}")
     cfg = _DescentConfig(steps=steps, record_every=k, save_params=save_params, gtol=gtol, diverge=diverge,
-                         scales=frozen_scales(scale_tree(prob, time_scales)))
-    opt = None if optimizer is None else _optimizer(optimizer, lr)
+                         scales=frozen_scales(scale_tree(prob, time_scales)), momentum=momentum)
     batch, batched = as_batch(prob, theta0)
-    lr_arr = jnp.asarray(lr, dtype=jnp.result_type(float))
-    out = map_chunks(lambda b: _descend_batch(prob, b, lr_arr, opt, cfg), batch, chunk_size, progress=progress,
-                     desc="gradient descent")
+    n = jax.tree_util.tree_leaves(batch)[0].shape[0]
+    lrs = _learning_rates(lr, n, batched)
+    if optimizer is not None and (momentum or np.ptp(lrs) > 0):
+        raise ValueError("optimizer is given: momentum and per-initialisation learning rates apply to plain GD only")
+    opt = None if optimizer is None else _optimizer(optimizer, float(lrs[0]))
+    lr_arr = jnp.asarray(lrs, dtype=jnp.result_type(float))
+    out = map_chunks(lambda b: _descend_batch(prob, b[0], b[1], opt, cfg), (batch, lr_arr), chunk_size,
+                     progress=progress, desc="gradient descent")
     return finish(prob, out, batched, saddle_tol, "step")
+
+
+def _learning_rates(lr, n: int, batched: bool) -> np.ndarray:
+    """``lr`` as n positive finite rates (a number is repeated; an array needs a batched θ0 of n points)."""
+    if np.ndim(lr) == 0:
+        return np.full(n, _validate.positive("lr", np.asarray(lr).item()))
+    arr = np.asarray(lr, dtype=float)
+    if not batched or arr.shape != (n,) or not np.all(np.isfinite(arr) & (arr > 0)):
+        raise ValueError(f"lr has shape {arr.shape}: per-initialisation learning rates must be {n} finite numbers "
+                         f"> 0, one per point of a batched θ0")
+    return arr
 
 
 @dataclass(frozen=True)
@@ -80,26 +104,35 @@ class _DescentConfig:
     gtol: float
     diverge: float
     scales: tuple | None
+    momentum: float
 
 
 @eqx.filter_jit
-def _descend_batch(prob: Problem, batch: Theta, lr, opt, cfg: _DescentConfig) -> dict:
+def _descend_batch(prob: Problem, batch: Theta, lrs, opt, cfg: _DescentConfig) -> dict:
     scales = None if cfg.scales is None else dict(cfg.scales)
     vg = jax.value_and_grad(prob.loss)
     k, steps = cfg.record_every, cfg.steps
     n_rec = steps // k
 
-    def update(theta, state):
+    def update(theta, state, lr):
         g = apply_scales(jax.grad(prob.loss)(theta), scales)
+        if opt is None and cfg.momentum:  # heavy ball: the state is the buffer b
+            state = jax.tree_util.tree_map(lambda b, d: cfg.momentum * b + d, state, g)
+            return jax.tree_util.tree_map(lambda x, b: x - lr * b, theta, state), state
         if opt is None:  # plain GD: no optimizer state
             return jax.tree_util.tree_map(lambda x, d: x - lr * d, theta, g), state
         updates, state = opt.update(g, state, theta)
         return optax.apply_updates(theta, updates), state
 
-    def run_one(theta):
+    def init_state(theta):
+        if opt is not None:
+            return opt.init(theta)
+        return jax.tree_util.tree_map(jnp.zeros_like, theta) if cfg.momentum else ()
+
+    def run_one(theta, lr):
         def step(carry, _):
             theta, state, bad = carry
-            new, new_state = update(theta, state)
+            new, new_state = update(theta, state, lr)
             norm = optax.tree.norm(new)
             blown = ~jnp.isfinite(norm) | (norm > cfg.diverge)
             code = jnp.where(~jnp.isfinite(norm), int(Status.NAN), int(Status.DIVERGED))
@@ -120,7 +153,7 @@ def _descend_batch(prob: Problem, batch: Theta, lr, opt, cfg: _DescentConfig) ->
             carry, _ = jax.lax.scan(step, carry, None, length=k)
             return carry, snapshot(carry[0])
 
-        state0 = () if opt is None else opt.init(theta)
+        state0 = init_state(theta)
         (final, _, bad), recs = jax.lax.scan(block, (theta, state0, jnp.int32(-1)), None, length=n_rec)
         recs = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), snapshot(theta), recs)
         ts = jnp.arange(n_rec + 1, dtype=jnp.result_type(float)) * k
@@ -138,4 +171,4 @@ def _descend_batch(prob: Problem, batch: Theta, lr, opt, cfg: _DescentConfig) ->
             "grad_norm": gn, "params": recs.get("params"), "n_steps": jnp.int32(steps),
         }
 
-    return jax.vmap(run_one)(batch)
+    return jax.vmap(run_one)(batch, lrs)
