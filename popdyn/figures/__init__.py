@@ -2,12 +2,16 @@
 
 from popdyn.figures.markov import markov_fig1, markov_fig3, markov_fig4
 from popdyn.figures.markov_ewa import markov_ewa
+from popdyn.figures.scan_snap import scan_snap_fig4, scan_snap_fig6, scan_snap_fig9
 
 FIGURES = {
     "markov-fig1": (markov_fig1, "Local to Global Fig 1: (e, w) flows, energy, critical sets, basins for p+q<1 and p+q>1"),
     "markov-fig3": (markov_fig3, "Local to Global Fig 3: rank-one emergence in W_V, W_1 and positional vectors"),
     "markov-fig4": (markov_fig4, "Local to Global Fig 4: standard vs rank-one initialisation of the full model, p=0.5, q=0.8"),
     "markov-ewa": (markov_ewa, "(e, w, a) attention-scalar model ([our choice], §2.4): 3-D trajectories, basin slices"),
+    "scan-snap-fig4": (scan_snap_fig4, "Scan and Snap Fig 4: Syn-Small attention over training, η_Y = η_Z = 1 vs η_Y = 10"),
+    "scan-snap-fig6": (scan_snap_fig6, "Scan and Snap Fig 6: Syn-Medium entropy grid over (K, η_Z, η_Y/η_Z) vs the paper"),
+    "scan-snap-fig9": (scan_snap_fig9, "Scan and Snap Fig 9: B_n(t) at fixed η_Y/η_Z with the transition times t_0"),
 }
 
 
@@ -18,4 +22,7 @@ def get_figure(name: str):
     return FIGURES[name][0]
 
 
-__all__ = ["FIGURES", "get_figure", "markov_ewa", "markov_fig1", "markov_fig3", "markov_fig4"]
+__all__ = [
+    "FIGURES", "get_figure", "markov_ewa", "markov_fig1", "markov_fig3", "markov_fig4", "scan_snap_fig4",
+    "scan_snap_fig6", "scan_snap_fig9",
+]
