@@ -10,7 +10,7 @@ import pytest
 
 import popdyn
 from popdyn.tasks.scan_snap import (
-    ScanSnap, attention_velocity, h, h_star, invariant_spread, logit_change, make_classes, reduced_attention_flow,
+    ScanSnap, attention_velocity, gamma, h, h_star, invariant_spread, logit_change, make_classes, reduced_attention_flow,
     syn_small,
 )
 
@@ -46,6 +46,13 @@ def test_lemma6_one_class_flow_is_the_implicit_solution():
     w = decoder_logits(prob, tr.params)
     expected = (M1 - 1) * np.asarray(h(tr.ts, M1, eta))[:, None] * zeta(M1, 4)[None, :]
     np.testing.assert_allclose(w, expected, atol=1e-10)
+    # Theorem 1 with one class (K = 1, ι = 1, no β): g = Y(e_n − α) = γ(t)·ζᵀζ·f_n = γ(t)·M/(M−1)·f_n (Eq. 85)
+    f = prob.features(prob.init(None))[0]
+    alpha = jax.nn.softmax(w, axis=-1)
+    g = jnp.einsum("tkj,tj->tk", tr.params["Y"], np.eye(M1)[4] - alpha)
+    expected_g = np.asarray(gamma(tr.ts, 1, M1, eta))[:, None] * M1 / (M1 - 1) * f[None, :]
+    np.testing.assert_allclose(g, expected_g, atol=1e-10)
+    assert float(jnp.max(jnp.abs(g))) > 0.1
 
 
 def test_scan_invariant_is_exact_under_the_reduced_dynamics():
