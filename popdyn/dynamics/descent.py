@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 from jax.typing import ArrayLike
-from jaxtyping import Float
+from jaxtyping import Array, Float
 
 from popdyn import _validate
 from popdyn.batching import apply_scales, as_batch, map_chunks, scale_tree
@@ -43,6 +43,10 @@ def gradient_descent(
     *,
     momentum: float = 0.0,
     optimizer: optax.GradientTransformation | Callable | None = None,
+    precondition: Callable[[Theta], Theta] | None = None,
+    prox: Callable[[Theta, Array], Theta] | None = None,
+    noise: float = 0.0,
+    seed: int = 0,
     record_every: int = 1,
     save_params: bool = False,
     gtol: float = 1e-9,
@@ -55,8 +59,13 @@ def gradient_descent(
     """Run ``steps`` steps of GD (``optimizer=None``) or of an optax optimizer from θ0 (batched or not).
 
     ``lr`` is one number or, for a batched θ0, one learning rate per initialisation. ``momentum`` μ > 0 gives
-    heavy-ball GD in PyTorch's convention, b ← μb + τ ⊙ ∇L, θ ← θ − η b (b₀ = 0). ``optimizer`` may be a GradientTransformation (used as is) or a factory such as ``optax.adam``
-    (called with ``lr``). ``time_scales`` multiplies each parameter block's gradient (per-block
+    heavy-ball GD in PyTorch's convention, b ← μb + τ ⊙ d, θ ← θ − η b (b₀ = 0). ``optimizer`` may be a
+    GradientTransformation (used as is) or a factory such as ``optax.adam`` (called with ``lr``).
+
+    The step direction is d = P(∇L) + σξ: ``precondition`` P maps a gradient pytree to a direction (a plain
+    function or an equinox Module, e.g. a bound method of the problem), ``noise`` σ adds i.i.d. N(0, σ²)
+    entries drawn from ``seed`` (one stream per initialisation and step: a noisy surrogate of minibatch SGD).
+    ``prox`` (θ, η) → θ' runs after every step (proximal GD, e.g. ``L1Prox``). ``time_scales`` multiplies each parameter block's gradient (per-block
     learning rates). Records at steps 0, k, 2k, …; ``t_final`` is the first recorded step with
     ‖∇L‖ < gtol (or ``steps``). Status as for ``gradient_flow``.
     """
@@ -65,12 +74,15 @@ def gradient_descent(
     if not momentum < 1:
         raise ValueError(f"momentum={momentum!r} is out of range: must lie in [0, 1)")
     k = _validate.int_at_least("record_every", record_every, 1)
+    noise = _validate.positive("noise", noise, allow_zero=True)
+    seed = _validate.int_at_least("seed", seed, 0)
     for name, v in (("gtol", gtol), ("diverge", diverge)):
         _validate.positive(name, v)
     if steps % k:
         raise ValueError(f"steps={steps} is invalid: must be a multiple of record_every={k}")
     cfg = _DescentConfig(steps=steps, record_every=k, save_params=save_params, gtol=gtol, diverge=diverge,
-                         scales=frozen_scales(scale_tree(prob, time_scales)), momentum=momentum)
+                         scales=frozen_scales(scale_tree(prob, time_scales)), momentum=momentum,
+                         noise=noise)
     batch, batched = as_batch(prob, theta0)
     n = jax.tree_util.tree_leaves(batch)[0].shape[0]
     lrs = _learning_rates(lr, n, batched)
@@ -78,8 +90,9 @@ def gradient_descent(
         raise ValueError("optimizer is given: momentum and per-initialisation learning rates apply to plain GD only")
     opt = None if optimizer is None else _optimizer(optimizer, float(lrs[0]))
     lr_arr = jnp.asarray(lrs, dtype=jnp.result_type(float))
-    out = map_chunks(lambda b: _descend_batch(prob, b[0], b[1], opt, cfg), (batch, lr_arr), chunk_size,
-                     progress=progress, desc="gradient descent")
+    keys = jax.random.split(jax.random.PRNGKey(seed), n)
+    out = map_chunks(lambda b: _descend_batch(prob, *b, opt, precondition, prox, cfg), (batch, lr_arr, keys),
+                     chunk_size, progress=progress, desc="gradient descent")
     return finish(prob, out, batched, saddle_tol, "step")
 
 
@@ -105,17 +118,33 @@ class _DescentConfig:
     diverge: float
     scales: tuple | None
     momentum: float
+    noise: float
 
 
 @eqx.filter_jit
-def _descend_batch(prob: Problem, batch: Theta, lrs, opt, cfg: _DescentConfig) -> dict:
+def _descend_batch(prob: Problem, batch: Theta, lrs, keys, opt, precondition, prox, cfg: _DescentConfig) -> dict:
     scales = None if cfg.scales is None else dict(cfg.scales)
     vg = jax.value_and_grad(prob.loss)
     k, steps = cfg.record_every, cfg.steps
     n_rec = steps // k
 
-    def update(theta, state, lr):
-        g = apply_scales(jax.grad(prob.loss)(theta), scales)
+    def direction(theta, key):
+        d = jax.grad(prob.loss)(theta)
+        if precondition is not None:
+            d = precondition(d)
+        if cfg.noise:
+            leaves, tree = jax.tree_util.tree_flatten(d)
+            ks = jax.random.split(key, len(leaves))
+            d = jax.tree_util.tree_unflatten(
+                tree, [x + cfg.noise * jax.random.normal(k_, x.shape, x.dtype) for x, k_ in zip(leaves, ks)])
+        return apply_scales(d, scales)
+
+    def update(theta, state, lr, key):
+        new, state = _step(theta, state, lr, key)
+        return (new if prox is None else prox(new, lr)), state
+
+    def _step(theta, state, lr, key):
+        g = direction(theta, key)
         if opt is None and cfg.momentum:  # heavy ball: the state is the buffer b
             state = jax.tree_util.tree_map(lambda b, d: cfg.momentum * b + d, state, g)
             return jax.tree_util.tree_map(lambda x, b: x - lr * b, theta, state), state
@@ -129,10 +158,10 @@ def _descend_batch(prob: Problem, batch: Theta, lrs, opt, cfg: _DescentConfig) -
             return opt.init(theta)
         return jax.tree_util.tree_map(jnp.zeros_like, theta) if cfg.momentum else ()
 
-    def run_one(theta, lr):
-        def step(carry, _):
+    def run_one(theta, lr, key):
+        def step(carry, i):
             theta, state, bad = carry
-            new, new_state = update(theta, state, lr)
+            new, new_state = update(theta, state, lr, jax.random.fold_in(key, i))
             norm = optax.tree.norm(new)
             blown = ~jnp.isfinite(norm) | (norm > cfg.diverge)
             code = jnp.where(~jnp.isfinite(norm), int(Status.NAN), int(Status.DIVERGED))
@@ -149,12 +178,12 @@ def _descend_batch(prob: Problem, batch: Theta, lrs, opt, cfg: _DescentConfig) -
                 rec["params"] = theta
             return rec
 
-        def block(carry, _):
-            carry, _ = jax.lax.scan(step, carry, None, length=k)
+        def block(carry, b):
+            carry, _ = jax.lax.scan(step, carry, b * k + jnp.arange(k))
             return carry, snapshot(carry[0])
 
         state0 = init_state(theta)
-        (final, _, bad), recs = jax.lax.scan(block, (theta, state0, jnp.int32(-1)), None, length=n_rec)
+        (final, _, bad), recs = jax.lax.scan(block, (theta, state0, jnp.int32(-1)), jnp.arange(n_rec))
         recs = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), snapshot(theta), recs)
         ts = jnp.arange(n_rec + 1, dtype=jnp.result_type(float)) * k
         gn = recs["grad_norm"]
@@ -171,4 +200,4 @@ def _descend_batch(prob: Problem, batch: Theta, lrs, opt, cfg: _DescentConfig) -
             "grad_norm": gn, "params": recs.get("params"), "n_steps": jnp.int32(steps),
         }
 
-    return jax.vmap(run_one)(batch, lrs)
+    return jax.vmap(run_one)(batch, lrs, keys)

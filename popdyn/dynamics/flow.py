@@ -7,7 +7,7 @@ never kills the batch: every initialisation gets a ``Status``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import diffrax
@@ -61,11 +61,12 @@ def gradient_flow(
     pcoeff: float = 0.3,
     icoeff: float = 0.4,
     time_scales: dict[str, float] | None = None,
+    precondition: Callable[[Theta], Theta] | None = None,
     saddle_tol: float = 1e-7,
     chunk_size: int | None = None,
     progress: bool = False,
 ) -> Trajectory:
-    """Integrate θ̇ = −τ ⊙ ∇L(θ) from θ0 (one point, or a batch on a leading axis) up to ``t1``.
+    """Integrate θ̇ = −τ ⊙ P(∇L(θ)) (P = ``precondition``, a gradient → direction map; default identity) from θ0 (one point, or a batch on a leading axis) up to ``t1``.
 
     Stops a point once it is steady, ‖θ̇‖ < ``gtol`` (default: atol + rtol·‖θ‖, diffrax's steady-state
     rule, i.e. steady to within the solver's own tolerance) (CONVERGED, or SADDLE when its Hessian has a negative
@@ -91,7 +92,7 @@ def gradient_flow(
     )
     batch, batched = as_batch(prob, theta0)
     solver_ = _solver(solver)
-    out = map_chunks(lambda b: _solve_batch(prob, b, solver_, cfg), batch, chunk_size, progress=progress,
+    out = map_chunks(lambda b: _solve_batch(prob, b, solver_, precondition, cfg), batch, chunk_size, progress=progress,
                      desc="gradient flow")
     return finish(prob, out, batched, saddle_tol, "time")
 
@@ -114,12 +115,15 @@ class _FlowConfig:
 
 
 @eqx.filter_jit
-def _solve_batch(prob: Problem, batch: Theta, solver, cfg: _FlowConfig) -> dict:
+def _solve_batch(prob: Problem, batch: Theta, solver, precondition, cfg: _FlowConfig) -> dict:
     scales = None if cfg.scales is None else dict(cfg.scales)
     vg = jax.value_and_grad(prob.loss)
 
     def field(t, y, args):
-        return jax.tree_util.tree_map(jnp.negative, apply_scales(jax.grad(prob.loss)(y), scales))
+        g = jax.grad(prob.loss)(y)
+        if precondition is not None:
+            g = precondition(g)
+        return jax.tree_util.tree_map(jnp.negative, apply_scales(g, scales))
 
     def steady(t, y, args, **kwargs):
         speed = optax.tree.norm(field(t, y, args))
