@@ -139,6 +139,14 @@ def test_precondition_prox_and_noise_are_the_exact_update_rule():
     other = popdyn.gradient_descent(prob, batch, lr=lr, steps=1, noise=0.3, seed=2)
     np.testing.assert_array_equal(again.final["e"], noisy.final["e"])
     assert not np.allclose(other.final["e"], noisy.final["e"])
+    # a stochastic gradient hook replaces ∇L: here ∇L + N(0, 0.3²) drawn from the step's key, i.e. the same
+    # law as noise=0.3 (not the same draws)
+    def sampled(th, key):
+        return jax.tree_util.tree_map(lambda g: g + 0.3 * jax.random.normal(key, g.shape), jax.grad(prob.loss)(th))
+
+    hooked = popdyn.gradient_descent(prob, batch, lr=lr, steps=1, gradient=sampled, seed=1)
+    xi = (np.asarray(clean.final["e"]) - np.asarray(hooked.final["e"])) / lr
+    assert abs(xi.mean()) < 4 * 0.3 / np.sqrt(4000) and abs(xi.std() / 0.3 - 1) < 0.05
     with pytest.raises(ValueError, match="noise"):
         popdyn.gradient_descent(prob, theta, noise=-1.0)
     with pytest.raises(ValueError, match="strength"):

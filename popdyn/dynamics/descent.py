@@ -45,6 +45,7 @@ def gradient_descent(
     optimizer: optax.GradientTransformation | Callable | None = None,
     precondition: Callable[[Theta], Theta] | None = None,
     prox: Callable[[Theta, Array], Theta] | None = None,
+    gradient: Callable[[Theta, Array], Theta] | None = None,
     noise: float = 0.0,
     seed: int = 0,
     record_every: int = 1,
@@ -62,7 +63,8 @@ def gradient_descent(
     heavy-ball GD in PyTorch's convention, b ← μb + τ ⊙ d, θ ← θ − η b (b₀ = 0). ``optimizer`` may be a
     GradientTransformation (used as is) or a factory such as ``optax.adam`` (called with ``lr``).
 
-    The step direction is d = P(∇L) + σξ: ``precondition`` P maps a gradient pytree to a direction (a plain
+    The step direction is d = P(g) + σξ, with g = ∇L or, given ``gradient`` (θ, key) → g, a stochastic estimate
+    such as a sampled minibatch gradient (SGD; the key is per initialisation and step). ``precondition`` P maps a gradient pytree to a direction (a plain
     function or an equinox Module, e.g. a bound method of the problem), ``noise`` σ adds i.i.d. N(0, σ²)
     entries drawn from ``seed`` (one stream per initialisation and step: a noisy surrogate of minibatch SGD).
     ``prox`` (θ, η) → θ' runs after every step (proximal GD, e.g. ``L1Prox``). ``time_scales`` multiplies each parameter block's gradient (per-block
@@ -91,7 +93,8 @@ def gradient_descent(
     opt = None if optimizer is None else _optimizer(optimizer, float(lrs[0]))
     lr_arr = jnp.asarray(lrs, dtype=jnp.result_type(float))
     keys = jax.random.split(jax.random.PRNGKey(seed), n)
-    out = map_chunks(lambda b: _descend_batch(prob, *b, opt, precondition, prox, cfg), (batch, lr_arr, keys),
+    hooks = (precondition, prox, gradient)
+    out = map_chunks(lambda b: _descend_batch(prob, *b, opt, hooks, cfg), (batch, lr_arr, keys),
                      chunk_size, progress=progress, desc="gradient descent")
     return finish(prob, out, batched, saddle_tol, "step")
 
@@ -122,19 +125,21 @@ class _DescentConfig:
 
 
 @eqx.filter_jit
-def _descend_batch(prob: Problem, batch: Theta, lrs, keys, opt, precondition, prox, cfg: _DescentConfig) -> dict:
+def _descend_batch(prob: Problem, batch: Theta, lrs, keys, opt, hooks, cfg: _DescentConfig) -> dict:
+    precondition, prox, gradient = hooks
     scales = None if cfg.scales is None else dict(cfg.scales)
     vg = jax.value_and_grad(prob.loss)
     k, steps = cfg.record_every, cfg.steps
     n_rec = steps // k
 
     def direction(theta, key):
-        d = jax.grad(prob.loss)(theta)
+        key, key_noise = jax.random.split(key)
+        d = jax.grad(prob.loss)(theta) if gradient is None else gradient(theta, key)
         if precondition is not None:
             d = precondition(d)
         if cfg.noise:
             leaves, tree = jax.tree_util.tree_flatten(d)
-            ks = jax.random.split(key, len(leaves))
+            ks = jax.random.split(key_noise, len(leaves))
             d = jax.tree_util.tree_unflatten(
                 tree, [x + cfg.noise * jax.random.normal(k_, x.shape, x.dtype) for x, k_ in zip(leaves, ks)])
         return apply_scales(d, scales)
