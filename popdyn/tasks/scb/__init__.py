@@ -1,0 +1,13 @@
+"""Sparse contextual bigrams learned by a one-layer linear transformer (Ren, Wang, Lee 2024; spec scb.md)."""
+
+from popdyn.tasks.scb.brute_force import MAX_SEQUENCES, brute_force_loss, sequence_table
+from popdyn.tasks.scb.instance import random_instance, validate_instance
+from popdyn.tasks.scb.model import SoftmaxBigram, SparseBigram
+from popdyn.tasks.scb.reduced import Reduced2D, Reduced4D, embed_2d, embed_4d
+from popdyn.tasks.scb.sampling import minibatch_gradient, per_sample_gradients, per_sample_loss
+
+__all__ = [
+    "MAX_SEQUENCES", "Reduced2D", "Reduced4D", "SoftmaxBigram", "SparseBigram", "brute_force_loss", "embed_2d",
+    "embed_4d", "minibatch_gradient", "per_sample_gradients", "per_sample_loss", "random_instance",
+    "sequence_table", "validate_instance",
+]

@@ -1,0 +1,54 @@
+"""Per-sample losses and stochastic gradients on exact draws of the generative model (spec scb.md §5).
+
+For a draw (X, k = x_{T+1}, y) and the residual r = e_y − V X a_k: g_V = −r (X a_k)ᵀ and g_{a_k} = −XᵀVᵀr
+(other columns of A: 0). Preconditioned as in §4 their expectation is the preconditioned population
+gradient. ``data`` is the triple returned by ``SparseBigram.sample``.
+"""
+
+from __future__ import annotations
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+from jaxtyping import Array, Float, Int
+
+from popdyn.problem import Theta
+from popdyn.tasks.scb.model import SparseBigram
+
+Batch = tuple[Int[Array, "B T"], Int[Array, " B"], Int[Array, " B"]]
+
+
+def _residual(prob: SparseBigram, theta: Theta, X, k, y):
+    """(r = e_y − V X a_k, X a_k) for one draw."""
+    h = jnp.zeros(prob.N, theta["V"].dtype).at[X].add(theta["A"][:, k])
+    return jax.nn.one_hot(y, prob.N, dtype=h.dtype) - theta["V"] @ h, h
+
+
+@eqx.filter_jit
+def per_sample_loss(prob: SparseBigram, theta: Theta, data: Batch) -> Float[Array, " B"]:
+    """½‖e_y − V X a_k‖² for every draw; its mean estimates L(θ) (§2)."""
+
+    def one(X, k, y):
+        r, _ = _residual(prob, theta, X, k, y)
+        return 0.5 * r @ r
+
+    return jax.vmap(one)(*data)
+
+
+@eqx.filter_jit
+def per_sample_gradients(prob: SparseBigram, theta: Theta, data: Batch, project: bool = False) -> Theta:
+    """Preconditioned per-sample gradients {"V": (B, N, N), "A": (B, T, N)}: (g_V D_μ^{-1}, g_{a_k}/μ_k), with
+    Π_T on the A-part if ``project`` (§5, §4)."""
+
+    def one(X, k, y):
+        r, h = _residual(prob, theta, X, k, y)
+        gA = jnp.zeros_like(theta["A"]).at[:, k].set(-(theta["V"].T @ r)[X])
+        return {"V": -jnp.outer(r, h), "A": gA}
+
+    return prob.precondition(jax.vmap(one)(*data), project=project)
+
+
+@eqx.filter_jit
+def minibatch_gradient(prob: SparseBigram, theta: Theta, data: Batch, project: bool = False) -> Theta:
+    """The minibatch average of ``per_sample_gradients``: an unbiased estimate of the preconditioned ∇L (§5)."""
+    return jax.tree_util.tree_map(lambda g: jnp.mean(g, axis=0), per_sample_gradients(prob, theta, data, project))
