@@ -147,8 +147,15 @@ def test_precondition_prox_and_noise_are_the_exact_update_rule():
     hooked = popdyn.gradient_descent(prob, batch, lr=lr, steps=1, gradient=sampled, seed=1)
     xi = (np.asarray(clean.final["e"]) - np.asarray(hooked.final["e"])) / lr
     assert abs(xi.mean()) < 4 * 0.3 / np.sqrt(4000) and abs(xi.std() / 0.3 - 1) < 0.05
+    # per-block levels: only "w" is noisy
+    blocks = popdyn.gradient_descent(prob, batch, lr=lr, steps=1, noise={"w": 0.3}, seed=1)
+    np.testing.assert_allclose(blocks.final["e"], np.broadcast_to(clean.final["e"], (4000,)), atol=1e-15)
+    xi_w = (np.asarray(clean.final["w"]) - np.asarray(blocks.final["w"])) / lr
+    assert abs(xi_w.std() / 0.3 - 1) < 0.05
     with pytest.raises(ValueError, match="noise"):
         popdyn.gradient_descent(prob, theta, noise=-1.0)
+    with pytest.raises(ValueError, match="noise"):
+        popdyn.gradient_descent(prob, theta, noise={"x": 1.0})
     with pytest.raises(ValueError, match="strength"):
         popdyn.dynamics.L1Prox({"w": -1.0})
 

@@ -46,7 +46,7 @@ def gradient_descent(
     precondition: Callable[[Theta], Theta] | None = None,
     prox: Callable[[Theta, Array], Theta] | None = None,
     gradient: Callable[[Theta, Array], Theta] | None = None,
-    noise: float = 0.0,
+    noise: float | dict[str, float] = 0.0,
     seed: int = 0,
     record_every: int = 1,
     save_params: bool = False,
@@ -65,7 +65,7 @@ def gradient_descent(
 
     The step direction is d = P(g) + σξ, with g = ∇L or, given ``gradient`` (θ, key) → g, a stochastic estimate
     such as a sampled minibatch gradient (SGD; the key is per initialisation and step). ``precondition`` P maps a gradient pytree to a direction (a plain
-    function or an equinox Module, e.g. a bound method of the problem), ``noise`` σ adds i.i.d. N(0, σ²)
+    function or an equinox Module, e.g. a bound method of the problem), ``noise`` σ (one number, or one per top-level parameter block) adds i.i.d. N(0, σ²)
     entries drawn from ``seed`` (one stream per initialisation and step: a noisy surrogate of minibatch SGD).
     ``prox`` (θ, η) → θ' runs after every step (proximal GD, e.g. ``L1Prox``). ``time_scales`` multiplies each parameter block's gradient (per-block
     learning rates). Records at steps 0, k, 2k, …; ``t_final`` is the first recorded step with
@@ -76,7 +76,7 @@ def gradient_descent(
     if not momentum < 1:
         raise ValueError(f"momentum={momentum!r} is out of range: must lie in [0, 1)")
     k = _validate.int_at_least("record_every", record_every, 1)
-    noise = _validate.positive("noise", noise, allow_zero=True)
+    noise = _noise_levels(prob, noise)
     seed = _validate.int_at_least("seed", seed, 0)
     for name, v in (("gtol", gtol), ("diverge", diverge)):
         _validate.positive(name, v)
@@ -97,6 +97,19 @@ def gradient_descent(
     out = map_chunks(lambda b: _descend_batch(prob, *b, opt, hooks, cfg), (batch, lr_arr, keys),
                      chunk_size, progress=progress, desc="gradient descent")
     return finish(prob, out, batched, saddle_tol, "step")
+
+
+def _noise_levels(prob: Problem, noise) -> float | tuple:
+    """σ as a float, or per block as a hashable ((name, σ), …) over every top-level key (missing → 0)."""
+    if not isinstance(noise, dict):
+        return _validate.positive("noise", noise, allow_zero=True)
+    template = prob.template()
+    unknown = set(noise) - set(template) if isinstance(template, dict) else set(noise)
+    if unknown:
+        raise ValueError(f"noise has unknown parameter(s) {sorted(unknown)}: allowed "
+                         f"{sorted(template) if isinstance(template, dict) else 'a single number'}")
+    levels = {k: _validate.positive(f"noise[{k!r}]", noise.get(k, 0.0), allow_zero=True) for k in template}
+    return tuple(levels.items()) if any(levels.values()) else 0.0
 
 
 def _learning_rates(lr, n: int, batched: bool) -> np.ndarray:
@@ -121,7 +134,7 @@ class _DescentConfig:
     diverge: float
     scales: tuple | None
     momentum: float
-    noise: float
+    noise: float | tuple
 
 
 @eqx.filter_jit
@@ -138,10 +151,16 @@ def _descend_batch(prob: Problem, batch: Theta, lrs, keys, opt, hooks, cfg: _Des
         if precondition is not None:
             d = precondition(d)
         if cfg.noise:
+            if isinstance(cfg.noise, float):
+                stds = jax.tree_util.tree_map(lambda _: cfg.noise, d)
+            else:
+                per_block = dict(cfg.noise)
+                stds = {k: jax.tree_util.tree_map(lambda _, s=per_block[k]: s, v) for k, v in d.items()}
             leaves, tree = jax.tree_util.tree_flatten(d)
             ks = jax.random.split(key_noise, len(leaves))
+            sig = tree.flatten_up_to(stds)
             d = jax.tree_util.tree_unflatten(
-                tree, [x + cfg.noise * jax.random.normal(k_, x.shape, x.dtype) for x, k_ in zip(leaves, ks)])
+                tree, [x + s_ * jax.random.normal(k_, x.shape, x.dtype) for x, s_, k_ in zip(leaves, sig, ks)])
         return apply_scales(d, scales)
 
     def update(theta, state, lr, key):
