@@ -156,6 +156,12 @@ def basins(args, out: Path) -> list[str]:
 
         res, wall = _timed(basins_decision_list, args.L, args.n, args.c, args.grid or 32, *args.range,
                            100.0 if args.t1 is None else args.t1, args.distribution)
+    elif args.task == "scb":
+        from popdyn.tasks.scb.jobs import basins_scb
+
+        res, wall = _timed(basins_scb, args.N, args.T, args.Q, args.seed,
+                           args.grid or 64, *args.range, 2e4 if args.t1 is None else args.t1,
+                           progress=not args.quiet)
     else:
         res, wall = _timed(basins_markov, args.p, args.q, args.grid or 128, *args.range, args.method,
                            1e4 if args.t1 is None else args.t1, args.lr, args.steps, args.chunk,
@@ -170,14 +176,21 @@ def converge(args, out: Path) -> list[str]:
 
         res, wall = _timed(converge_decision_list, args.L, args.n, args.M, args.c, args.distribution, args.delta,
                            args.gamma, args.t1)
+    elif args.task == "scb":
+        from popdyn.tasks.scb.jobs import converge_scb
+
+        res, wall = _timed(converge_scb, args.N, args.T, args.Q, args.seed, 0.5 if args.lr is None else args.lr,
+                           0.01 if args.eps is None else args.eps)
     else:
-        res, wall = _timed(converge_markov, args.p, args.q, args.n_init, args.std, args.seed, args.eps,
-                           1e4 if args.t1 is None else args.t1)
+        res, wall = _timed(converge_markov, args.p, args.q, args.n_init, args.std, args.seed,
+                           1e-6 if args.eps is None else args.eps, 1e4 if args.t1 is None else args.t1)
     res.write(out, "converge", wall)
     return res.lines
 
 
 def stepsize(args, out: Path) -> list[str]:
+    if args.task == "scb":
+        raise ValueError("task='scb' has no stepsize job yet: available for markov, decision-list")
     if args.task == "decision-list":
         from popdyn.tasks.decision_list.jobs import stepsize_decision_list
 

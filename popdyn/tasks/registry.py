@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 TASKS = ("markov", "decision-list", "scan-snap", "scb", "teacher")
-AVAILABLE = ("markov", "decision-list")
+AVAILABLE = ("markov", "decision-list", "scb")
 
 
 def check_task(name: str) -> str:

@@ -1,0 +1,54 @@
+"""``popdyn converge scb`` and ``popdyn basins scb`` (spec scb.md §4, §10)."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+
+from popdyn.tasks.scb.jobs import converge_scb
+
+
+def test_converge_scb_stage1_and_late_contraction():
+    """Stage 1 ends at the same step on the full matrices and on the 2-D recursion; near (1, 1) the measured
+    contraction factor of the distance is the predicted 1 − ηλ_slow."""
+    res = converge_scb(N=10, T=50, Q=2, seed=0, lr=0.5, eps=0.01, max_steps=16_000)
+    r = res.results
+    assert r["stage1_steps"] == r["stage1_steps_reduced"] is not None
+    assert max(r["stage1_alphas"]) >= r["threshold"] == 0.1
+    # early times: α_V ≈ t/T, so the V signal reaches θ = 0.1 after about θT/η = 10 steps
+    assert abs(r["stage1_steps"] - r["stage1_steps_early_time"]) <= 2
+    assert r["total_steps"] is not None and r["stable"]
+    dist = res.arrays["converge"]["distance"]
+    measured = (dist[-1] / dist[-1001]) ** (1 / 1000)  # distance ≈ 1e-8 there: the linear regime
+    assert abs(measured - r["contraction_predicted"]) < 1e-9
+
+
+def test_basins_scb_two_regions_split_by_the_saddle(tmp_path):
+    out = tmp_path / "b"
+    proc = subprocess.run([sys.executable, "-m", "popdyn.cli", "basins", "scb", "--grid", "12", "--range", "-2", "2",
+                           "--out", str(out), "--quiet"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    r = json.loads((out / "summary.json").read_text())["results"]
+    f = r["fractions"]
+    assert f["minimum"] > 0.2 and f["unresolved"] > 0.2 and f["saddle"] == 0.0
+    # every unresolved point is escaping toward (0⁻, −∞): below the saddle, never lost to a solver failure
+    assert abs(r["escape_fraction"] - f["unresolved"]) < 1e-12
+    assert r["status_counts"]["solver_failed"] == 0 and r["status_counts"]["nan"] == 0
+    data = np.load(out / "basins.npz")
+    labels = data["labels"]
+    assert labels[-1, -1] == 0 and labels[0, 0] == -1  # (2, 2) → minimum; (−2, −2) escapes
+
+
+def test_converge_scb_cli_and_bad_input(tmp_path):
+    out = tmp_path / "c"
+    proc = subprocess.run([sys.executable, "-m", "popdyn.cli", "converge", "scb", "--N", "4", "--T", "6", "--Q", "1",
+                           "--out", str(out), "--quiet"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["inputs"]["N"] == 4 and summary["results"]["stage1_steps"] is not None
+    bad = tmp_path / "bad"
+    proc = subprocess.run([sys.executable, "-m", "popdyn.cli", "converge", "scb", "--Q", "7", "--T", "6",
+                           "--out", str(bad)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Q=7" in proc.stderr
+    assert not bad.exists()
