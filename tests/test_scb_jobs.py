@@ -52,3 +52,19 @@ def test_converge_scb_cli_and_bad_input(tmp_path):
                            "--out", str(bad)], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Q=7" in proc.stderr
     assert not bad.exists()
+
+
+def test_lambda_max_at_the_optimum_dense_and_lanczos():
+    """At (P, Qm): λ_max of the full Hessian, exact (dense eigvalsh) and Lanczos agree; the smallest
+    eigenvalue is the (P, −Qm) zero mode, so GD's η ≤ 1/λ_max is the binding step-size condition (§3, §10)."""
+    import jax
+
+    from popdyn.analysis import extreme_eigenvalues
+    from popdyn.tasks.scb import SparseBigram, random_instance
+
+    prob = SparseBigram(*random_instance(jax.random.PRNGKey(3), 6, 8, 2))
+    theta = {"V": prob.P, "A": prob.Qm}
+    lo_d, hi_d = (float(v) for v in extreme_eigenvalues(prob, theta, method="exact"))
+    lo_l, hi_l = (float(v) for v in extreme_eigenvalues(prob, theta, method="lanczos", iters=40))
+    assert abs(hi_l - hi_d) < 1e-10 * hi_d
+    assert abs(lo_d) < 1e-12 and lo_l > -1e-10
