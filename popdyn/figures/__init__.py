@@ -2,6 +2,7 @@
 
 from popdyn.figures.markov import markov_fig1, markov_fig3, markov_fig4
 from popdyn.figures.markov_ewa import markov_ewa
+from popdyn.figures.scb import scb_fig1, scb_fig3
 from popdyn.figures.scan_snap import scan_snap_fig4, scan_snap_fig6, scan_snap_fig9
 
 FIGURES = {
@@ -12,6 +13,8 @@ FIGURES = {
     "scan-snap-fig4": (scan_snap_fig4, "Scan and Snap Fig 4: Syn-Small attention over training, η_Y = η_Z = 1 vs η_Y = 10"),
     "scan-snap-fig6": (scan_snap_fig6, "Scan and Snap Fig 6: Syn-Medium entropy grid over (K, η_Z, η_Y/η_Z) vs the paper"),
     "scan-snap-fig9": (scan_snap_fig9, "Scan and Snap Fig 9: B_n(t) at fixed η_Y/η_Z with the transition times t_0"),
+    "scb-fig1": (scb_fig1, "SCB Fig 1: distances to the truth, ℓ1-proximal vs SGD with a large and a small step"),
+    "scb-fig3": (scb_fig3, "SCB Fig 3: signals α_V, α_A and the distance Δ to the noise-free population process"),
 }
 
 
@@ -24,5 +27,5 @@ def get_figure(name: str):
 
 __all__ = [
     "FIGURES", "get_figure", "markov_ewa", "markov_fig1", "markov_fig3", "markov_fig4", "scan_snap_fig4",
-    "scan_snap_fig6", "scan_snap_fig9",
+    "scan_snap_fig6", "scan_snap_fig9", "scb_fig1", "scb_fig3",
 ]
