@@ -169,3 +169,20 @@ def test_preconditioned_flow():
     slow = popdyn.gradient_flow(prob, theta, t1=2.0, ts=[2.0], rtol=1e-12, atol=1e-14)
     for k in theta:
         assert abs(float(fast.final[k]) - float(slow.final[k])) < 1e-9
+
+
+def test_metrics_hook_records_user_quantities():
+    """metrics(θ) at every record equals the same function of the saved parameters; batched and not."""
+    prob = Canonical(0.5, 0.8, bias="trained")
+    theta = {"e": jnp.asarray(0.7), "w": jnp.asarray(-0.4), "b": jnp.asarray(0.2)}
+
+    def metrics(th):
+        return {"ew": th["e"] * th["w"], "loss2": 2 * prob.loss(th)}
+
+    traj = popdyn.gradient_descent(prob, theta, lr=0.3, steps=12, record_every=3, save_params=True, metrics=metrics)
+    np.testing.assert_allclose(traj.metrics["ew"], traj.params["e"] * traj.params["w"], rtol=1e-15)
+    np.testing.assert_allclose(traj.metrics["loss2"], 2 * traj.loss, rtol=1e-15)
+    batch = jax.tree_util.tree_map(lambda x: jnp.stack([x, -x]), theta)
+    tb = popdyn.gradient_descent(prob, batch, lr=0.3, steps=12, record_every=3, metrics=metrics)
+    assert tb.metrics["ew"].shape == (2, 5) and tb.params is None
+    np.testing.assert_allclose(tb.metrics["ew"][0], traj.metrics["ew"], rtol=1e-15)

@@ -46,6 +46,7 @@ def gradient_descent(
     precondition: Callable[[Theta], Theta] | None = None,
     prox: Callable[[Theta, Array], Theta] | None = None,
     gradient: Callable[[Theta, Array], Theta] | None = None,
+    metrics: Callable[[Theta], dict] | None = None,
     noise: float | dict[str, float] = 0.0,
     seed: int = 0,
     record_every: int = 1,
@@ -67,7 +68,8 @@ def gradient_descent(
     such as a sampled minibatch gradient (SGD; the key is per initialisation and step). ``precondition`` P maps a gradient pytree to a direction (a plain
     function or an equinox Module, e.g. a bound method of the problem), ``noise`` σ (one number, or one per top-level parameter block) adds i.i.d. N(0, σ²)
     entries drawn from ``seed`` (one stream per initialisation and step: a noisy surrogate of minibatch SGD).
-    ``prox`` (θ, η) → θ' runs after every step (proximal GD, e.g. ``L1Prox``). ``time_scales`` multiplies each parameter block's gradient (per-block
+    ``metrics`` θ → {name: scalar} is recorded with the loss (``Trajectory.metrics``): quantities along a run
+    too large to keep θ for. ``prox`` (θ, η) → θ' runs after every step (proximal GD, e.g. ``L1Prox``). ``time_scales`` multiplies each parameter block's gradient (per-block
     learning rates). Records at steps 0, k, 2k, …; ``t_final`` is the first recorded step with
     ‖∇L‖ < gtol (or ``steps``). Status as for ``gradient_flow``.
     """
@@ -93,7 +95,7 @@ def gradient_descent(
     opt = None if optimizer is None else _optimizer(optimizer, float(lrs[0]))
     lr_arr = jnp.asarray(lrs, dtype=jnp.result_type(float))
     keys = jax.random.split(jax.random.PRNGKey(seed), n)
-    hooks = (precondition, prox, gradient)
+    hooks = (precondition, prox, gradient, metrics)
     out = map_chunks(lambda b: _descend_batch(prob, *b, opt, hooks, cfg), (batch, lr_arr, keys),
                      chunk_size, progress=progress, desc="gradient descent")
     return finish(prob, out, batched, saddle_tol, "step")
@@ -139,7 +141,7 @@ class _DescentConfig:
 
 @eqx.filter_jit
 def _descend_batch(prob: Problem, batch: Theta, lrs, keys, opt, hooks, cfg: _DescentConfig) -> dict:
-    precondition, prox, gradient = hooks
+    precondition, prox, gradient, metrics = hooks
     scales = None if cfg.scales is None else dict(cfg.scales)
     vg = jax.value_and_grad(prob.loss)
     k, steps = cfg.record_every, cfg.steps
@@ -200,6 +202,8 @@ def _descend_batch(prob: Problem, batch: Theta, lrs, keys, opt, hooks, cfg: _Des
             rec = {"loss": loss, "grad_norm": optax.tree.norm(g)}
             if cfg.save_params:
                 rec["params"] = theta
+            if metrics is not None:
+                rec["metrics"] = metrics(theta)
             return rec
 
         def block(carry, b):
@@ -221,7 +225,8 @@ def _descend_batch(prob: Problem, batch: Theta, lrs, keys, opt, hooks, cfg: _Des
         )
         return {
             "final": final, "status": status, "t_final": first, "ts": ts, "loss": recs["loss"],
-            "grad_norm": gn, "params": recs.get("params"), "n_steps": jnp.int32(steps),
+            "grad_norm": gn, "params": recs.get("params"), "metrics": recs.get("metrics"),
+            "n_steps": jnp.int32(steps),
         }
 
     return jax.vmap(run_one)(batch, lrs, keys)

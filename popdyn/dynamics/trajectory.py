@@ -17,7 +17,8 @@ class Trajectory(eqx.Module):
     """Batched record of a run (leading axis = initialisation; absent for a single θ0).
 
     ``ts`` are record times (flow time, or GD step index when ``time_unit == "step"``); entries
-    after a point stopped early are NaN (diffrax's inf padding is masked). ``t_final`` is when a
+    after a point stopped early are NaN (diffrax's inf padding is masked). ``metrics`` holds user quantities
+    recorded at ``ts`` (``gradient_descent(metrics=…)``), without storing θ. ``t_final`` is when a
     point stopped: its steady-state time if it converged, else the end of the budget. ``final_loss`` is
     L(final), so it is never padding, unlike ``loss[..., -1]`` for a flow that stopped early.
     """
@@ -32,6 +33,7 @@ class Trajectory(eqx.Module):
     params: Theta | None
     n_steps: Int[Array, " *B"]
     time_unit: str = eqx.field(static=True)
+    metrics: dict | None = None
 
     @property
     def status_names(self) -> tuple[str, ...]:
@@ -58,6 +60,6 @@ def finish(prob: Problem, out: dict, batched: bool, saddle_tol: float, time_unit
     traj = Trajectory(
         final=out["final"], final_loss=jax.vmap(prob.loss)(out["final"]), status=status.astype(jnp.int32), t_final=out["t_final"], ts=out["ts"],
         loss=out["loss"], grad_norm=out["grad_norm"], params=out["params"],
-        n_steps=jnp.asarray(out["n_steps"], jnp.int32), time_unit=time_unit,
+        n_steps=jnp.asarray(out["n_steps"], jnp.int32), time_unit=time_unit, metrics=out.get("metrics"),
     )
     return unbatch(traj, batched)
