@@ -49,6 +49,22 @@ def per_sample_gradients(prob: SparseBigram, theta: Theta, data: Batch, project:
 
 
 @eqx.filter_jit
+def per_sample_sq_norms(prob: SparseBigram, theta: Theta, data: Batch, project: bool = False) -> dict:
+    """(‖g_V‖², ‖g_A‖²) of every preconditioned per-sample gradient without forming them: g_V = −r hᵀD_μ^{-1}
+    has norm ‖r‖·‖h/μ‖, and g_A is the single column −(Vᵀr)[X]/μ_k (minus its mean if ``project``)."""
+
+    def one(X, k, y):
+        r, h = _residual(prob, theta, X, k, y)
+        col = -(theta["V"].T @ r)[X] / prob.mu[k]
+        if project:
+            col = col - jnp.mean(col)
+        return (r @ r) * jnp.sum((h / prob.mu) ** 2), col @ col
+
+    v, a = jax.vmap(one)(*data)
+    return {"V": v, "A": a}
+
+
+@eqx.filter_jit
 def minibatch_gradient(prob: SparseBigram, theta: Theta, data: Batch, project: bool = False) -> Theta:
     """The minibatch average of ``per_sample_gradients``: an unbiased estimate of the preconditioned ∇L (§5)."""
     return jax.tree_util.tree_map(lambda g: jnp.mean(g, axis=0), per_sample_gradients(prob, theta, data, project))
