@@ -16,7 +16,7 @@ import numpy as np
 
 from popdyn import _validate
 from popdyn.dynamics import L1Prox, Trajectory, gradient_descent
-from popdyn.problem import Theta
+from popdyn.problem import Problem, Theta
 from popdyn.tasks.scb.model import SparseBigram
 from popdyn.tasks.scb.sampling import minibatch_gradient, per_sample_sq_norms
 
@@ -87,14 +87,22 @@ class SampledGradient(eqx.Module):
 def stage1(prob: SparseBigram, Q: int, *, lr: float = ETA1, max_steps: int = 5000,
            threshold: float | None = None) -> dict:
     """Exact population preconditioned, projected GD from (μ1ᵀ, 11ᵀ/T) until max(α_V, α_A) ≥ ``threshold``
-    (default 2/(QN)): T_1 of Thm 3.1 without sampling noise. Returns the step, θ there, and the signals."""
+    (default 2/(QN)): T_1 of Thm 3.1 without sampling noise. Returns the step, θ there, and the signals
+    (recorded as metrics, so θ is never stored along the run)."""
     threshold = stage1_threshold(prob.N, Q) if threshold is None else _validate.positive("threshold", threshold)
-    traj = gradient_descent(prob, prob.init(None), lr=lr, steps=max_steps, precondition=preconditioner(prob),
-                            save_params=True)
-    alphas = np.stack([np.asarray(a) for a in jax.vmap(prob.signals)(traj.params)], axis=-1)
+    theta0, pre = prob.init(None), preconditioner(prob)
+
+    def signals(theta):
+        aV, aA = prob.signals(theta)
+        return {"alpha_V": aV, "alpha_A": aA}
+
+    traj = gradient_descent(prob, theta0, lr=lr, steps=max_steps, precondition=pre, metrics=signals)
+    alphas = np.stack([np.asarray(traj.metrics["alpha_V"]), np.asarray(traj.metrics["alpha_A"])], axis=-1)
     hit = np.flatnonzero(alphas.max(axis=-1) >= threshold)
     step = int(hit[0]) if hit.size else None
-    theta = None if step is None else jax.tree_util.tree_map(lambda x: x[step], traj.params)
+    theta = theta0 if step == 0 else None
+    if step:
+        theta = gradient_descent(prob, theta0, lr=lr, steps=step, record_every=step, precondition=pre).final
     return {"step": step, "theta": theta, "threshold": threshold, "alphas": alphas, "ts": np.asarray(traj.ts)}
 
 
@@ -128,23 +136,57 @@ def population_reference(prob: SparseBigram, theta1: Theta, *, lr: float = ETA2,
                             record_every=record_every, save_params=True)
 
 
-def trajectory_metrics(prob: SparseBigram, traj: Trajectory, reference: Trajectory | None = None) -> dict:
-    """Along a saved trajectory: ‖V−P‖_μ, ‖A−Qm‖_μ (raw and after ``normalise``), α_V, α_A, and with a
-    ``reference`` Δ_V, Δ_A in the Frobenius and μ norms (§5: the plot norm is [unknown], both reported)."""
-    params = traj.params
-
-    def at(theta):
-        dV, dA = prob.distances(theta)
-        nV, nA = prob.distances(normalise(theta))
-        aV, aA = prob.signals(theta)
-        return {"dist_V": dV, "dist_A": dA, "dist_V_normalised": nV, "dist_A_normalised": nA,
-                "alpha_V": aV, "alpha_A": aA}
-
-    out = {k: np.asarray(v) for k, v in jax.vmap(at)(params).items()}
+def state_metrics(prob: SparseBigram, theta: Theta, reference: Theta | None = None) -> dict:
+    """‖V−P‖_μ, ‖A−Qm‖_μ (raw and after ``normalise``), α_V, α_A, and with a ``reference`` state Δ_V, Δ_A in
+    the Frobenius and μ norms (§5: the plot norm is [unknown], both reported)."""
+    dV, dA = prob.distances(theta)
+    nV, nA = prob.distances(normalise(theta))
+    aV, aA = prob.signals(theta)
+    out = {"dist_V": dV, "dist_A": dA, "dist_V_normalised": nV, "dist_A_normalised": nA, "alpha_V": aV,
+           "alpha_A": aA}
     if reference is not None:
         for b in ("V", "A"):
-            diff = params[b] - reference.params[b]
-            out[f"delta_{b}_fro"] = np.asarray(jnp.sqrt(jnp.sum(diff**2, axis=(-2, -1))))
-            out[f"delta_{b}_mu"] = np.asarray(jax.vmap(prob.mu_norm)(diff))
+            diff = theta[b] - reference[b]
+            out[f"delta_{b}_fro"] = jnp.sqrt(jnp.sum(diff**2))
+            out[f"delta_{b}_mu"] = prob.mu_norm(diff)
+    return out
+
+
+def trajectory_metrics(prob: SparseBigram, traj: Trajectory, reference: Trajectory | None = None) -> dict:
+    """``state_metrics`` along a run with saved parameters (and a reference run recorded at the same steps)."""
+    ref = None if reference is None else reference.params
+    out = jax.vmap(lambda th, r: state_metrics(prob, th, r))(traj.params, ref) if ref is not None else \
+        jax.vmap(lambda th: state_metrics(prob, th))(traj.params)
+    out = {k: np.asarray(v) for k, v in out.items()}
     out["steps"] = np.asarray(traj.ts)
     return out
+
+
+class WithReference(Problem):
+    """The SCB state (V, A) and the noise-free, unregularised reference (V_ref, A_ref) advanced together: the
+    losses add, so each copy follows its own gradient, and Δ is recorded as a metric without storing θ.
+    Noise and the ℓ1 prox name the blocks "V", "A" only, so the reference stays exact (§5)."""
+
+    prob: SparseBigram
+
+    def loss(self, theta: Theta):
+        return self.prob.loss({"V": theta["V"], "A": theta["A"]}) + self.prob.loss(
+            {"V": theta["V_ref"], "A": theta["A_ref"]})
+
+    def init(self, key) -> Theta:
+        return self.pair(self.prob.init(key))
+
+    @staticmethod
+    def pair(theta: Theta) -> Theta:
+        """(V, A) and an identical reference copy."""
+        return {"V": theta["V"], "A": theta["A"], "V_ref": theta["V"], "A_ref": theta["A"]}
+
+    def precondition(self, grad: Theta) -> Theta:
+        """The projected §4 preconditioner on each copy."""
+        a = self.prob.precondition({"V": grad["V"], "A": grad["A"]}, project=True)
+        b = self.prob.precondition({"V": grad["V_ref"], "A": grad["A_ref"]}, project=True)
+        return {"V": a["V"], "A": a["A"], "V_ref": b["V"], "A_ref": b["A"]}
+
+    def metrics(self, theta: Theta) -> dict:
+        return state_metrics(self.prob, {"V": theta["V"], "A": theta["A"]},
+                             {"V": theta["V_ref"], "A": theta["A_ref"]})
