@@ -38,11 +38,8 @@ def _scalars(c, qbar, T, mu_sq) -> tuple[float, float, int, float]:
     return c, qbar, T, mu_sq
 
 
-class Reduced2D(Problem):
-    """Projected preconditioned dynamics on 𝓜, θ = {"alpha_V", "alpha_A"} (spec scb.md §4).
-
-    ℓ(α) = L* + (c/2)[(q̄ − 1/T)(1 − α_Vα_A)² + (1 − α_V)²/T], g(α) = −G^{-1}∇ℓ with G = diag(c, q̄ − 1/T).
-    """
+class _Reduced(Problem):
+    """The scalars (c, q̄, T, ‖μ‖²) a reduced SCB system depends on (spec scb.md §4)."""
 
     c: float = eqx.field(static=True)
     qbar: float = eqx.field(static=True)
@@ -53,9 +50,16 @@ class Reduced2D(Problem):
         self.c, self.qbar, self.T, self.mu_sq = _scalars(c, qbar, T, mu_sq)
 
     @classmethod
-    def from_instance(cls, prob: SparseBigram) -> Reduced2D:
+    def from_instance(cls, prob: SparseBigram):
         """The reduced system of an instance: (c, q̄, T, ‖μ‖²) of ``prob``."""
         return cls(float(prob.c), float(prob.qbar), prob.T, float(prob.mu_sq))
+
+
+class Reduced2D(_Reduced):
+    """Projected preconditioned dynamics on 𝓜, θ = {"alpha_V", "alpha_A"} (spec scb.md §4).
+
+    ℓ(α) = L* + (c/2)[(q̄ − 1/T)(1 − α_Vα_A)² + (1 − α_V)²/T], g(α) = −G^{-1}∇ℓ with G = diag(c, q̄ − 1/T).
+    """
 
     @property
     def L_star(self) -> float:
@@ -125,26 +129,13 @@ class Reduced2D(Problem):
         ]
 
 
-class Reduced4D(Problem):
+class Reduced4D(_Reduced):
     """Unprojected preconditioned dynamics on V = α_V P + β_V μ1ᵀ, a_k = α_A q_k + β_A 1 (spec scb.md §4);
     θ = {"alpha_V", "beta_V", "alpha_A", "beta_A"}.
 
     With s_V = α_V + β_V, s_A = α_A + Tβ_A, m_1 = α_A q̄ + β_A, m_2 = α_A² q̄ + 2α_Aβ_A + Tβ_A²:
     ℓ = ½ − c α_V m_1 − ‖μ‖² s_V s_A + ½ c α_V² m_2 + ½ ‖μ‖² s_V² s_A².
     """
-
-    c: float = eqx.field(static=True)
-    qbar: float = eqx.field(static=True)
-    T: int = eqx.field(static=True)
-    mu_sq: float = eqx.field(static=True)
-
-    def __init__(self, c: float, qbar: float, T: int, mu_sq: float):
-        self.c, self.qbar, self.T, self.mu_sq = _scalars(c, qbar, T, mu_sq)
-
-    @classmethod
-    def from_instance(cls, prob: SparseBigram) -> Reduced4D:
-        """The reduced system of an instance: (c, q̄, T, ‖μ‖²) of ``prob``."""
-        return cls(float(prob.c), float(prob.qbar), prob.T, float(prob.mu_sq))
 
     def _moments(self, theta: Theta):
         aV, bV, aA, bA = theta["alpha_V"], theta["beta_V"], theta["alpha_A"], theta["beta_A"]
