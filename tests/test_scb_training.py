@@ -30,6 +30,17 @@ def test_stage1_stops_at_the_threshold(setting):
     np.testing.assert_allclose(prob.signals(s1["theta"]), a[k], rtol=1e-14)
 
 
+def test_stage1_chunks_do_not_change_the_result(setting):
+    """Chunked early stopping: 3 steps per compiled call gives the same step, signals and θ as 100."""
+    prob, s1 = setting
+    small = stage1(prob, Q=2, chunk=3)
+    assert small["step"] == s1["step"]
+    np.testing.assert_allclose(small["alphas"], s1["alphas"], rtol=1e-13, atol=1e-15)
+    for b in ("V", "A"):
+        np.testing.assert_allclose(small["theta"][b], s1["theta"][b], rtol=1e-13, atol=1e-15)
+    assert stage1(prob, Q=2, max_steps=5, chunk=3)["step"] is None
+
+
 def test_proximal_surrogate_recovers_the_truth_where_sgd_does_not(setting):
     """Acceptance: ‖A − Qm‖_μ < 0.05 after normalisation for the proximal method, not for SGD (same batch 256,
     same step 0.1, same noise draws); Δ stays small for SGD (it follows the population process) and the

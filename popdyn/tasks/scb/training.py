@@ -85,25 +85,38 @@ class SampledGradient(eqx.Module):
 
 
 def stage1(prob: SparseBigram, Q: int, *, lr: float = ETA1, max_steps: int = 5000,
-           threshold: float | None = None) -> dict:
+           threshold: float | None = None, chunk: int = 100) -> dict:
     """Exact population preconditioned, projected GD from (μ1ᵀ, 11ᵀ/T) until max(α_V, α_A) ≥ ``threshold``
-    (default 2/(QN)): T_1 of Thm 3.1 without sampling noise. Returns the step, θ there, and the signals
-    (recorded as metrics, so θ is never stored along the run)."""
+    (default 2/(QN)): T_1 of Thm 3.1 without sampling noise. Runs ``chunk`` steps at a time (one compiled
+    loop, reused) and stops at the first chunk that crosses; the signals are recorded as metrics, so θ is
+    never stored along the run. Returns the step (None if not within ``max_steps``), θ there, the signals."""
     threshold = stage1_threshold(prob.N, Q) if threshold is None else _validate.positive("threshold", threshold)
-    theta0, pre = prob.init(None), preconditioner(prob)
+    max_steps = _validate.int_at_least("max_steps", max_steps, 1)
+    chunk = min(_validate.int_at_least("chunk", chunk, 1), max_steps)
+    pre = preconditioner(prob)
 
     def signals(theta):
         aV, aA = prob.signals(theta)
         return {"alpha_V": aV, "alpha_A": aA}
 
-    traj = gradient_descent(prob, theta0, lr=lr, steps=max_steps, precondition=pre, metrics=signals)
-    alphas = np.stack([np.asarray(traj.metrics["alpha_V"]), np.asarray(traj.metrics["alpha_A"])], axis=-1)
-    hit = np.flatnonzero(alphas.max(axis=-1) >= threshold)
-    step = int(hit[0]) if hit.size else None
-    theta = theta0 if step == 0 else None
-    if step:
-        theta = gradient_descent(prob, theta0, lr=lr, steps=step, record_every=step, precondition=pre).final
-    return {"step": step, "theta": theta, "threshold": threshold, "alphas": alphas, "ts": np.asarray(traj.ts)}
+    theta, parts, done = prob.init(None), [], 0
+    while done < max_steps:
+        n = min(chunk, max_steps - done)
+        traj = gradient_descent(prob, theta, lr=lr, steps=n, precondition=pre, metrics=signals)
+        a = np.stack([np.asarray(traj.metrics["alpha_V"]), np.asarray(traj.metrics["alpha_A"])], axis=-1)
+        parts.append(a if not parts else a[1:])  # a chunk's first record repeats the previous chunk's last
+        hit = np.flatnonzero(a.max(axis=-1) >= threshold)
+        if hit.size:
+            step = done + int(hit[0])
+            if hit[0] > 0:
+                theta = gradient_descent(prob, theta, lr=lr, steps=int(hit[0]), record_every=int(hit[0]),
+                                         precondition=pre).final
+            alphas = np.concatenate(parts)[: step + 1]
+            return {"step": step, "theta": theta, "threshold": threshold, "alphas": alphas,
+                    "ts": np.arange(step + 1.0)}
+        theta, done = traj.final, done + n
+    alphas = np.concatenate(parts)
+    return {"step": None, "theta": None, "threshold": threshold, "alphas": alphas, "ts": np.arange(len(alphas) * 1.0)}
 
 
 def stage2(prob: SparseBigram, theta1: Theta, *, method: str = "proximal", noise: str = "gaussian",
