@@ -64,14 +64,20 @@ def gradient_descent(
     heavy-ball GD in PyTorch's convention, b ← μb + τ ⊙ d, θ ← θ − η b (b₀ = 0). ``optimizer`` may be a
     GradientTransformation (used as is) or a factory such as ``optax.adam`` (called with ``lr``).
 
-    The step direction is d = P(g) + σξ, with g = ∇L or, given ``gradient`` (θ, key) → g, a stochastic estimate
-    such as a sampled minibatch gradient (SGD; the key is per initialisation and step). ``precondition`` P maps a gradient pytree to a direction (a plain
-    function or an equinox Module, e.g. a bound method of the problem), ``noise`` σ (one number, or one per top-level parameter block) adds i.i.d. N(0, σ²)
-    entries drawn from ``seed`` (one stream per initialisation and step: a noisy surrogate of minibatch SGD).
-    ``metrics`` θ → {name: scalar} is recorded with the loss (``Trajectory.metrics``): quantities along a run
-    too large to keep θ for. ``prox`` (θ, η) → θ' runs after every step (proximal GD, e.g. ``L1Prox``). ``time_scales`` multiplies each parameter block's gradient (per-block
-    learning rates). Records at steps 0, k, 2k, …; ``t_final`` is the first recorded step with
-    ‖∇L‖ < gtol (or ``steps``). Status as for ``gradient_flow``.
+    The step direction is d = P(g) + σξ:
+
+    * g = ∇L, or ``gradient`` (θ, key) → g, a stochastic estimate such as a sampled minibatch gradient (SGD;
+      the key is per initialisation and step);
+    * ``precondition`` P maps a gradient pytree to a direction (a plain function or an equinox Module, e.g. a
+      bound method of the problem);
+    * ``noise`` σ (one number, or one per top-level parameter block) adds i.i.d. N(0, σ²) entries drawn from
+      ``seed``, one stream per initialisation and step: a noisy surrogate of minibatch SGD.
+
+    ``prox`` (θ, η) → θ' runs after every step (proximal GD, e.g. ``L1Prox``). ``metrics`` θ → {name: scalar}
+    is recorded with the loss (``Trajectory.metrics``): quantities along a run too large to keep θ for.
+    ``time_scales`` multiplies each parameter block's direction (per-block learning rates). Records at
+    steps 0, k, 2k, …; ``t_final`` is the first recorded step with ‖∇L‖ < gtol (or ``steps``). Status as
+    for ``gradient_flow``.
     """
     steps = _validate.int_at_least("steps", steps, 1)
     momentum = _validate.positive("momentum", momentum, allow_zero=True)

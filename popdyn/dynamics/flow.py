@@ -66,7 +66,8 @@ def gradient_flow(
     chunk_size: int | None = None,
     progress: bool = False,
 ) -> Trajectory:
-    """Integrate θ̇ = −τ ⊙ P(∇L(θ)) (P = ``precondition``, a gradient → direction map; default identity) from θ0 (one point, or a batch on a leading axis) up to ``t1``.
+    """Integrate θ̇ = −τ ⊙ P(∇L(θ)) from θ0 (one point, or a batch on a leading axis) up to ``t1``; P is
+    ``precondition``, a gradient → direction map (default: the identity).
 
     Stops a point once it is steady, ‖θ̇‖ < ``gtol`` (default: atol + rtol·‖θ‖, diffrax's steady-state
     rule, i.e. steady to within the solver's own tolerance) (CONVERGED, or SADDLE when its Hessian has a negative

@@ -10,11 +10,11 @@ FIGURES = {
     "markov-fig3": (markov_fig3, "Local to Global Fig 3: rank-one emergence in W_V, W_1 and positional vectors"),
     "markov-fig4": (markov_fig4, "Local to Global Fig 4: standard vs rank-one initialisation of the full model, p=0.5, q=0.8"),
     "markov-ewa": (markov_ewa, "(e, w, a) attention-scalar model ([our choice], §2.4): 3-D trajectories, basin slices"),
-    "scan-snap-fig4": (scan_snap_fig4, "Scan and Snap Fig 4: Syn-Small attention over training, η_Y = η_Z = 1 vs η_Y = 10"),
-    "scan-snap-fig6": (scan_snap_fig6, "Scan and Snap Fig 6: Syn-Medium entropy grid over (K, η_Z, η_Y/η_Z) vs the paper"),
+    "scan-snap-fig4": (scan_snap_fig4, "Scan and Snap Fig 4: Syn-Small attention over training, η_Y = η_Z = 1 vs 10"),
+    "scan-snap-fig6": (scan_snap_fig6, "Scan and Snap Fig 6: Syn-Medium entropy over (K, η_Z, η_Y/η_Z) vs the paper"),
     "scan-snap-fig9": (scan_snap_fig9, "Scan and Snap Fig 9: B_n(t) at fixed η_Y/η_Z with the transition times t_0"),
     "scb-fig1": (scb_fig1, "SCB Fig 1: distances to the truth, ℓ1-proximal vs SGD with a large and a small step"),
-    "scb-fig3": (scb_fig3, "SCB Fig 3: signals α_V, α_A and the distance Δ to the noise-free population process"),
+    "scb-fig3": (scb_fig3, "SCB Fig 3: signals α_V, α_A and the distance Δ to the noise-free population"),
 }
 
 

@@ -93,7 +93,8 @@ def scan_snap_fig4(steps: int = 100, progress: bool = True) -> Result:
     left, right = (results[f"eta_y={a:g}_eta_z={b:g}"] for a, b in FIG4_PANELS)
     results["claims"] = {
         "right_converges_faster": left["loss_at"]["10"] > right["loss_at"]["10"],
-        "right_final_attention_less_sparse": right["distinct_entropy"][str(steps)] > left["distinct_entropy"][str(steps)],
+        "right_final_attention_less_sparse":
+            right["distinct_entropy"][str(steps)] > left["distinct_entropy"][str(steps)],
         "authors_logged_loss": {str(k): v for k, v in FIG4_LOGGED.items()},
     }
     lines = [f"scan-snap-fig4: Syn-Small, exact heavy-ball GD (μ = {MOMENTUM}), {steps} steps, T → ∞"]
@@ -105,8 +106,8 @@ def scan_snap_fig4(steps: int = 100, progress: bool = True) -> Result:
     lines.append(f"  authors' SGD log (left panel): 3.5264, 0.733 (step 4), 0.0130 (step 10), ~2e-5 (step 98); "
                  f"right panel faster: {results['claims']['right_converges_faster']}, less sparse: "
                  f"{results['claims']['right_final_attention_less_sparse']}")
-    inputs = {"figure": "scan-snap-fig4", "steps": steps, "momentum": MOMENTUM, "panels": [list(p) for p in FIG4_PANELS],
-              "init": "zero", "T": None}
+    inputs = {"figure": "scan-snap-fig4", "steps": steps, "momentum": MOMENTUM,
+              "panels": [list(p) for p in FIG4_PANELS], "init": "zero", "T": None}
     return Result(inputs, results, arrays, {"scan-snap-fig4": fig}, lines)
 
 
@@ -183,7 +184,8 @@ def scan_snap_fig6(queries: tuple[int, ...] = FIG6_QUERIES, seeds: int = 10, ste
     fig.suptitle("Scan and Snap Fig. 6: Syn-Medium attention entropy on distinct tokens, exact heavy-ball GD "
                  f"(μ = {MOMENTUM}, {steps} steps, {seeds} seeds) vs the paper's SGD")
     c = results["comparison"]
-    lines = [f"scan-snap-fig6: Syn-Medium, K ∈ {[2 * q for q in queries]}, {seeds} seeds, {steps} exact heavy-ball steps",
+    lines = [f"scan-snap-fig6: Syn-Medium, K ∈ {[2 * q for q in queries]}, {seeds} seeds, {steps} exact "
+             f"heavy-ball steps",
              f"  entropy falls as η_Z grows in {n_cols - len(not_falling)}/{n_cols} (K, η_Y/η_Z) columns"
              + (f" (not in {', '.join(f'K = {k}, ratio {r:g}' for k, r in not_falling)})" if not_falling else ""),
              f"  K ≥ 6: lowest at η_Y/η_Z = 2 for {results['trends']['lowest_near_ratio_2_for_K_ge_6']} of the "
