@@ -36,6 +36,12 @@ def machine_info() -> dict:
         "devices": str(jax.devices()),
     }
     try:
+        import scipy
+
+        info["scipy"] = scipy.__version__  # the baselines' solve_ivp / eigsh
+    except ImportError:
+        pass
+    try:
         info["load_avg"] = " ".join(f"{x:.2f}" for x in os.getloadavg())
     except OSError:
         pass

@@ -390,9 +390,6 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     command, date, info = run_header("basins_markov", argv)
-    import scipy
-
-    info["scipy"] = scipy.__version__
     pqs = [(args.p, args.q)] + ([(0.9, 0.9)] if args.also_09 and (args.p, args.q) != (0.9, 0.9) else [])
     t0 = time.perf_counter()
     results = [bench_pq(p, q, args) for p, q in pqs]

@@ -913,9 +913,6 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     command, date, info = run_header("decision_lists", argv)
-    import scipy
-
-    info["scipy"] = scipy.__version__
     t_start = time.perf_counter()
     print("\n=== 1a. path B vs brute force ===", flush=True)
     p1 = [bench_brute(L, n, dist, args) for L, n, dist in BRUTE_CASES]

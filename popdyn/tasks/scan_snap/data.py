@@ -18,6 +18,13 @@ from popdyn import _validate
 _ATOL = 1e-9
 
 
+def distinct_mask(probs):
+    """G_DT(n) as a K×M mask: l is distinct for n iff n is the only class with P(l|n) > 0 (§1). Works on
+    NumPy and JAX arrays alike."""
+    support = probs > 0
+    return support & (support.sum(axis=0) == 1)[None, :]
+
+
 @dataclass(frozen=True, eq=False)
 class Classes:
     """K sequence classes over a vocabulary of M tokens.
@@ -40,9 +47,8 @@ class Classes:
         return self.probs.shape[1]
 
     def distinct(self) -> Int[np.ndarray, "K M"]:
-        """G_DT(n) as a K×M mask: l is distinct for n iff n is the only class with P(l|n) > 0 (§1)."""
-        support = self.probs > 0
-        return support & (support.sum(axis=0) == 1)[None, :]
+        """G_DT(n) as a K×M mask (§1); see ``distinct_mask``."""
+        return distinct_mask(self.probs)
 
     def common(self) -> Int[np.ndarray, " M"]:
         """G_CT as an M-mask: tokens in the support of more than one class (§1)."""

@@ -12,19 +12,15 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from popdyn.problem import Theta
+from popdyn.tasks.scan_snap.data import distinct_mask
 from popdyn.tasks.scan_snap.model import ScanSnap
-
-
-def _distinct(prob: ScanSnap) -> Array:
-    support = prob.probs > 0
-    return support & (jnp.sum(support, axis=0) == 1)[None, :]
 
 
 def distinct_entropy(prob: ScanSnap, theta: Theta) -> Float[Array, "*B"]:
     """Mean over classes of the entropy of c_n restricted to G_DT(n) and renormalised ([our choice] for
     Fig. 6's metric, whose formula is [unknown]: at Z = 0 it is the entropy of P on the distinct tokens,
     2.1513 for the Syn sets)."""
-    mask = _distinct(prob)
+    mask = distinct_mask(prob.probs)
     c = jnp.where(mask, _attention(prob, theta), 0.0)
     c = c / jnp.sum(c, axis=-1, keepdims=True)
     ent = -jnp.sum(jnp.where(c > 0, c * jnp.log(jnp.where(c > 0, c, 1.0)), 0.0), axis=-1)
@@ -45,7 +41,7 @@ def logit_change(prob: ScanSnap, theta: Theta, theta0: Theta) -> Float[Array, "*
 
 def growth_factor(prob: ScanSnap, theta: Theta, theta0: Theta) -> Float[Array, "*B K M"]:
     """χ_l(t) = e^{2Δz_{ml}} on each class's distinct tokens (Theorem 3), NaN elsewhere."""
-    return jnp.where(_distinct(prob), jnp.exp(2 * logit_change(prob, theta, theta0)), jnp.nan)
+    return jnp.where(distinct_mask(prob.probs), jnp.exp(2 * logit_change(prob, theta, theta0)), jnp.nan)
 
 
 def scan_invariant(prob: ScanSnap, theta: Theta, theta0: Theta) -> Float[Array, "*B K M"]:
@@ -54,7 +50,7 @@ def scan_invariant(prob: ScanSnap, theta: Theta, theta0: Theta) -> Float[Array, 
     z0 = theta0["Z"][..., prob.query, :]
     c0 = prob.probs * jnp.exp(z0)
     I = -jnp.expm1(-2 * logit_change(prob, theta, theta0)) / c0**2
-    return jnp.where(_distinct(prob), I, jnp.nan)
+    return jnp.where(distinct_mask(prob.probs), I, jnp.nan)
 
 
 def invariant_spread(prob: ScanSnap, theta: Theta, theta0: Theta) -> Float[Array, "*B K 2"]:
