@@ -80,9 +80,10 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--e0", type=float, default=1.0)
     s.add_argument("--w0", type=float, default=0.5)
     s.add_argument("--lr", type=float, nargs="+", default=None,
-                   help="one or more learning rates (markov: 0.5 2 3; decision-list: one, default 1/λ_max(θ0))")
-    s.add_argument("--steps", type=int, default=None, help="GD steps (markov 400, decision-list 20)")
-    s.add_argument("--seed", type=int, default=0, help="decision-list: lists, π and V0's perturbation")
+                   help="one or more learning rates (markov: 0.5 2 3; decision-list: one, default 1/λ_max(θ0); "
+                        "scb: 0.5 and 0.9, 1.1 times 2/λ* at (P, Qm))")
+    s.add_argument("--steps", type=int, default=None, help="GD steps (markov 400, decision-list 20, scb 400)")
+    s.add_argument("--seed", type=int, default=0, help="decision-list: lists, π and V0's perturbation; scb: instance")
     r = sub.add_parser("reproduce", help="regenerate a paper figure from exact dynamics (--list)")
     r.add_argument("figure", nargs="?", help="figure name, e.g. markov-fig1")
     r.add_argument("--list", action="store_true", help="list the figures")

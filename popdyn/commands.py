@@ -190,8 +190,11 @@ def converge(args, out: Path) -> list[str]:
 
 def stepsize(args, out: Path) -> list[str]:
     if args.task == "scb":
-        raise ValueError("task='scb' has no stepsize job yet: available for markov, decision-list")
-    if args.task == "decision-list":
+        from popdyn.tasks.scb.jobs import stepsize_scb
+
+        res, wall = _timed(stepsize_scb, args.N, args.T, args.Q, args.seed, args.lr,
+                           400 if args.steps is None else args.steps)
+    elif args.task == "decision-list":
         from popdyn.tasks.decision_list.jobs import stepsize_decision_list
 
         if args.lr is not None and len(args.lr) != 1:

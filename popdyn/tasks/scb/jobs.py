@@ -1,6 +1,7 @@
-"""SCB command-line jobs (spec scb.md §4, §10): ``popdyn converge scb`` and ``popdyn basins scb``.
+"""SCB command-line jobs (spec scb.md §4, §10): ``popdyn converge scb``, ``popdyn basins scb`` and
+``popdyn stepsize scb``.
 
-Both start from a random instance (``random_instance(PRNGKey(seed), N, T, Q)``) and use the exact
+All three start from a random instance (``random_instance(PRNGKey(seed), N, T, Q)``) and use the exact
 preconditioned, column-sum-projected population dynamics; from the uninformative start these stay on 𝓜,
 where the full matrices equal the 2-D recursion (tested to 1e-12).
 """
@@ -12,14 +13,15 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from popdyn import _validate
-from popdyn.analysis import Grid, basin_map
+from popdyn.analysis import Grid, basin_map, lambda_max, step_size_audit
 from popdyn.dynamics import gradient_descent
 from popdyn.dynamics.status import count
 from popdyn.io import Result
-from popdyn.plot import plot_basin_map
+from popdyn.plot import plot_basin_map, plot_step_size_audit
 from popdyn.tasks.scb.instance import random_instance
 from popdyn.tasks.scb.model import SparseBigram
 from popdyn.tasks.scb.reduced import Reduced2D
+from popdyn.tasks.scb.stepsize import Whitened
 from popdyn.tasks.scb.training import stage1
 
 
@@ -112,3 +114,53 @@ def basins_scb(N: int = 10, T: int = 50, Q: int = 2, seed: int = 0, n: int = 64,
     arrays = {"basins": {"labels": bm.labels, "alpha_V": grid.xs, "alpha_A": grid.ys, "times": bm.times,
                          "status": bm.status, "final_alpha_A": bm.final["alpha_A"]}}
     return Result(inputs, results, arrays, {"basins": plot_basin_map(bm, red, title)}, lines)
+
+
+def stepsize_scb(N: int = 10, T: int = 50, Q: int = 2, seed: int = 0, lrs: tuple[float, ...] | None = None,
+                 steps: int = 400, record_every: int = 20) -> Result:
+    """Exact preconditioned projected GD from the uninformative start at each η, audited against the
+    whitened curvature λ_max(θ_t); by default η = 0.5 (Algorithm 1's η_1 here) and 0.9 and 1.1 times the
+    stability edge 2/λ* at the minimum (P, Qm)."""
+    seed = _validate.int_at_least("seed", seed, 0)
+    steps = _validate.int_at_least("steps", steps, 1)
+    record_every = _validate.int_at_least("record_every", record_every, 1)
+    if lrs is not None:
+        lrs = [_validate.positive("lr", lr) for lr in lrs]
+    prob = SparseBigram(*random_instance(jax.random.PRNGKey(seed), N, T, Q))
+    white = Whitened(prob)
+    lam_star = float(lambda_max(white, white.at({"V": prob.P, "A": prob.Qm}), method="exact"))
+    lam_raw = float(lambda_max(prob, {"V": prob.P, "A": prob.Qm}, method="exact"))
+    if lrs is None:
+        lrs = [0.5, 0.9 * 2 / lam_star, 1.1 * 2 / lam_star]
+    audits, losses, rows = [], [], []
+    for lr in lrs:
+        traj = gradient_descent(white, white.init(None), lr=lr, steps=steps, record_every=record_every,
+                                save_params=True)
+        audit = step_size_audit(white, traj, lr, method="exact")
+        audits.append(audit)
+        losses.append(np.asarray(traj.loss) - float(prob.L_star))
+        final = white.theta(traj.final)
+        rows.append({"lr": lr, "max_lambda": float(audit.max_lambda), "one_over_lr": 1 / lr, "two_over_lr": 2 / lr,
+                     "monotone_safe": bool(audit.monotone_safe), "past_stability_edge": bool(audit.flagged),
+                     "first_step_above_2_over_lr": float(audit.first_above_2_over_lr),
+                     "loss_rises": int(audit.loss_rises), "status": traj.status_names[int(traj.status)],
+                     "final_excess_loss": float(traj.loss[-1] - prob.L_star),
+                     "final_distances": [float(d) for d in prob.distances(final)]})
+    inputs = {"task": "scb", "N": N, "T": T, "Q": Q, "seed": seed, "lr": lrs, "steps": steps,
+              "dynamics": "exact preconditioned, Π_T-projected population GD from (μ1ᵀ, 11ᵀ/T)"}
+    results = {"lambda_star_whitened": lam_star, "lambda_star_raw": lam_raw, "runs": rows}
+    fig = plot_step_size_audit(audits, [np.maximum(lo, 1e-300) for lo in losses], [f"η = {lr:.3g}" for lr in lrs])
+    fig.axes[1].set(ylabel="L − L* (log)")
+    res = Result(inputs, results, arrays={"stepsize": {"steps": np.stack([a.ts for a in audits]),
+                                                      "lambda_max": np.stack([a.lambda_max for a in audits]),
+                                                      "excess_loss": np.stack(losses), "lr": np.array(lrs)}},
+                 figures={"stepsize": fig})
+    res.lines.append(f"stepsize scb  N={N}, T={T}, Q={Q}, seed {seed}: λ_max at (P, Qm) = {lam_star:.5g} in the "
+                     f"preconditioned geometry ({lam_raw:.5g} raw), stability edge 2/λ* = {2 / lam_star:.4g}")
+    for r in rows:
+        verdict = ("PAST 2/η (unstable)" if r["past_stability_edge"]
+                   else "η ≤ 1/λ_max held" if r["monotone_safe"] else "between 1/λ_max and 2/λ_max")
+        res.lines.append(f"  η = {r['lr']:<7.4g} max λ_max = {r['max_lambda']:.4f} (1/η = {r['one_over_lr']:.3f}, "
+                         f"2/η = {r['two_over_lr']:.3f}): {verdict}; loss rose {r['loss_rises']}×; "
+                         f"L − L* = {r['final_excess_loss']:.3g}, {r['status']}")
+    return res

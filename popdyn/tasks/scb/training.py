@@ -85,11 +85,12 @@ class SampledGradient(eqx.Module):
 
 
 def stage1(prob: SparseBigram, Q: int, *, lr: float = ETA1, max_steps: int = 5000,
-           threshold: float | None = None, chunk: int = 100) -> dict:
+           threshold: float | None = None, chunk: int = 100, both: bool = False) -> dict:
     """Exact population preconditioned, projected GD from (μ1ᵀ, 11ᵀ/T) until max(α_V, α_A) ≥ ``threshold``
-    (default 2/(QN)): T_1 of Thm 3.1 without sampling noise. Runs ``chunk`` steps at a time (one compiled
-    loop, reused) and stops at the first chunk that crosses; the signals are recorded as metrics, so θ is
-    never stored along the run. Returns the step (None if not within ``max_steps``), θ there, the signals."""
+    (default 2/(QN); with ``both``, until min(α_V, α_A) ≥ ``threshold``): T_1 of Thm 3.1 without sampling
+    noise. Runs ``chunk`` steps at a time (one compiled loop, reused) and stops at the first chunk that
+    crosses; the signals are recorded as metrics, so θ is never stored along the run. Returns the step (None
+    if not within ``max_steps``), θ there, the signals."""
     threshold = stage1_threshold(prob.N, Q) if threshold is None else _validate.positive("threshold", threshold)
     max_steps = _validate.int_at_least("max_steps", max_steps, 1)
     chunk = min(_validate.int_at_least("chunk", chunk, 1), max_steps)
@@ -105,7 +106,7 @@ def stage1(prob: SparseBigram, Q: int, *, lr: float = ETA1, max_steps: int = 500
         traj = gradient_descent(prob, theta, lr=lr, steps=n, precondition=pre, metrics=signals)
         a = np.stack([np.asarray(traj.metrics["alpha_V"]), np.asarray(traj.metrics["alpha_A"])], axis=-1)
         parts.append(a if not parts else a[1:])  # a chunk's first record repeats the previous chunk's last
-        hit = np.flatnonzero(a.max(axis=-1) >= threshold)
+        hit = np.flatnonzero((a.min(axis=-1) if both else a.max(axis=-1)) >= threshold)
         if hit.size:
             step = done + int(hit[0])
             if hit[0] > 0:

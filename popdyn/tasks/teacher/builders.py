@@ -1,0 +1,96 @@
+"""The paper's teachers as (S*, V*) builders (spec teacher.md §1.1): CNN + average pooling, a GCN layer on a cycle,
+sparse token selection and the group-sparse linear predictor; positions are 0-based.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+
+from popdyn import _validate
+from popdyn.tasks.teacher.model import BilinearTeacher, validate_sizes
+
+TEACHERS = ("cnn", "gcn", "sts", "gslp")
+
+
+def cnn_pooling(D: int, K: int) -> np.ndarray:
+    """S* = I_{D/K} ⊗ (1/K)1_K1_Kᵀ: non-overlapping pooling windows of K consecutive positions (§1.1a, square form
+    [our choice]); K must divide D."""
+    D, K = validate_sizes(D, K)
+    if D % K:
+        raise ValueError(f"K={K} is invalid for cnn: must divide D={D} (non-overlapping pooling windows)")
+    return np.kron(np.eye(D // K), np.full((K, K), 1.0 / K))
+
+
+def cycle_gcn(D: int, K: int) -> np.ndarray:
+    """S* = Ã/K for the (K−1)-regular circulant graph linking i to i±1, …, i±(K−1)/2 mod D, with self-loops
+    (§1.1b; K = 3 is the cyclic tridiagonal cycle graph). K must be odd [our choice: a symmetric neighbourhood]."""
+    D, K = validate_sizes(D, K)
+    if K % 2 == 0:
+        raise ValueError(f"K={K} is invalid for gcn: must be odd (i and its neighbours i±1, ..., i±(K-1)/2)")
+    offset = (np.arange(D)[:, None] - np.arange(D)[None, :]) % D
+    h = (K - 1) // 2
+    return np.where((offset <= h) | (offset >= D - h), 1.0 / K, 0.0)
+
+
+def token_selection(D: int, K: int, targets=None) -> np.ndarray:
+    """S* = 1_g1_Dᵀ/K: every output averages the fixed target set g, |g| = K (§1.1c); default g = {0, …, K−1}
+    [our choice; the paper's g is unknown]."""
+    D, K = validate_sizes(D, K)
+    g = np.arange(K) if targets is None else np.asarray(targets)
+    if (g.shape != (K,) or not np.issubdtype(g.dtype, np.integer) or len(set(g.tolist())) != K
+            or np.any(g < 0) or np.any(g >= D)):
+        raise ValueError(f"targets={targets!r} is invalid: must be K={K} distinct integer positions in [0, {D})")
+    S = np.zeros((D, D))
+    S[g, :] = 1.0 / K
+    return S
+
+
+def group_sparse(D: int, i_star: int = 0) -> np.ndarray:
+    """S* = e_{i*}1_Dᵀ (K = 1): every output reads token i* (§1.1d); default i* = 0 [our choice]."""
+    D = _validate.int_at_least("D", D, 2)
+    if isinstance(i_star, bool) or not isinstance(i_star, (int, np.integer)) or not 0 <= i_star < D:
+        raise ValueError(f"i_star={i_star!r} is out of range: must be an integer in [0, D) = [0, {D})")
+    S = np.zeros((D, D))
+    S[i_star, :] = 1.0
+    return S
+
+
+def random_V(key: Array, M: int, d: int, norm: float | None = None) -> Float[Array, "M d"]:
+    """V* with iid N(0, 1) entries [our choice; the paper's V* is unknown], rescaled to ‖V*‖_F = ``norm`` if given."""
+    M = _validate.int_at_least("M", M, 1)
+    d = _validate.int_at_least("d", d, 1)
+    V = jax.random.normal(key, (M, d))
+    return V if norm is None else V * (_validate.positive("norm", norm) / jnp.linalg.norm(V))
+
+
+def make_teacher(name: str, D: int, K: int | None = None, *, d: int, M: int | None = None, key: Array | None = None,
+                 v_norm: float | None = None, activation: str = "leaky", alpha: float | None = None,
+                 sigma_x: float = 1.0, sigma_eps: float = 0.0, zero_init: str = "limit") -> BilinearTeacher:
+    """A ``BilinearTeacher`` for ``name`` ∈ {"cnn", "gcn", "sts", "gslp"} (§1.1).
+
+    "cnn"/"gcn": S* from ``cnn_pooling``/``cycle_gcn`` and V* = ``random_V(key, M, d, v_norm)``. "sts": V* = I_d
+    (M = d) and ``token_selection(D, K)``; ``key``, ``v_norm`` unused. "gslp": K = 1, M = 1, ``group_sparse(D)``,
+    V* = ``random_V(key, 1, d, v_norm)``. Remaining keywords go to ``BilinearTeacher``.
+    """
+    _validate.choice("name", name, TEACHERS)
+    d = _validate.int_at_least("d", d, 1)
+    if name == "sts":
+        if M not in (None, d):
+            raise ValueError(f"M={M!r} is invalid for sts: V* = I_d forces M = d = {d}")
+        S, V = token_selection(D, K), np.eye(d)
+    else:
+        if key is None:
+            raise ValueError(f"key=None is invalid for name={name!r}: V* is random, a PRNG key is required")
+        if name == "gslp":
+            if K not in (None, 1) or M not in (None, 1):
+                raise ValueError(f"K={K!r}, M={M!r} are invalid for gslp: it forces K = 1 and M = 1")
+            S, V = group_sparse(D), random_V(key, 1, d, v_norm)
+        else:
+            if M is None:
+                raise ValueError(f"M=None is invalid for name={name!r}: give the number of output channels M >= 1")
+            S = cnn_pooling(D, K) if name == "cnn" else cycle_gcn(D, K)
+            V = random_V(key, M, d, v_norm)
+    return BilinearTeacher(S, V, activation, alpha, sigma_x=sigma_x, sigma_eps=sigma_eps, zero_init=zero_init)
