@@ -10,11 +10,12 @@ from popdyn.tasks.teacher.kernels import (
 from popdyn.tasks.teacher.model import (
     ACTIVATIONS, DEFAULT_LEAKY_ALPHA, BilinearTeacher, resolve_alpha, validate_sizes, validate_teacher,
 )
+from popdyn.tasks.teacher.ood import ood_excess_linear, ood_excess_mc
 from popdyn.tasks.teacher.reduced import TeacherReduced, embed, late_constant, project
 
 __all__ = [
     "ACTIVATIONS", "DEFAULT_LEAKY_ALPHA", "TEACHERS", "ZERO_INITS", "BilinearTeacher", "TeacherReduced",
     "cnn_pooling", "cycle_gcn", "embed", "entry_loss", "group_sparse", "kappa", "kfun", "late_constant",
-    "limit_partials", "make_teacher", "norm_toward", "project", "random_V", "resolve_alpha", "token_selection",
-    "validate_sizes", "validate_teacher", "zero_partials",
+    "limit_partials", "make_teacher", "norm_toward", "ood_excess_linear", "ood_excess_mc", "project", "random_V",
+    "resolve_alpha", "token_selection", "validate_sizes", "validate_teacher", "zero_partials",
 ]

@@ -9,6 +9,7 @@ teacher) and at a = 0 or b = 0 (zero initialisation), where sqrt/arccos would gi
 from __future__ import annotations
 
 import math
+
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
@@ -17,9 +18,10 @@ ZERO_INITS = ("limit", "c0=0", "c0=1")
 """Conventions for the derivative at w_m = 0 (a = 0), §3.6; see ``zero_partials``."""
 
 Partials = tuple[Float[Array, "..."], Float[Array, "..."]]
+Scalar = float | Float[Array, ""]
 
 
-def kappa(alpha: float | Float[Array, ""]) -> float | Float[Array, ""]:
+def kappa(alpha: Scalar) -> Scalar:
     """κ = (1 + α²)/2, so that E[σ(u)²] = κa² (§3.3)."""
     return 0.5 * (1.0 + alpha * alpha)
 
@@ -65,7 +67,7 @@ def _kfun_jvp(primals, tangents):
     return _kfun(a, b, c, alpha, ka0, kc0), Ka * da + Kb * db + Kc * dc + Kalpha * dalpha
 
 
-def limit_partials(b: Float[Array, "..."], rho: Float[Array, "..."], alpha: float) -> Partials:
+def limit_partials(b: Float[Array, "..."], rho: Float[Array, "..."], alpha: Scalar) -> Partials:
     """(∂K/∂a, ∂K/∂c) in the limit a → 0 at fixed correlation ρ = c/(ab) (§3.5):
     ((1−α)² b sin θ/(2π), α + (1−α)²(π − θ)/(2π)), θ = arccos ρ (ρ clipped to [−1, 1])."""
     rho = jnp.clip(rho, -1.0, 1.0)
@@ -74,7 +76,7 @@ def limit_partials(b: Float[Array, "..."], rho: Float[Array, "..."], alpha: floa
     return g * b * sin, alpha + g * (math.pi - jnp.arctan2(sin, rho))
 
 
-def zero_partials(zero_init: str, b: Float[Array, "..."], rho: Float[Array, "..."], alpha: float) -> Partials:
+def zero_partials(zero_init: str, b: Float[Array, "..."], rho: Float[Array, "..."], alpha: Scalar) -> Partials:
     """(∂K/∂a, ∂K/∂c) used where a = 0 (w_m = 0), per convention (§3.6) [our choice of names]:
 
     * "limit": the one-sided limit along the teacher, ``limit_partials(b, rho)`` with ρ the correlation the
@@ -92,7 +94,7 @@ def zero_partials(zero_init: str, b: Float[Array, "..."], rho: Float[Array, "...
     return jnp.zeros_like(b), jnp.full_like(b, slope)
 
 
-def kfun(a: Float[Array, "..."], b: Float[Array, "..."], c: Float[Array, "..."], alpha: float,
+def kfun(a: Float[Array, "..."], b: Float[Array, "..."], c: Float[Array, "..."], alpha: Scalar,
          zero: Partials | None = None) -> Float[Array, "..."]:
     """K(a, b, c) = E[σ(u)σ(v)] = αc + (1−α)²(Q + (π − θ)c)/(2π) (§3.3); broadcasts over a, b, c.
 
@@ -108,7 +110,7 @@ def kfun(a: Float[Array, "..."], b: Float[Array, "..."], c: Float[Array, "..."],
     return _kfun(a, b, c, alpha, ka0, kc0)
 
 
-def entry_loss(a: Float[Array, "..."], b: Float[Array, "..."], c: Float[Array, "..."], alpha: float,
+def entry_loss(a: Float[Array, "..."], b: Float[Array, "..."], c: Float[Array, "..."], alpha: Scalar,
                zero: Partials | None = None) -> Float[Array, "..."]:
     """l(a, b, c) = ½(κa² + κb² − 2K(a, b, c)) = ½E(σ(u) − σ(v))² (§3.4), the loss of one output entry."""
     k = kappa(alpha)

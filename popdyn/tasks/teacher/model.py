@@ -70,24 +70,25 @@ class BilinearTeacher(Problem):
     X_ab ~ N(0, σ_x²), noise N(0, σ_ε²) [our choice, §2]. ``zero_init`` is the convention for the derivative at
     w_m = 0, where ‖w_m‖ is not differentiable (§3.6, ``kernels.zero_partials``): "limit" (default) takes the
     one-sided limit along V* (the limit of ∇L(δV*) as δ → 0+); "c0=0"/"c0=1" the expectation form with
-    relu'(0) = c0 (with "c0=0" ReLU GD never leaves W = 0). For the identity all three agree. α is stored as an
-    array leaf (the activation only through it), so one compilation serves every activation.
+    relu'(0) = c0 (with "c0=0" ReLU GD never leaves W = 0). For the identity all three agree. α, σ_x and σ_ε are
+    array leaves (the activation is kept only as α), so one compilation serves all their values; K and the
+    convention are static.
     """
 
     S_star: Float[Array, "D D"]
     V_star: Float[Array, "M d"]
     alpha: Float[Array, ""]
+    sigma_x: Float[Array, ""]
+    sigma_eps: Float[Array, ""]
     K: int = eqx.field(static=True)
-    sigma_x: float = eqx.field(static=True)
-    sigma_eps: float = eqx.field(static=True)
     zero_init: str = eqx.field(static=True)
 
     def __init__(self, S_star, V_star, activation: str = "leaky", alpha: float | None = None, sigma_x: float = 1.0,
                  sigma_eps: float = 0.0, zero_init: str = "limit"):
         S, V, self.K = validate_teacher(S_star, V_star)
         self.alpha = jnp.asarray(resolve_alpha(activation, alpha))
-        self.sigma_x = _validate.positive("sigma_x", sigma_x)
-        self.sigma_eps = _validate.positive("sigma_eps", sigma_eps, allow_zero=True)
+        self.sigma_x = jnp.asarray(_validate.positive("sigma_x", sigma_x))
+        self.sigma_eps = jnp.asarray(_validate.positive("sigma_eps", sigma_eps, allow_zero=True))
         self.zero_init = _validate.choice("zero_init", zero_init, ZERO_INITS)
         self.S_star, self.V_star = jnp.asarray(S), jnp.asarray(V)
 
@@ -110,7 +111,7 @@ class BilinearTeacher(Problem):
         return jnp.sum(self.V_star**2)
 
     @property
-    def L_opt(self) -> float:
+    def L_opt(self) -> Float[Array, ""]:
         """L_opt = ½MDσ_ε², the irreducible loss (§2)."""
         return 0.5 * self.M * self.D * self.sigma_eps**2
 
@@ -180,7 +181,7 @@ class BilinearTeacher(Problem):
         identity; the A block is σ_x²v JᵀJ, J the column-softmax Jacobian, whose norm² is 1/(K²D) for K ≥ 2 but 0 for
         K = 1 (one-hot columns), where λ_max = κσ_x²D [derived; the spec's formula assumes K ≥ 2]."""
         a_block = float(self.v) / (self.K**2 * self.D) if self.K >= 2 else 0.0
-        return kappa(float(self.alpha)) * self.sigma_x**2 * max(self.D / self.K, a_block)
+        return kappa(float(self.alpha)) * float(self.sigma_x) ** 2 * max(self.D / self.K, a_block)
 
     # ---- the generative model (§2) -----------------------------------------------------------------
     def sample(self, key: Array, n: int) -> tuple[Float[Array, "n d D"], Float[Array, "n M D"]]:

@@ -30,39 +30,39 @@ class TeacherReduced(Problem):
     """Lr(C1, Δ) of §4.2 as a Problem, θ = {"C1": scalar, "Delta": scalar}; α ∈ [0, 1] (1 = identity).
 
     Depends on the teacher only through (D, K, v = ‖V*‖², α, σ_x) and L_opt = ½MDσ_ε². ``zero_init`` is the
-    convention at C1 = 0 of ``BilinearTeacher`` ("limit": the one-sided limit C1 → 0+). α is an array leaf, so
-    one compiled run (e.g. a stiff gradient flow) serves every α.
+    convention at C1 = 0 of ``BilinearTeacher`` ("limit": the one-sided limit C1 → 0+). v, α, σ_x and σ_ε are array
+    leaves (one compilation serves all their values); sizes and the convention are static.
     """
 
+    v: Float[Array, ""]
+    alpha: Float[Array, ""]
+    sigma_x: Float[Array, ""]
+    sigma_eps: Float[Array, ""]
     D: int = eqx.field(static=True)
     K: int = eqx.field(static=True)
-    v: float = eqx.field(static=True)
-    alpha: Float[Array, ""]
-    sigma_x: float = eqx.field(static=True)
-    sigma_eps: float = eqx.field(static=True)
     M: int = eqx.field(static=True)
     zero_init: str = eqx.field(static=True)
 
     def __init__(self, D: int, K: int, v: float, alpha: float, sigma_x: float = 1.0, sigma_eps: float = 0.0, *,
                  M: int = 1, zero_init: str = "limit"):
         self.D, self.K = validate_sizes(D, K)
-        self.v = _validate.positive("v", v)
+        self.v = jnp.asarray(_validate.positive("v", v))
         if not 0.0 <= _validate.finite("alpha", alpha) <= 1.0:
             raise ValueError(f"alpha={alpha!r} is out of range: must lie in [0, 1] (1 = identity)")
         self.alpha = jnp.asarray(float(alpha))
-        self.sigma_x = _validate.positive("sigma_x", sigma_x)
-        self.sigma_eps = _validate.positive("sigma_eps", sigma_eps, allow_zero=True)
+        self.sigma_x = jnp.asarray(_validate.positive("sigma_x", sigma_x))
+        self.sigma_eps = jnp.asarray(_validate.positive("sigma_eps", sigma_eps, allow_zero=True))
         self.M = _validate.int_at_least("M", M, 1)
         self.zero_init = _validate.choice("zero_init", zero_init, ZERO_INITS)
 
     @classmethod
     def from_teacher(cls, teacher: BilinearTeacher) -> TeacherReduced:
         """The reduced system of a full teacher problem (same α, σ_x, σ_ε, M and zero-init convention)."""
-        return cls(teacher.D, teacher.K, float(teacher.v), float(teacher.alpha), teacher.sigma_x, teacher.sigma_eps,
-                   M=teacher.M, zero_init=teacher.zero_init)
+        return cls(teacher.D, teacher.K, float(teacher.v), float(teacher.alpha), float(teacher.sigma_x),
+                   float(teacher.sigma_eps), M=teacher.M, zero_init=teacher.zero_init)
 
     @property
-    def L_opt(self) -> float:
+    def L_opt(self) -> Float[Array, ""]:
         """L_opt = ½MDσ_ε² (§2)."""
         return 0.5 * self.M * self.D * self.sigma_eps**2
 
@@ -96,9 +96,9 @@ class TeacherReduced(Problem):
 
     def errors(self, theta: Theta) -> dict[str, Float[Array, ""]]:
         """ε = 1 − Kp, ‖W − V*‖_F = |C1 − 1|√v and ‖S − S*‖_F = Dε/√(K(D−K)) (§4.1)."""
-        p, q = self.attention_values(theta["Delta"])
+        q = self.attention_values(theta["Delta"])[1]
         eps = (self.D - self.K) * q  # = 1 − Kp without cancellation
-        return {"eps": eps, "w_error": jnp.abs(theta["C1"] - 1.0) * math.sqrt(self.v),
+        return {"eps": eps, "w_error": jnp.abs(theta["C1"] - 1.0) * jnp.sqrt(self.v),
                 "s_error": self.D * eps / math.sqrt(self.K * (self.D - self.K))}
 
     def attractors(self):
@@ -109,14 +109,15 @@ class TeacherReduced(Problem):
         """Late-time forms at flow time t = ηT (§5.2 [derived]): "excess" L − L_opt ~ KD(D−K)/(4t),
         "eps" ε ~ √(K(D−K)²/(2κσ_x²vt)), "w_error" ‖W − V*‖ ~ √K(D−K)/(σ_x√(2κt)),
         "s_error" ‖S − S*‖ ~ D√(D−K)/(σ_x√v√(2κt)); valid once t ≫ ``late_onset()``."""
-        k2t = 2.0 * kappa(float(self.alpha)) * self.sigma_x**2 * t
-        D, K = self.D, self.K
-        return {"excess": late_constant(D, K) / t, "eps": math.sqrt(K * (D - K) ** 2 / (k2t * self.v)),
-                "w_error": math.sqrt(K / k2t) * (D - K), "s_error": D * math.sqrt((D - K) / (k2t * self.v))}
+        k2t = 2.0 * kappa(float(self.alpha)) * float(self.sigma_x) ** 2 * t
+        D, K, v = self.D, self.K, float(self.v)
+        return {"excess": late_constant(D, K) / t, "eps": math.sqrt(K * (D - K) ** 2 / (k2t * v)),
+                "w_error": math.sqrt(K / k2t) * (D - K), "s_error": D * math.sqrt((D - K) / (k2t * v))}
 
     def late_onset(self) -> float:
         """(D−K)⁴/(2κσ_x²vK): the flow time after which the 1/t regime sets in (ε < K/(D−K), §5.2)."""
-        return (self.D - self.K) ** 4 / (2.0 * kappa(float(self.alpha)) * self.sigma_x**2 * self.v * self.K)
+        k2 = 2.0 * kappa(float(self.alpha)) * float(self.sigma_x) ** 2
+        return (self.D - self.K) ** 4 / (k2 * float(self.v) * self.K)
 
 
 def embed(teacher: BilinearTeacher, theta: Theta) -> Theta:
