@@ -2,11 +2,13 @@
 
 A batch is a parameter pytree whose every leaf has one extra leading axis compared with the
 problem's ``template()``. Chunks have a fixed size (the last one is padded by repeating its first
-point and trimmed afterwards) so each function compiles once per shape and memory stays bounded.
+point and trimmed afterwards) so each function compiles once per shape and memory stays bounded; each
+chunk is spread over all devices, and finished chunks can be checkpointed to disk to resume a long run.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 import jax
@@ -14,6 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
+from popdyn import _validate, sharding
+from popdyn.checkpoint import ChunkStore, fingerprint
 from popdyn.problem import Problem, Theta
 
 
@@ -54,20 +58,47 @@ def unbatch(tree, batched: bool):
 
 
 def map_chunks(
-    fn: Callable, theta: Theta, chunk_size: int | None, *, progress: bool = False, desc: str = "chunks"
+    fn: Callable, theta: Theta, chunk_size: int | None, *, progress: bool = False, desc: str = "chunks",
+    checkpoint: str | os.PathLike | None = None, depends_on: tuple = (),
 ):
-    """Apply ``fn`` (a jitted function of a batch) to fixed-size chunks of ``theta``; concatenate outputs."""
+    """Apply ``fn`` (a jitted function of a batch) to fixed-size chunks of ``theta``; concatenate outputs.
+
+    Each chunk is split over all devices (``popdyn.sharding``); its size is ``chunk_size`` (all of ``theta``
+    when None) rounded up to a multiple of the device count. With ``checkpoint`` (a directory), finished
+    chunks are saved there and, on a later call with the same inputs, loaded instead of recomputed; the
+    directory's fingerprint covers ``theta``, the chunk size and ``depends_on`` (everything else ``fn``'s
+    outputs depend on: the problem, the method and its settings), see ``popdyn.checkpoint``.
+    """
     n = jax.tree_util.tree_leaves(theta)[0].shape[0]
-    if chunk_size is None or chunk_size >= n:
+    if chunk_size is not None:
+        _validate.int_at_least("chunk_size", chunk_size, 1)
+    if checkpoint is None and sharding.device_count() == 1 and (chunk_size is None or chunk_size >= n):
         return fn(theta)
-    outs = []
-    starts = range(0, n, chunk_size)
-    for start in tqdm(starts, desc=desc, disable=not progress, leave=False):
-        stop = min(start + chunk_size, n)
-        idx = np.arange(start, start + chunk_size)
-        idx = np.where(idx < stop, idx, start)  # pad by repeating the first point of the chunk
-        out = fn(jax.tree_util.tree_map(lambda x: x[idx], theta))
-        outs.append(jax.tree_util.tree_map(lambda x: np.asarray(x)[: stop - start], out))
+    size = sharding.padded_size(n if chunk_size is None else min(chunk_size, n))
+    starts = range(0, n, size)
+
+    def chunk(start):
+        idx = np.arange(start, start + size)
+        idx = np.where(idx < min(start + size, n), idx, start)  # pad by repeating the first point of the chunk
+        return jax.tree_util.tree_map(lambda x: x[idx], theta)
+
+    store = None
+    if checkpoint is not None:
+        fp = fingerprint(theta, size, depends_on)
+        store = ChunkStore(checkpoint, fp, jax.eval_shape(fn, chunk(0)),
+                           {"n_points": n, "chunk_size": size, "n_chunks": len(starts)})
+    outs = [store.load(i, min(size, n - start)) if store is not None and store.has(i) else None
+            for i, start in enumerate(starts)]
+    with tqdm(total=len(starts), initial=sum(o is not None for o in outs), desc=desc, disable=not progress,
+              leave=False) as bar:
+        for i, start in enumerate(starts):
+            if outs[i] is not None:
+                continue
+            out = sharding.gather(fn(sharding.place(chunk(start))))
+            outs[i] = jax.tree_util.tree_map(lambda x: x[: min(size, n - start)], out)
+            if store is not None:
+                store.save(i, outs[i])
+            bar.update(1)
     return jax.tree_util.tree_map(lambda *xs: jnp.asarray(np.concatenate(xs)), *outs)
 
 

@@ -8,6 +8,7 @@ diverged, hit NaN or did not converge within the budget.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import equinox as eqx
@@ -93,6 +94,7 @@ def basin_map(
     use_theory: bool = True,
     chunk_size: int | None = 16384,
     progress: bool = False,
+    checkpoint: str | os.PathLike | None = None,
     **dynamics_kwargs,
 ) -> BasinMap:
     """Label every initialisation of ``grid`` by the attractor it reaches.
@@ -101,6 +103,13 @@ def basin_map(
     Converged points are matched to ``prob.attractors()`` (residual < ``tol``); the rest, or all of
     them with ``use_theory=False``, are clustered at ``cluster_radius`` (minima and saddles apart,
     named "min0", "saddle0", …). Extra keywords go to ``gradient_flow`` / ``gradient_descent``.
+
+    The grid runs in chunks of ``chunk_size`` points, each spread over all of ``jax.devices()`` (several
+    hosts: call ``jax.distributed.initialize()`` first). ``checkpoint`` names a directory where each
+    finished chunk is saved; running again with the same directory and inputs loads those chunks instead
+    of recomputing them, with the same result bit for bit, and a directory written for other inputs is
+    refused (``popdyn.checkpoint``). Labelling (``tol``, ``cluster_radius``, ``use_theory``) happens after
+    the chunks, so it may change between runs sharing a checkpoint.
     """
     _validate.choice("method", method, ("flow", "gd"))
     _validate.positive("tol", tol)
@@ -108,11 +117,11 @@ def basin_map(
     theta = grid.points(prob)
     if method == "flow":
         traj: Trajectory = gradient_flow(prob, theta, t1=t1, ts=None, chunk_size=chunk_size, progress=progress,
-                                         **dynamics_kwargs)
+                                         checkpoint=checkpoint, **dynamics_kwargs)
     else:
         rec = dynamics_kwargs.pop("record_every", steps)
         traj = gradient_descent(prob, theta, lr=lr, steps=steps, record_every=rec, chunk_size=chunk_size,
-                                progress=progress, **dynamics_kwargs)
+                                progress=progress, checkpoint=checkpoint, **dynamics_kwargs)
     status = np.asarray(traj.status)
     ok = (status == Status.CONVERGED) | (status == Status.SADDLE)
     labels, names = _theory_labels(prob, traj.final, ok, tol) if use_theory else (np.full(ok.shape, -1), ())

@@ -9,6 +9,7 @@ so one diverging member never poisons the batch.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -57,6 +58,7 @@ def gradient_descent(
     saddle_tol: float = 1e-7,
     chunk_size: int | None = None,
     progress: bool = False,
+    checkpoint: str | os.PathLike | None = None,
 ) -> Trajectory:
     """Run ``steps`` steps of GD (``optimizer=None``) or of an optax optimizer from θ0 (batched or not).
 
@@ -78,6 +80,9 @@ def gradient_descent(
     ``time_scales`` multiplies each parameter block's direction (per-block learning rates). Records at
     steps 0, k, 2k, …; ``t_final`` is the first recorded step with ‖∇L‖ < gtol (or ``steps``). Status as
     for ``gradient_flow``.
+
+    Batches run in chunks of ``chunk_size`` spread over all devices; ``checkpoint`` (a directory) saves each
+    finished chunk and resumes from them (``popdyn.batching.map_chunks``).
     """
     steps = _validate.int_at_least("steps", steps, 1)
     momentum = _validate.positive("momentum", momentum, allow_zero=True)
@@ -103,7 +108,8 @@ def gradient_descent(
     keys = jax.random.split(jax.random.PRNGKey(seed), n)
     hooks = (precondition, prox, gradient, metrics)
     out = map_chunks(lambda b: _descend_batch(prob, *b, opt, hooks, cfg), (batch, lr_arr, keys),
-                     chunk_size, progress=progress, desc="gradient descent")
+                     chunk_size, progress=progress, desc="gradient descent", checkpoint=checkpoint,
+                     depends_on=("gd", prob, opt, hooks, cfg))
     return finish(prob, out, batched, saddle_tol, "step")
 
 

@@ -7,6 +7,7 @@ never kills the batch: every initialisation gets a ``Status``.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -65,6 +66,7 @@ def gradient_flow(
     saddle_tol: float = 1e-7,
     chunk_size: int | None = None,
     progress: bool = False,
+    checkpoint: str | os.PathLike | None = None,
 ) -> Trajectory:
     """Integrate θ̇ = −τ ⊙ P(∇L(θ)) from θ0 (one point, or a batch on a leading axis) up to ``t1``; P is
     ``precondition``, a gradient → direction map (default: the identity).
@@ -79,6 +81,9 @@ def gradient_flow(
     controller: near a manifold of minima an explicit solver runs at its stability limit, where the
     I controller oscillates and ‖∇L‖ stalls above ``gtol`` (measured on the Markov (e, w) plane:
     126/256 points unfinished at t = 1e4 with the I controller, 0/256 with PI, ≤ 160 steps each).
+
+    Batches run in chunks of ``chunk_size`` spread over all devices; ``checkpoint`` (a directory) saves each
+    finished chunk and resumes from them (``popdyn.batching.map_chunks``).
     """
     t1 = _validate.positive("t1", t1)
     for name, v in (("rtol", rtol), ("atol", atol), ("diverge", diverge)):
@@ -94,7 +99,7 @@ def gradient_flow(
     batch, batched = as_batch(prob, theta0)
     solver_ = _solver(solver)
     out = map_chunks(lambda b: _solve_batch(prob, b, solver_, precondition, cfg), batch, chunk_size, progress=progress,
-                     desc="gradient flow")
+                     desc="gradient flow", checkpoint=checkpoint, depends_on=("flow", prob, solver_, precondition, cfg))
     return finish(prob, out, batched, saddle_tol, "time")
 
 

@@ -78,25 +78,28 @@ def rule_order(state: np.ndarray, L: int) -> np.ndarray:
 
 
 def basins_decision_list(L: int, n: int, c: float | None = None, grid: int = 32, lo: float = -3.0, hi: float = 3.0,
-                         t1: float = 100.0, distribution: str = "distinct", n_times: int = 120) -> Result:
+                         t1: float = 100.0, distribution: str = "distinct", n_times: int = 120, chunk: int = 16384,
+                         checkpoint: str | None = None) -> Result:
     """A column with a list of length 2 under the flow on W (V = cP), from every initialisation of the
     (w_1 − w_2, ω − w_2) plane (zero column sum; §3 C): the rule order of (w_1, w_2, ω) at t1, and the first
     time T* of perfect classification (§4), located on ``n_times`` log-spaced records (interpolated; about 1%
     relative at the default 120 records over 9 decades). Cost: recording dominates — 32², t1 = 100 takes ~90 s
-    with 400 records on a 2-core CPU, the flow alone to t = 10 on 64² ~18 s."""
+    with 400 records on a 2-core CPU, the flow alone to t = 10 on 64² ~18 s. ``chunk`` points run at a time;
+    ``checkpoint``: a directory to save finished chunks in and resume from (``gradient_flow``)."""
     L, n, distribution = validate_sizes(L, n, distribution)
     if L < 3:
         raise ValueError(f"L={L} is out of range: a list of length 2 needs distractors, L >= 3")
     grid = _validate.int_at_least("grid", grid, 2)
     lo, hi = _validate.interval("range", (lo, hi))
     t1 = _validate.positive("t1", t1)
+    _validate.int_at_least("chunk", chunk, 1)
     c = theorem1_c(L, n, 2, distribution) if c is None else _validate.positive("c", c)
     prob = ReducedDecisionList(L, n, (2,), c, distribution)
     xs = np.linspace(lo, hi, grid)
     X, Y = np.meshgrid(xs, xs)
     # the grid plus, last, the origin (0, 0) of the plane, i.e. W₀ = 0, whose path is drawn on the map
     T, traj = first_passage(prob, plane_to_column(np.append(X.ravel(), 0.0), np.append(Y.ravel(), 0.0), L),
-                            prob.pc_slack, t1, n_grid=n_times)
+                            prob.pc_slack, t1, n_grid=n_times, chunk_size=chunk, checkpoint=checkpoint)
     t_zero, T = T[-1], T[:-1, 0].reshape(X.shape)
     ends = np.asarray(traj.final["m2"])
     labels = rule_order(ends[:-1], L).reshape(X.shape)

@@ -91,16 +91,20 @@ def converge_scb(N: int = 10, T: int = 50, Q: int = 2, seed: int = 0, lr: float 
 
 
 def basins_scb(N: int = 10, T: int = 50, Q: int = 2, seed: int = 0, n: int = 64, lo: float = -2.0,
-               hi: float = 2.0, t1: float = 2e4, progress: bool = True) -> Result:
+               hi: float = 2.0, t1: float = 2e4, progress: bool = True, chunk: int = 16384,
+               checkpoint: str | None = None) -> Result:
     """Basin map of the projected preconditioned flow α̇ = g(α) over (α_V, α_A) ∈ [lo, hi]² with the
     saddle (0, −1/(Tq̄ − 1)) and the hyperbola α_Vα_A = 1 marked (§4). Points that never converge creep
     toward (0⁻, −∞): they are the "unresolved" fraction, separated from the minimum's basin by the saddle's
-    stable manifold."""
+    stable manifold. ``chunk`` points run at a time; ``checkpoint``: a directory to save finished chunks in
+    and resume from (``basin_map``)."""
     n = _validate.int_at_least("grid", n, 2)
+    _validate.int_at_least("chunk", chunk, 1)
     lo, hi = _validate.interval("range", (lo, hi))
     prob, red, info = _instance(N, T, Q, seed)
     grid = Grid.square("alpha_V", "alpha_A", lo, hi, n)
-    bm = basin_map(red, grid, "flow", t1=t1, precondition=red.precondition, progress=progress)
+    bm = basin_map(red, grid, "flow", t1=t1, precondition=red.precondition, progress=progress, chunk_size=chunk,
+                   checkpoint=checkpoint)
     escaped = (bm.labels < 0) & (bm.final["alpha_A"] < info["saddle"][1])
     results = {**info, "fractions": bm.fractions, "attractors": list(bm.attractors),
                "escape_fraction": float(np.mean(escaped)),
