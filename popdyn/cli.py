@@ -8,7 +8,9 @@ exits with code 2, leaving nothing behind.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 import time
 import warnings
 from pathlib import Path
@@ -40,13 +42,21 @@ def _parser() -> argparse.ArgumentParser:
         dl = p.add_argument_group("decision-list")
         dl.add_argument("--L", type=int, default=10, help="number of tokens")
         dl.add_argument("--n", type=int, default=3, help="sequence length (<= L for distinct tokens)")
-        dl.add_argument("--M", type=int, default=3, help="longest list; lists of every length 1..M are present")
+        dl.add_argument("--M", type=int, default=None,
+                        help="decision-list: longest list, lists of every length 1..M (3); teacher: channels (4)")
         dl.add_argument("--c", type=float, default=None, help="V = cP scale (default: the theorem's)")
         dl.add_argument("--distribution", default="distinct", help="distinct | iid (popdyn's choice, spec §2)")
         sb = p.add_argument_group("scb")
         sb.add_argument("--N", type=int, default=10, help="vocabulary size")
         sb.add_argument("--T", type=int, default=50, help="context length")
         sb.add_argument("--Q", type=int, default=2, help="sparsity: nonzeros per attention column")
+        tc = p.add_argument_group("teacher")
+        tc.add_argument("--teacher", default="cnn", help="cnn | gcn | sts | gslp")
+        tc.add_argument("--D", type=int, default=None, help="tokens (default: the paper's, cnn 36, others 20)")
+        tc.add_argument("--K", type=int, default=None, help="support per column of S* (cnn 4, gcn 3, sts 4, gslp 1)")
+        tc.add_argument("--activation", default="relu", help="relu | leaky | linear")
+        tc.add_argument("--alpha", type=float, default=None, help="leaky slope in [0, 1) (default 0.1)")
+        tc.add_argument("--d", type=int, default=4, help="features per token (teacher; M uses --M, default 4)")
 
     d = sub.add_parser("demo", help="Markov (e,w) basin maps for p+q<1 and p+q>1, convergence table, step-size audit")
     d.add_argument("--out", type=Path, default=None)
@@ -62,6 +72,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--lr", type=float, default=0.5, help="GD learning rate")
     b.add_argument("--steps", type=int, default=2000, help="GD steps")
     b.add_argument("--chunk", type=int, default=16384, help="initialisations per compiled chunk")
+    b.add_argument("--checkpoint", type=Path, default=None, metavar="DIR",
+                   help="save each finished chunk in DIR; rerunning the same command resumes from them")
     b.add_argument("--seed", type=int, default=0, help="scb: the random instance")
 
     c = sub.add_parser("converge", help="time to reach an ε-ball around the limit vs the local-rate prediction")
@@ -70,7 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--std", type=float, default=1.0, help="std of the Gaussian initialisations")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--eps", type=float, default=None, help="target accuracy (markov 1e-6, scb 0.01)")
-    c.add_argument("--lr", type=float, default=None, help="scb: step size of the exact preconditioned GD (0.5)")
+    c.add_argument("--lr", type=float, default=None,
+                   help="scb: step size of the exact preconditioned GD (0.5); teacher: GD step (1/λ_max at the teacher)")
+    c.add_argument("--steps", type=int, default=None, help="teacher: GD steps (default: to ηT = 300 × late onset)")
     c.add_argument("--t1", type=float, default=None, help="flow horizon (markov: 1e4; decision-list: 10× the bound)")
     c.add_argument("--delta", type=float, default=None, help="decision-list: override δ (default: spec §5's)")
     c.add_argument("--gamma", type=float, default=None, help="decision-list: override γ (default: δ/L-type, §5)")
@@ -105,10 +119,39 @@ def _check_task_args(args) -> None:
         _validate.open_unit("q", args.q)
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so both leave through the same clean path."""
+
+
+def _on_sigterm(signum, frame):
+    raise _Terminated
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of the ``popdyn`` console script; returns the exit code."""
+    """Entry point of the ``popdyn`` console script; returns the exit code.
+
+    Ctrl-C (SIGINT) and SIGTERM stop the job with one line on stderr and exit code 130 / 143: nothing is
+    written to ``--out``, and with ``--checkpoint`` the chunks finished so far stay there for a rerun. A
+    signal takes effect when the running chunk's computation returns control to Python.
+    """
     args = _parser().parse_args(argv)
     _one_line_warnings()
+    in_main_thread = threading.current_thread() is threading.main_thread()  # signals can only be set there
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
+    try:
+        return _main(args)
+    except KeyboardInterrupt as err:
+        checkpoint = getattr(args, "checkpoint", None)
+        where = f"; finished chunks are in {checkpoint}, run the same command again to resume" if checkpoint else ""
+        print(f"popdyn: interrupted{where}", file=sys.stderr)
+        return 143 if isinstance(err, _Terminated) else 130
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _main(args) -> int:
+    """Validate, run the subcommand and print its summary; bad input is one line and exit code 2."""
     import jax
 
     jax.config.update("jax_enable_x64", True)

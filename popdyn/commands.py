@@ -27,15 +27,17 @@ def _timed(job, *a, **k) -> tuple[Result, float]:
 
 # ---- basins ---------------------------------------------------------------------------------------
 def basins_markov(p, q, n=128, lo=-3.0, hi=3.0, method="flow", t1=1e4, lr=0.5, steps=2000, chunk=16384,
-                  progress=True) -> Result:
-    """Basin map of the profiled (e, w) model over [lo, hi]², checked against the closed form (§4.4)."""
+                  progress=True, checkpoint=None) -> Result:
+    """Basin map of the profiled (e, w) model over [lo, hi]², checked against the closed form (§4.4);
+    ``checkpoint``: a directory to save finished chunks in and resume from (``basin_map``)."""
     prob = Canonical(p, q)
     n = _validate.int_at_least("grid", n, 2)
     lo, hi = _validate.interval("range", (lo, hi))
     _validate.choice("method", method, ("flow", "gd"))
     _validate.int_at_least("chunk", chunk, 1)
     grid = Grid.square("w", "e", lo, hi, n)
-    bm = basin_map(prob, grid, method, t1=t1, lr=lr, steps=steps, chunk_size=chunk, progress=progress)
+    bm = basin_map(prob, grid, method, t1=t1, lr=lr, steps=steps, chunk_size=chunk, progress=progress,
+                   checkpoint=checkpoint)
     theory = p + q != 1.0  # §4.4's closed-form basins assume p+q != 1
     if theory:
         theta = grid.points(prob)
@@ -150,37 +152,56 @@ def stepsize_markov(p, q, e0=1.0, w0=0.5, lrs=(0.5, 2.0, 3.0), steps=400) -> Res
 
 
 # ---- CLI adapters -----------------------------------------------------------------------------------
+JOBS = {"basins": ("markov", "decision-list", "scb"), "converge": ("markov", "decision-list", "scb", "teacher"),
+        "stepsize": ("markov", "decision-list", "scb")}
+
+
+def _require_job(command: str, task: str) -> None:
+    """ValueError when ``task`` (a known, built task) has no ``command`` job."""
+    if task not in JOBS[command]:
+        extra = "; its step-size audit is part of 'popdyn converge teacher'" if task == "teacher" else ""
+        raise ValueError(f"task={task!r} has no {command} job: available for {', '.join(JOBS[command])}{extra}")
+
+
 def basins(args, out: Path) -> list[str]:
+    _require_job("basins", args.task)
     if args.task == "decision-list":
         from popdyn.tasks.decision_list.jobs import basins_decision_list
 
         res, wall = _timed(basins_decision_list, args.L, args.n, args.c, args.grid or 32, *args.range,
-                           100.0 if args.t1 is None else args.t1, args.distribution)
+                           100.0 if args.t1 is None else args.t1, args.distribution, chunk=args.chunk,
+                           checkpoint=args.checkpoint)
     elif args.task == "scb":
         from popdyn.tasks.scb.jobs import basins_scb
 
         res, wall = _timed(basins_scb, args.N, args.T, args.Q, args.seed,
                            args.grid or 64, *args.range, 2e4 if args.t1 is None else args.t1,
-                           progress=not args.quiet)
+                           progress=not args.quiet, chunk=args.chunk, checkpoint=args.checkpoint)
     else:
         res, wall = _timed(basins_markov, args.p, args.q, args.grid or 128, *args.range, args.method,
                            1e4 if args.t1 is None else args.t1, args.lr, args.steps, args.chunk,
-                           progress=not args.quiet)
+                           progress=not args.quiet, checkpoint=args.checkpoint)
     res.write(out, "basins", wall)
     return res.lines
 
 
 def converge(args, out: Path) -> list[str]:
+    _require_job("converge", args.task)
     if args.task == "decision-list":
         from popdyn.tasks.decision_list.jobs import converge_decision_list
 
-        res, wall = _timed(converge_decision_list, args.L, args.n, args.M, args.c, args.distribution, args.delta,
-                           args.gamma, args.t1)
+        res, wall = _timed(converge_decision_list, args.L, args.n, 3 if args.M is None else args.M, args.c,
+                           args.distribution, args.delta, args.gamma, args.t1)
     elif args.task == "scb":
         from popdyn.tasks.scb.jobs import converge_scb
 
         res, wall = _timed(converge_scb, args.N, args.T, args.Q, args.seed, 0.5 if args.lr is None else args.lr,
                            0.01 if args.eps is None else args.eps)
+    elif args.task == "teacher":
+        from popdyn.tasks.teacher.jobs import converge_teacher
+
+        res, wall = _timed(converge_teacher, args.teacher, args.D, args.K, args.activation, args.alpha, args.d,
+                           args.M, args.seed, args.lr, args.steps)
     else:
         res, wall = _timed(converge_markov, args.p, args.q, args.n_init, args.std, args.seed,
                            1e-6 if args.eps is None else args.eps, 1e4 if args.t1 is None else args.t1)
@@ -189,6 +210,7 @@ def converge(args, out: Path) -> list[str]:
 
 
 def stepsize(args, out: Path) -> list[str]:
+    _require_job("stepsize", args.task)
     if args.task == "scb":
         from popdyn.tasks.scb.jobs import stepsize_scb
 
@@ -199,7 +221,7 @@ def stepsize(args, out: Path) -> list[str]:
 
         if args.lr is not None and len(args.lr) != 1:
             raise ValueError(f"lr={args.lr} is invalid: decision-list takes one learning rate")
-        res, wall = _timed(stepsize_decision_list, args.L, args.n, args.M, args.seed,
+        res, wall = _timed(stepsize_decision_list, args.L, args.n, 3 if args.M is None else args.M, args.seed,
                            None if args.lr is None else args.lr[0], 20 if args.steps is None else args.steps)
     else:
         res, wall = _timed(stepsize_markov, args.p, args.q, args.e0, args.w0,

@@ -25,7 +25,8 @@ BAD = {  # name: (argv, text naming the parameter in the error line)
     "grid": (["basins", "markov", "--grid", "1"], "grid"),
     "range": (["basins", "markov", "--range", "3", "-3"], "range"),
     "task": (["basins", "teacherz"], "teacherz"),
-    "unimplemented": (["basins", "teacher"], "teacher"),
+    "unimplemented": (["basins", "scan-snap"], "scan-snap"),
+    "no-job": (["basins", "teacher"], "task='teacher' has no basins job"),
     "lr": (["stepsize", "markov", "--lr", "-1"], "lr"),
     "eps": (["converge", "markov", "--eps", "0"], "eps"),
 }
@@ -171,7 +172,7 @@ def test_stepsize_command_writes_results(cli):
         (lambda: popdyn.Grid.square("w", "e", -3.0, 3.0, 1), "grid"),
         (lambda: popdyn.Grid.square("w", "e", 3.0, -3.0, 8), "range"),
         (lambda: check_task("teacherz"), "teacherz"),
-        (lambda: check_task("teacher"), "teacher"),
+        (lambda: check_task("scan-snap"), "scan-snap"),
         (lambda: commands.basins_markov(0.1, 0.1, n=1), "grid"),
         (lambda: commands.basins_markov(0.1, 0.1, n=8, lo=3.0, hi=-3.0), "range"),
         (lambda: commands.basins_markov(1.5, 0.1, n=8), "p="),

@@ -3,6 +3,7 @@
 from popdyn.figures.markov import markov_fig1, markov_fig3, markov_fig4
 from popdyn.figures.markov_ewa import markov_ewa
 from popdyn.figures.scb import scb_fig1, scb_fig3, scb_fig5
+from popdyn.figures.teacher import teacher_heatmaps, teacher_rates
 from popdyn.figures.scan_snap import scan_snap_fig4, scan_snap_fig6, scan_snap_fig9
 
 FIGURES = {
@@ -15,6 +16,8 @@ FIGURES = {
     "scan-snap-fig9": (scan_snap_fig9, "Scan and Snap Fig 9: B_n(t) at fixed η_Y/η_Z with the transition times t_0"),
     "scb-fig1": (scb_fig1, "SCB Fig 1: distances to the truth, ℓ1-proximal vs SGD with a large and a small step"),
     "scb-fig3": (scb_fig3, "SCB Fig 3: signals α_V, α_A and the distance Δ to the noise-free population"),
+    "teacher-rates": (teacher_rates, "Bilinear teachers: the poster's log-log rates, OOD and cosine for its six settings"),
+    "teacher-heatmaps": (teacher_heatmaps, "Bilinear teachers: learned attention S at the end of training vs S*"),
     "scb-fig5": (scb_fig5, "SCB Fig 5: N=100, T=1e5 Gaussian surrogate, Δ for ℓ1-proximal vs SGD (~5 min on 2 cores)"),
 }
 
@@ -28,5 +31,5 @@ def get_figure(name: str):
 
 __all__ = [
     "FIGURES", "get_figure", "markov_ewa", "markov_fig1", "markov_fig3", "markov_fig4", "scan_snap_fig4",
-    "scan_snap_fig6", "scan_snap_fig9", "scb_fig1", "scb_fig3", "scb_fig5",
+    "scan_snap_fig6", "scan_snap_fig9", "scb_fig1", "scb_fig3", "scb_fig5", "teacher_heatmaps", "teacher_rates",
 ]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 TASKS = ("markov", "decision-list", "scan-snap", "scb", "teacher")
-AVAILABLE = ("markov", "decision-list", "scb")
+AVAILABLE = ("markov", "decision-list", "scb", "teacher")
 
 
 def check_task(name: str) -> str:

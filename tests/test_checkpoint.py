@@ -1,0 +1,182 @@
+"""Resumable long runs: ``basin_map(checkpoint=DIR)`` / ``popdyn basins --checkpoint DIR`` save each finished
+chunk, resume after Ctrl-C or SIGTERM with the uninterrupted run's results bit for bit, and refuse a
+directory written for other inputs or holding a corrupt chunk."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+import popdyn
+from popdyn.dynamics import descent
+from popdyn.tasks.markov import Canonical
+
+REPO = Path(__file__).resolve().parents[1]
+
+# 256 points in 8 chunks of 32; 100 000 GD steps make a chunk take ~0.15 s on a CPU core, and the labelling,
+# theory check and figure after the last chunk take seconds more: time enough to stop a run mid-way
+ARGV = ["basins", "markov", "--p", "0.2", "--q", "0.3", "--grid", "16", "--chunk", "32", "--method", "gd",
+        "--steps", "100000", "--quiet"]
+SIGNALS = {"SIGINT": (signal.SIGINT, 130), "SIGTERM": (signal.SIGTERM, 143)}
+
+
+def _popen(argv: list, cwd: Path) -> subprocess.Popen:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return subprocess.Popen([sys.executable, "-m", "popdyn.cli", *map(str, argv)], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str, str]:
+    stdout, stderr = proc.communicate(timeout=timeout)
+    return proc.returncode, stdout, stderr
+
+
+@pytest.fixture(scope="module")
+def cli(tmp_path_factory):
+    """An uninterrupted run, and per signal: a run stopped by it after its first chunk, then the same
+    command again. All processes run concurrently from this (main) thread."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        pytest.skip("SIGINT is ignored in this process, so its children would ignore Ctrl-C too")
+    base = tmp_path_factory.mktemp("checkpoint-cli")
+    argv = {name: ARGV + ["--checkpoint", base / f"ck-{name}", "--out", base / f"out-{name}"] for name in SIGNALS}
+    reference = _popen(ARGV + ["--out", base / "reference"], base)
+    running = {name: _popen(argv[name], base) for name in SIGNALS}
+    waiting, deadline = dict(running), time.monotonic() + 240
+    while waiting and time.monotonic() < deadline:
+        for name, proc in list(waiting.items()):
+            if (base / f"ck-{name}" / "chunk_00000.npz").exists() or proc.poll() is not None:
+                if proc.poll() is None:
+                    proc.send_signal(SIGNALS[name][0])
+                del waiting[name]
+        time.sleep(0.01)
+    stopped = {name: _finish(proc, 120) for name, proc in running.items()}
+    chunks = {name: sorted(p.name for p in (base / f"ck-{name}").iterdir()) for name in SIGNALS}
+    outputs = {name: sorted(p.name for p in base.iterdir() if "out-" + name in p.name) for name in SIGNALS}
+    resumed = {name: _popen(argv[name], base) for name in SIGNALS}
+    resumed = {name: _finish(proc, 300) for name, proc in resumed.items()}
+    code, _, stderr = _finish(reference, 300)
+    assert code == 0, stderr
+    return base, stopped, chunks, outputs, resumed
+
+
+@pytest.mark.parametrize("name", list(SIGNALS))
+def test_signal_stops_cleanly_and_keeps_finished_chunks(cli, name):
+    base, stopped, chunks, outputs, _ = cli
+    code, stdout, stderr = stopped[name]
+    assert code == SIGNALS[name][1], stderr
+    assert "Traceback" not in stderr and stdout == ""
+    assert stderr.splitlines() == [f"popdyn: interrupted; finished chunks are in {base / f'ck-{name}'}, run the "
+                                   "same command again to resume"]
+    assert outputs[name] == []  # neither --out nor a temporary folder for it
+    assert chunks[name][-1] == "manifest.json"
+    assert 1 <= len(chunks[name][:-1]) < 8, chunks[name]  # stopped mid-run, with a chunk to resume from
+    assert all(p.startswith("chunk_") and p.endswith(".npz") for p in chunks[name][:-1])  # no temporary file
+
+
+@pytest.mark.parametrize("name", list(SIGNALS))
+def test_resumed_run_equals_the_uninterrupted_one_bit_for_bit(cli, name):
+    base, *_, resumed = cli
+    code, _, stderr = resumed[name]
+    assert code == 0, stderr
+    assert len(list((base / f"ck-{name}").glob("chunk_*.npz"))) == 8
+    ref, got = np.load(base / "reference" / "basins.npz"), np.load(base / f"out-{name}" / "basins.npz")
+    assert sorted(ref.files) == sorted(got.files)
+    for k in ref.files:
+        assert np.array_equal(ref[k], got[k], equal_nan=k == "times"), k  # times: NaN where unresolved
+    assert len(np.unique(ref["labels"])) >= 2
+
+
+# ---- the API: basin_map(checkpoint=…) -----------------------------------------------------------------
+PROB = Canonical(0.2, 0.3)
+GRID = popdyn.Grid.square("w", "e", -3.0, 3.0, 6)  # 36 points: 5 chunks of 8, the last one padded
+SETTINGS = {"method": "gd", "lr": 0.5, "steps": 50, "chunk_size": 8}
+
+
+def _same(a: popdyn.BasinMap, b: popdyn.BasinMap) -> None:
+    assert a.attractors == b.attractors
+    for x, y in [(a.labels, b.labels), (a.status, b.status), (a.final["e"], b.final["e"]),
+                 (a.final["w"], b.final["w"])]:
+        assert np.array_equal(x, y)
+    assert np.array_equal(a.times, b.times, equal_nan=True)
+
+
+@pytest.fixture
+def done(tmp_path):
+    """A finished checkpoint of the small GD map, and the map."""
+    ck = tmp_path / "ck"
+    return ck, popdyn.basin_map(PROB, GRID, checkpoint=ck, **SETTINGS)
+
+
+def test_checkpoint_layout_and_result(done):
+    ck, bm = done
+    assert sorted(p.name for p in ck.iterdir()) == [f"chunk_{i:05d}.npz" for i in range(5)] + ["manifest.json"]
+    manifest = json.loads((ck / "manifest.json").read_text())
+    assert len(manifest["fingerprint"]) == 64
+    assert (manifest["n_points"], manifest["chunk_size"], manifest["n_chunks"]) == (36, 8, 5)
+    assert manifest["versions"]["popdyn"] is not None
+    _same(bm, popdyn.basin_map(PROB, GRID, **SETTINGS))  # checkpointing does not change the result
+
+
+def test_complete_checkpoint_computes_nothing(done, monkeypatch):
+    ck, bm = done
+    real = descent._descend_batch
+
+    def traced_only(prob, batch, *args):  # shapes may be traced, but no chunk may run
+        if not isinstance(jax.tree_util.tree_leaves(batch)[0], jax.core.Tracer):
+            raise AssertionError("a chunk was computed although the checkpoint holds every chunk")
+        return real(prob, batch, *args)
+
+    monkeypatch.setattr(descent, "_descend_batch", traced_only)
+    _same(bm, popdyn.basin_map(PROB, GRID, checkpoint=ck, **SETTINGS))
+
+
+def test_missing_chunks_are_recomputed_bit_for_bit(done, capsys):
+    ck, bm = done
+    (ck / "chunk_00002.npz").unlink()
+    _same(bm, popdyn.basin_map(PROB, GRID, checkpoint=ck, progress=True, **SETTINGS))
+    assert "4/5" in capsys.readouterr().err  # the progress bar counts resumed chunks as done
+    assert (ck / "chunk_00002.npz").exists()
+
+
+@pytest.mark.parametrize("change", ["p", "grid", "steps", "method", "chunk_size"])
+def test_a_checkpoint_for_other_inputs_is_refused(done, change):
+    ck, _ = done
+    prob, grid, settings = PROB, GRID, dict(SETTINGS)
+    if change == "p":
+        prob = Canonical(0.21, 0.3)
+    elif change == "grid":
+        grid = popdyn.Grid.square("w", "e", -3.0, 3.5, 6)
+    elif change == "method":
+        settings["method"] = "flow"
+    else:
+        settings[change] += 1
+    with pytest.raises(ValueError, match=r"checkpoint .*ck holds chunks for different inputs \(fingerprint .*≠"):
+        popdyn.basin_map(prob, grid, checkpoint=ck, **settings)
+    assert len(list(ck.glob("chunk_*.npz"))) == 5  # nothing overwritten or mixed in
+
+
+@pytest.mark.parametrize("damage", ["truncated", "wrong arrays"])
+def test_a_corrupt_chunk_is_refused_by_name(done, damage):
+    ck, _ = done
+    path = ck / "chunk_00003.npz"
+    if damage == "truncated":
+        path.write_bytes(path.read_bytes()[:100])
+    else:
+        np.savez(path, leaf_0=np.zeros(3))
+    with pytest.raises(ValueError, match="chunk_00003.npz"):
+        popdyn.basin_map(PROB, GRID, checkpoint=ck, **SETTINGS)
+
+
+def test_chunks_without_a_manifest_are_refused(done):
+    ck, _ = done
+    (ck / "manifest.json").unlink()
+    with pytest.raises(ValueError, match="no manifest.json"):
+        popdyn.basin_map(PROB, GRID, checkpoint=ck, **SETTINGS)
