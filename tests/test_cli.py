@@ -30,6 +30,7 @@ BAD = {  # name: (argv, text naming the parameter in the error line)
     "lr": (["stepsize", "markov", "--lr", "-1"], "lr"),
     "eps": (["converge", "markov", "--eps", "0"], "eps"),
 }
+IN_PROCESS = {k for k in BAD if k not in ("p", "task")}  # as a subprocess: two; the rest through cli.main (fast)
 GOOD = {
     "basins": ["basins", "markov", "--grid", "8", "--quiet"],
     "converge": ["converge", "markov", "--n-init", "2", "--quiet"],
@@ -51,7 +52,8 @@ def _run(argv, base: Path):
 @pytest.fixture(scope="module")
 def cli(tmp_path_factory):
     """Every CLI invocation of this module, run concurrently (each is a fresh interpreter)."""
-    jobs = {("bad", k): argv for k, (argv, _) in BAD.items()} | {("good", k): argv for k, argv in GOOD.items()}
+    jobs = {("bad", k): argv for k, (argv, _) in BAD.items() if k not in IN_PROCESS}
+    jobs |= {("good", k): argv for k, argv in GOOD.items()}
     bases = {key: tmp_path_factory.mktemp(f"cli-{key[0]}-{key[1]}") for key in jobs}
     with ThreadPoolExecutor(max_workers=3) as pool:
         # the slow successful runs first
@@ -62,7 +64,22 @@ def cli(tmp_path_factory):
 
 
 # ---- bad input: one line, exit 2, nothing written -------------------------------------------------
-@pytest.mark.parametrize("name", list(BAD))
+@pytest.mark.parametrize("name", sorted(IN_PROCESS))
+def test_bad_input_is_a_one_line_error_in_process(tmp_path, capsys, name):
+    """The same contract through ``cli.main`` (what the console script calls), without a new interpreter."""
+    from popdyn.cli import main
+
+    argv, names = BAD[name]
+    out = tmp_path / "out"
+    assert main([*argv, "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("popdyn: error:") and names in lines[0], captured.err
+    assert captured.out == ""
+    assert list(tmp_path.iterdir()) == []  # neither the output nor a temporary folder
+
+
+@pytest.mark.parametrize("name", sorted(set(BAD) - IN_PROCESS))
 def test_bad_input_is_a_one_line_error(cli, name):
     proc, out, base = cli[("bad", name)]
     names = BAD[name][1]

@@ -28,7 +28,7 @@ def test_fig1_cli_proximal_recovers_sgd_does_not(tmp_path):
 def test_fig3_delta_is_exactly_zero_at_the_start_and_small_for_sgd():
     """Δ is 0 at the shared start; SGD tracks the noise-free population process (‖Δ_A‖_μ < 0.1), the
     proximal iterate drifts away from it along the scaling symmetry (α_V up, α_A down: the ℓ1 bias, §5)."""
-    res = scb_fig3(steps=1000, progress=False)
+    res = scb_fig3(steps=500, progress=False)
     for key in ("proximal", "sgd"):
         m = res.arrays[f"fig3_{key}"]
         assert m["delta_A_mu"][0] == 0.0 and m["delta_V_fro"][0] == 0.0

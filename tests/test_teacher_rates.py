@@ -21,14 +21,15 @@ SMALL = {"cnn": (9, 3), "gcn": (9, 3), "sts": (9, 3), "gslp": (9, 1)}  # cnn, gc
 def test_late_constant_for_each_teacher(teacher, activation):
     """ηT·(L − L_opt) → KD(D−K)/4 within 2% (measured within 0.5%) and the log-log slope of the excess loss is
     −1, for the four teachers and the three activations: the exact zero-initialisation GD at η = 1/λ_max(teacher)
-    to ηT = 3000 × late onset, through the reduced map that ``rates`` uses (full GD equals it, below)."""
+    to ηT = 1000 × late onset (measured: within 0.8%, slope within 0.011), through the reduced map that ``rates``
+    uses (full GD equals it, below)."""
     from popdyn.tasks.teacher import TeacherReduced, late_constant
     from popdyn.tasks.teacher.rates import reduced_records
 
     prob = build(teacher, *SMALL[teacher], activation)
     red = TeacherReduced.from_teacher(prob)
     lr = 1.0 / prob.lambda_max_at_teacher()
-    ts, loss, _, status = reduced_records(red, lr, int(3000 * red.late_onset() / lr), 1000)
+    ts, loss, _, status = reduced_records(red, lr, int(1000 * red.late_onset() / lr), 1000)
     t, excess = lr * ts, loss - float(red.L_opt)
     assert status == "max_steps" and np.all(np.isfinite(loss))
     assert abs(t[-1] * excess[-1] / late_constant(prob.D, prob.K) - 1) < 0.02
