@@ -130,11 +130,8 @@ def stepsize_markov(p, q, e0=1.0, w0=0.5, lrs=(0.5, 2.0, 3.0), steps=400) -> Res
         audit = step_size_audit(prob, traj, lr)
         audits.append(audit)
         losses.append(np.asarray(traj.loss))
-        rows.append({"lr": lr, "max_lambda": float(audit.max_lambda), "one_over_lr": 1 / lr, "two_over_lr": 2 / lr,
-                     "monotone_safe": bool(audit.monotone_safe), "past_stability_edge": bool(audit.flagged),
-                     "first_step_above_2_over_lr": float(audit.first_above_2_over_lr),
-                     "loss_rises": int(audit.loss_rises), "status": traj.status_names[int(traj.status)],
-                     "final_loss": float(traj.loss[-1]), "entropy_rate": prob.entropy_rate()})
+        rows.append(audit.summary() | {"status": traj.status_names[int(traj.status)],
+                                       "final_loss": float(traj.loss[-1]), "entropy_rate": prob.entropy_rate()})
     inputs = {"task": "markov", "p": p, "q": q, "e0": e0, "w0": w0, "lr": lrs, "steps": steps}
     ts = np.stack([a.ts for a in audits])
     lam = np.stack([a.lambda_max for a in audits])
@@ -142,12 +139,9 @@ def stepsize_markov(p, q, e0=1.0, w0=0.5, lrs=(0.5, 2.0, 3.0), steps=400) -> Res
                  arrays={"stepsize": {"steps": ts, "lambda_max": lam, "loss": np.stack(losses), "lr": np.array(lrs)}},
                  figures={"stepsize": plot_step_size_audit(audits, losses, [f"η = {lr:g}" for lr in lrs])})
     res.lines.append(f"stepsize  p={p}, q={q}, GD from (e, w) = ({e0}, {w0}), {steps} steps")
-    for r in rows:
-        verdict = ("PAST 2/η (unstable)" if r["past_stability_edge"]
-                   else "η ≤ 1/λ_max held" if r["monotone_safe"] else "between 1/λ_max and 2/λ_max")
-        res.lines.append(f"  η = {r['lr']:<6g} max λ_max = {r['max_lambda']:.4f}  (1/η = {r['one_over_lr']:.3f}, "
-                         f"2/η = {r['two_over_lr']:.3f}): {verdict}; loss rose {r['loss_rises']}×; "
-                         f"final loss {r['final_loss']:.6g} (H_rate {r['entropy_rate']:.6f}), {r['status']}")
+    for r, audit in zip(rows, audits):
+        res.lines.append(f"  η = {r['lr']:<6g} {audit.verdict()}; final loss {r['final_loss']:.6g} "
+                         f"(H_rate {r['entropy_rate']:.6f}), {r['status']}")
     return res
 
 

@@ -46,6 +46,20 @@ class StepSizeAudit:
         """The run itself diverged or produced NaN."""
         return np.isin(self.status, (int(Status.DIVERGED), int(Status.NAN)))
 
+    def summary(self) -> dict:
+        """One (unbatched) run's audit as plain numbers for ``summary.json``."""
+        return {"lr": self.lr, "max_lambda": float(self.max_lambda), "one_over_lr": 1 / self.lr,
+                "two_over_lr": 2 / self.lr, "monotone_safe": bool(self.monotone_safe),
+                "past_stability_edge": bool(self.flagged),
+                "first_step_above_2_over_lr": float(self.first_above_2_over_lr), "loss_rises": int(self.loss_rises)}
+
+    def verdict(self) -> str:
+        """One (unbatched) run's audit in words, with its λ_max against 1/η and 2/η."""
+        word = ("PAST 2/η (unstable)" if self.flagged else "η ≤ 1/λ_max held" if self.monotone_safe
+                else "between 1/λ_max and 2/λ_max")
+        return (f"max λ_max = {float(self.max_lambda):.4f} (1/η = {1 / self.lr:.3f}, 2/η = {2 / self.lr:.3f}): {word}; "
+                f"loss rose {int(self.loss_rises)}×")
+
 
 def _first_time(ts: np.ndarray, above: np.ndarray) -> np.ndarray:
     hit = above.any(axis=-1)

@@ -144,12 +144,9 @@ def stepsize_scb(N: int = 10, T: int = 50, Q: int = 2, seed: int = 0, lrs: tuple
         audits.append(audit)
         losses.append(np.asarray(traj.loss) - float(prob.L_star))
         final = white.theta(traj.final)
-        rows.append({"lr": lr, "max_lambda": float(audit.max_lambda), "one_over_lr": 1 / lr, "two_over_lr": 2 / lr,
-                     "monotone_safe": bool(audit.monotone_safe), "past_stability_edge": bool(audit.flagged),
-                     "first_step_above_2_over_lr": float(audit.first_above_2_over_lr),
-                     "loss_rises": int(audit.loss_rises), "status": traj.status_names[int(traj.status)],
-                     "final_excess_loss": float(traj.loss[-1] - prob.L_star),
-                     "final_distances": [float(d) for d in prob.distances(final)]})
+        rows.append(audit.summary() | {"status": traj.status_names[int(traj.status)],
+                                       "final_excess_loss": float(traj.loss[-1] - prob.L_star),
+                                       "final_distances": [float(d) for d in prob.distances(final)]})
     inputs = {"task": "scb", "N": N, "T": T, "Q": Q, "seed": seed, "lr": lrs, "steps": steps,
               "dynamics": "exact preconditioned, Π_T-projected population GD from (μ1ᵀ, 11ᵀ/T)"}
     results = {"lambda_star_whitened": lam_star, "lambda_star_raw": lam_raw, "runs": rows}
@@ -161,10 +158,7 @@ def stepsize_scb(N: int = 10, T: int = 50, Q: int = 2, seed: int = 0, lrs: tuple
                  figures={"stepsize": fig})
     res.lines.append(f"stepsize scb  N={N}, T={T}, Q={Q}, seed {seed}: λ_max at (P, Qm) = {lam_star:.5g} in the "
                      f"preconditioned geometry ({lam_raw:.5g} raw), stability edge 2/λ* = {2 / lam_star:.4g}")
-    for r in rows:
-        verdict = ("PAST 2/η (unstable)" if r["past_stability_edge"]
-                   else "η ≤ 1/λ_max held" if r["monotone_safe"] else "between 1/λ_max and 2/λ_max")
-        res.lines.append(f"  η = {r['lr']:<7.4g} max λ_max = {r['max_lambda']:.4f} (1/η = {r['one_over_lr']:.3f}, "
-                         f"2/η = {r['two_over_lr']:.3f}): {verdict}; loss rose {r['loss_rises']}×; "
-                         f"L − L* = {r['final_excess_loss']:.3g}, {r['status']}")
+    for r, audit in zip(rows, audits):
+        res.lines.append(f"  η = {r['lr']:<7.4g} {audit.verdict()}; L − L* = {r['final_excess_loss']:.3g}, "
+                         f"{r['status']}")
     return res
