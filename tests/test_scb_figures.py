@@ -51,7 +51,7 @@ def test_fig5_proximal_keeps_the_signal_and_stays_closer_to_the_population():
     from popdyn.tasks.scb import SparseBigram, random_instance
     from popdyn.tasks.scb.training import stage1
 
-    res = scb_fig5(N=10, T=5000, steps=60, samples=1000, progress=False)
+    res = scb_fig5(N=10, T=5000, steps=60, samples=400, progress=False)
     r = res.results
     assert min(r["stage1_alphas"]) >= 0.1 and r["lambda_A"] == 3 * r["sigma"]["A"]
     prob = SparseBigram(*random_instance(jax.random.PRNGKey(0), 10, 5000, 2))

@@ -96,7 +96,7 @@ def test_paper_sizes_and_build():
 def test_cli_converge_teacher(tmp_path):
     out = tmp_path / "t"
     proc = subprocess.run([sys.executable, "-m", "popdyn.cli", "converge", "teacher", "--teacher", "gcn", "--D", "9",
-                           "--K", "3", "--activation", "leaky", "--steps", "40000", "--out", str(out), "--quiet"],
+                           "--K", "3", "--activation", "leaky", "--steps", "20000", "--out", str(out), "--quiet"],
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == ["audit.npz", "ood.npz", "rates.npz", "rates.png",
