@@ -15,7 +15,7 @@ from popdyn.dynamics import gradient_descent
 from popdyn.io import Result
 from popdyn.tasks.teacher.jobs import PAPER_SIZES, build
 from popdyn.tasks.teacher.online import OnlineGradient, cosine
-from popdyn.tasks.teacher.rates import MAX_STEPS, rates, reduced_records
+from popdyn.tasks.teacher.rates import default_steps, rates, reduced_records
 from popdyn.tasks.teacher.reduced import TeacherReduced, embed
 
 # the six synthetic settings (§8): CNN and GCN with ReLU and leaky ReLU; STS and GSLP are linear maps (§1.1)
@@ -121,8 +121,7 @@ def teacher_heatmaps(sizes: dict | None = None, horizon: float = 300.0, settings
         prob = build(name, D, K, activation)
         red = TeacherReduced.from_teacher(prob)
         lr = 1.0 / prob.lambda_max_at_teacher()
-        steps = int(min(MAX_STEPS, max(10_000, horizon * red.late_onset() / lr)))
-        ts, _, params, _ = reduced_records(red, lr, steps, 1000)
+        ts, _, params, _ = reduced_records(red, lr, default_steps(red, lr, horizon), 1000)
         final = {"C1": params["C1"][-1], "Delta": params["Delta"][-1]}
         S = np.asarray(prob.attention(embed(prob, final)))
         S_star = np.asarray(prob.S_star)

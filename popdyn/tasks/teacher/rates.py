@@ -93,6 +93,12 @@ def full_model_check(prob: BilinearTeacher, red: TeacherReduced, lr: float, step
             "max_off_manifold": off}
 
 
+def default_steps(red: TeacherReduced, lr: float, horizon: float = HORIZON) -> int:
+    """GD steps to ηT = ``horizon`` × late onset, at least 10⁴ and at most ``MAX_STEPS``."""
+    onset = red.late_onset()
+    return int(min(MAX_STEPS, max(10_000, math.ceil(_validate.positive("horizon", horizon) * onset / lr))))
+
+
 def rates(prob: BilinearTeacher, lr: float | None = None, steps: int | None = None, full_steps: int = 2000,
           ood_samples: int = 4000, audit_points: int = 12, seed: int = 0, horizon: float = HORIZON) -> dict:
     """The zero-initialisation run of ``prob`` at step ``lr`` (default 1/λ_max at the teacher, the binding
@@ -112,7 +118,7 @@ def rates(prob: BilinearTeacher, lr: float | None = None, steps: int | None = No
     lr = 1.0 / lam_teacher if lr is None else _validate.positive("lr", lr)
     onset = red.late_onset()
     if steps is None:
-        steps = int(min(MAX_STEPS, max(10_000, math.ceil(_validate.positive("horizon", horizon) * onset / lr))))
+        steps = default_steps(red, lr, horizon)
     steps = _validate.int_at_least("steps", steps, 10)
     t_star = red.K * red.D**2 / (lr * float(red.v))
     ts, loss, params, status = reduced_records(red, lr, steps, int(math.ceil(30 * t_star)))
