@@ -2,8 +2,6 @@
 against the full-W flow of the exact model and the §4 PC criterion."""
 
 import json
-import subprocess
-import sys
 
 import jax.numpy as jnp
 import numpy as np
@@ -61,11 +59,10 @@ def test_basin_labels_agree_with_the_full_model():
     assert r["T_star_from_zero"] == pytest.approx(T_thm, rel=2e-2)  # 60 records over 9 decades vs 4000
 
 
-def test_cli_basins(tmp_path):
+def test_cli_basins(tmp_path, run_cli):
     out = tmp_path / "b"
-    proc = subprocess.run([sys.executable, "-m", "popdyn.cli", "basins", "decision-list", "--L", "8", "--n", "3",
-                           "--grid", "8", "--t1", "5", "--out", str(out), "--quiet"], capture_output=True, text=True,
-                          timeout=300)
+    proc = run_cli("basins", "decision-list", "--L", "8", "--n", "3", "--grid", "8", "--t1", "5", "--out", out,
+                   "--quiet")
     assert proc.returncode == 0, proc.stderr
     res = json.loads((out / "summary.json").read_text())["results"]
     assert set(res["fractions"]) == set(RULE_ORDERS) and res["order_from_zero"] in RULE_ORDERS

@@ -1,22 +1,14 @@
 """The decision-list CLI: infeasible Theorem 2 settings are reported, bad input is one line and exit 2."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 
-def _run(*args, tmp_path, name="out"):
-    out = tmp_path / name
-    proc = subprocess.run([sys.executable, "-m", "popdyn.cli", *args, "--out", str(out)], capture_output=True,
-                          text=True, timeout=300)
-    return proc, out
-
-
-def test_stepsize_reports_an_infeasible_setting(tmp_path):
+def test_stepsize_reports_an_infeasible_setting(tmp_path, run_cli):
     """n·ℒ0² ≤ 162m: reported as infeasible (exit 0, summary written), and no GD is run."""
-    proc, out = _run("stepsize", "decision-list", "--L", "8", "--n", "5", "--M", "2", tmp_path=tmp_path)
+    out = tmp_path / "out"
+    proc = run_cli("stepsize", "decision-list", "--L", "8", "--n", "5", "--M", "2", "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert "INFEASIBLE, not run" in proc.stdout
     res = json.loads((out / "summary.json").read_text())["results"]
@@ -32,8 +24,9 @@ def test_stepsize_reports_an_infeasible_setting(tmp_path):
     (("stepsize", "decision-list", "--lr", "1", "2"), "decision-list takes one learning rate"),
     (("converge", "decision-list", "--c", "-3"), "c=-3.0 is out of range"),
 ])
-def test_bad_input_is_one_line(tmp_path, args, message):
-    proc, out = _run(*args, tmp_path=tmp_path)
+def test_bad_input_is_one_line(tmp_path, run_cli, args, message):
+    out = tmp_path / "out"
+    proc = run_cli(*args, "--out", out)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
     assert not out.exists()

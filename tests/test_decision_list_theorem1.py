@@ -2,8 +2,6 @@
 the bound, the full-W flow and the full model's perfect-classification margin."""
 
 import json
-import subprocess
-import sys
 
 import jax
 import jax.numpy as jnp
@@ -78,10 +76,9 @@ def test_reduced_flow_is_the_full_W_flow(ref_run):
     assert np.all(slack[4][length == 2] < 0) and np.all(slack[5][length == 2] > 0)
 
 
-def test_cli_converge_summary(tmp_path):
+def test_cli_converge_summary(tmp_path, run_cli):
     out = tmp_path / "t1"
-    proc = subprocess.run([sys.executable, "-m", "popdyn.cli", "converge", "decision-list", "--L", "10", "--n", "3",
-                           "--M", "3", "--c", "10", "--out", str(out)], capture_output=True, text=True, timeout=300)
+    proc = run_cli("converge", "decision-list", "--L", "10", "--n", "3", "--M", "3", "--c", "10", "--out", out)
     assert proc.returncode == 0, proc.stderr
     res = json.loads((out / "summary.json").read_text())["results"]
     assert {"delta", "gamma", "c", "bound", "columns"} <= set(res)

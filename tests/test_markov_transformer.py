@@ -2,6 +2,7 @@
 
 import itertools
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -106,6 +107,7 @@ def test_count_dp_against_enumeration_generic_logit():
 def test_gradient_matches_finite_differences():
     model = Transformer(CHAINS["order-2"], N=5, d=3, init_std=0.4)
     theta = model.init(jax.random.PRNGKey(5))
+    loss = eqx.filter_jit(model.loss)  # one compilation for the 12 perturbed evaluations
     g = jax.grad(model.loss)(theta)
     rng = np.random.default_rng(0)
     for name in ("e", "pos", "W_Q", "W_V", "W_1", "b"):
@@ -115,7 +117,7 @@ def test_gradient_matches_finite_differences():
         def at(delta, name=name, idx=idx):
             th = dict(theta)
             th[name] = theta[name].at[idx].add(delta)
-            return float(model.loss(th))
+            return float(loss(th))
 
         fd = (at(h) - at(-h)) / (2 * h)
         assert abs(fd - float(g[name][idx])) < 1e-8
@@ -135,13 +137,14 @@ def test_attention_scalar_profiled_bias_is_the_exact_minimum():
 
     prof = AttentionScalar(0.2, 0.3, N=10, bias="profiled")
     trained = AttentionScalar(0.2, 0.3, N=10)
+    trained_loss, profiled_loss = eqx.filter_jit(trained.loss), eqx.filter_jit(prof.loss)  # compiled once, called by Brent
+    dL_db = eqx.filter_jit(jax.grad(lambda b, th: trained.loss(dict(th, b=b))))
     for e, w, a in [(1.3, -0.4, 0.7), (0.5, 0.9, -1.2), (2.5, 2.0, 1.5)]:
         th = {"e": jnp.asarray(e), "w": jnp.asarray(w), "a": jnp.asarray(a)}
-        res = minimize_scalar(lambda b, th=th: float(trained.loss(dict(th, b=jnp.asarray(b)))), bracket=(-5, 5),
+        res = minimize_scalar(lambda b, th=th: float(trained_loss(dict(th, b=jnp.asarray(b)))), bracket=(-5, 5),
                               tol=1e-12)
-        assert abs(res.fun - float(prof.loss(th))) < 1e-13  # equal to Brent's minimum up to rounding
-        g = jax.grad(lambda b, th=th: trained.loss(dict(th, b=b)))(prof.optimal_bias(th))
-        assert abs(float(g)) < 1e-13  # ∂L/∂b = 0 at b*
+        assert abs(res.fun - float(profiled_loss(th))) < 1e-13  # equal to Brent's minimum up to rounding
+        assert abs(float(dL_db(prof.optimal_bias(th), th))) < 1e-13  # ∂L/∂b = 0 at b*
     # a = 0: the canonical profiled model, whose b* is in closed form
     th = {"e": jnp.asarray(1.0), "w": jnp.asarray(-1.0), "a": jnp.asarray(0.0)}
     assert abs(float(prof.loss(th)) - float(Canonical(0.2, 0.3).loss({"e": th["e"], "w": th["w"]}))) < 1e-14
@@ -150,11 +153,12 @@ def test_attention_scalar_profiled_bias_is_the_exact_minimum():
 def test_attention_scalar_profiled_derivatives_match_finite_differences():
     prof = AttentionScalar(0.2, 0.3, N=10, bias="profiled")
     th = {"e": jnp.asarray(1.3), "w": jnp.asarray(-0.4), "a": jnp.asarray(0.7)}
-    g, H = jax.grad(prof.loss)(th), jax.hessian(prof.loss)(th)
+    loss, grad = eqx.filter_jit(prof.loss), eqx.filter_jit(lambda t: jax.grad(prof.loss)(t))  # compiled once for the 12 perturbed points
+    g, H = grad(th), jax.hessian(prof.loss)(th)
     h = 1e-5
     for k in "ewa":
         up, dn = dict(th, **{k: th[k] + h}), dict(th, **{k: th[k] - h})
-        assert abs((float(prof.loss(up)) - float(prof.loss(dn))) / (2 * h) - float(g[k])) < 1e-9
-        gu, gd = jax.grad(prof.loss)(up), jax.grad(prof.loss)(dn)
+        assert abs((float(loss(up)) - float(loss(dn))) / (2 * h) - float(g[k])) < 1e-9
+        gu, gd = grad(up), grad(dn)
         for kk in "ewa":  # implicit differentiation of b* gives the exact profile Hessian
             assert abs((float(gu[kk]) - float(gd[kk])) / (2 * h) - float(H[k][kk])) < 1e-8

@@ -1,8 +1,6 @@
 """``popdyn reproduce``: the paper's figures from exact dynamics (spec markov.md §5)."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -13,11 +11,10 @@ from popdyn.tasks.markov import Canonical
 H_UNI, H_RATE = 0.666278, 0.619015  # spec §5.4, p = 0.5, q = 0.8
 
 
-def test_fig4_cli_final_losses(tmp_path):
+def test_fig4_cli_final_losses(tmp_path, run_cli):
     """Acceptance: standard init plateaus at H_uni, rank-one init reaches H_rate (within 2e-3)."""
     out = tmp_path / "f4"
-    proc = subprocess.run([sys.executable, "-m", "popdyn.cli", "reproduce", "markov-fig4", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+    proc = run_cli("reproduce", "markov-fig4", "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert "parameters, N = 8" in proc.stdout and "one exact loss + gradient: 256 sequences" in proc.stdout
     res = json.loads((out / "summary.json").read_text())["results"]
@@ -47,11 +44,10 @@ def test_fig1_small_grid_matches_closed_form():
         assert arr["loss"].min() - prob.entropy_rate() < 1e-4
 
 
-def test_unknown_figure_and_list():
+def test_unknown_figure_and_list(run_cli):
     with pytest.raises(ValueError, match="figure='markov-fig9' is unknown"):
         get_figure("markov-fig9")
-    proc = subprocess.run([sys.executable, "-m", "popdyn.cli", "reproduce", "--list"], capture_output=True,
-                          text=True, timeout=120)
+    proc = run_cli("reproduce", "--list")
     assert proc.returncode == 0 and all(name in proc.stdout for name in FIGURES)
 
 

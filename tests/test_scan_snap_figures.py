@@ -1,8 +1,6 @@
 """``popdyn reproduce scan-snap-fig4 | fig6 | fig9`` (spec scan_snap.md §5–§6)."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,12 +10,11 @@ from popdyn.figures.scan_snap import FIG6_PAPER
 from popdyn.tasks.scan_snap import B_n, transition_time
 
 
-def test_fig4_cli(tmp_path):
+def test_fig4_cli(tmp_path, run_cli):
     """Syn-Small from zero: loss starts at ln 34 (the authors' logged 3.5264); η_Y = 10 converges faster and
     ends with denser attention (the paper's right panel); attention snapshots are distributions."""
     out = tmp_path / "fig4"
-    proc = subprocess.run([sys.executable, "-m", "popdyn.cli", "reproduce", "scan-snap-fig4", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+    proc = run_cli("reproduce", "scan-snap-fig4", "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert "scan-snap-fig4" in proc.stdout
     res = json.loads((out / "summary.json").read_text())["results"]

@@ -1,8 +1,6 @@
 """``popdyn converge scb`` and ``popdyn basins scb`` (spec scb.md §4, §10)."""
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 
@@ -24,10 +22,9 @@ def test_converge_scb_stage1_and_late_contraction():
     assert abs(measured - r["contraction_predicted"]) < 1e-9
 
 
-def test_basins_scb_two_regions_split_by_the_saddle(tmp_path):
+def test_basins_scb_two_regions_split_by_the_saddle(tmp_path, run_cli):
     out = tmp_path / "b"
-    proc = subprocess.run([sys.executable, "-m", "popdyn.cli", "basins", "scb", "--grid", "12", "--range", "-2", "2",
-                           "--out", str(out), "--quiet"], capture_output=True, text=True, timeout=600)
+    proc = run_cli("basins", "scb", "--grid", "12", "--range", "-2", "2", "--out", out, "--quiet")
     assert proc.returncode == 0, proc.stderr
     r = json.loads((out / "summary.json").read_text())["results"]
     f = r["fractions"]
@@ -40,16 +37,14 @@ def test_basins_scb_two_regions_split_by_the_saddle(tmp_path):
     assert labels[-1, -1] == 0 and labels[0, 0] == -1  # (2, 2) → minimum; (−2, −2) escapes
 
 
-def test_converge_scb_cli_and_bad_input(tmp_path):
+def test_converge_scb_cli_and_bad_input(tmp_path, run_cli):
     out = tmp_path / "c"
-    proc = subprocess.run([sys.executable, "-m", "popdyn.cli", "converge", "scb", "--N", "4", "--T", "6", "--Q", "1",
-                           "--out", str(out), "--quiet"], capture_output=True, text=True, timeout=600)
+    proc = run_cli("converge", "scb", "--N", "4", "--T", "6", "--Q", "1", "--out", out, "--quiet")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert summary["inputs"]["N"] == 4 and summary["results"]["stage1_steps"] is not None
     bad = tmp_path / "bad"
-    proc = subprocess.run([sys.executable, "-m", "popdyn.cli", "converge", "scb", "--Q", "7", "--T", "6",
-                           "--out", str(bad)], capture_output=True, text=True, timeout=600)
+    proc = run_cli("converge", "scb", "--Q", "7", "--T", "6", "--out", bad)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Q=7" in proc.stderr
     assert not bad.exists()
 

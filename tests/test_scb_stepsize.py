@@ -5,8 +5,6 @@ the reduced system's eigenvalues, and ``popdyn stepsize scb`` classifies step si
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -63,17 +61,14 @@ def test_stepsize_scb_classifies_step_sizes_around_the_edge():
     assert runs[1]["status"] == "converged" and runs[-1]["loss_rises"] > 0
 
 
-def test_stepsize_scb_cli(tmp_path):
+def test_stepsize_scb_cli(tmp_path, run_cli):
     out = tmp_path / "s"
-    proc = subprocess.run([sys.executable, "-m", "popdyn.cli", "stepsize", "scb", "--N", "4", "--T", "6", "--Q", "2",
-                           "--lr", "0.5", "--steps", "40", "--out", str(out)], capture_output=True, text=True,
-                          timeout=600)
+    proc = run_cli("stepsize", "scb", "--N", "4", "--T", "6", "--Q", "2", "--lr", "0.5", "--steps", "40", "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == ["stepsize.npz", "stepsize.png", "summary.json"]
     summary = json.loads((out / "summary.json").read_text())
     assert summary["inputs"]["lr"] == [0.5] and summary["results"]["runs"][0]["status"] != "diverged"
     bad = tmp_path / "bad"
-    proc = subprocess.run([sys.executable, "-m", "popdyn.cli", "stepsize", "scb", "--lr", "-1", "--out", str(bad)],
-                          capture_output=True, text=True, timeout=600)
+    proc = run_cli("stepsize", "scb", "--lr", "-1", "--out", bad)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "lr=-1" in proc.stderr
     assert not bad.exists()

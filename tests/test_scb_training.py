@@ -1,5 +1,7 @@
-"""SCB stage 1 and stage 2 (spec scb.md §5): the ℓ1-proximal method with the Gaussian surrogate recovers
-the ground truth where plain SGD with the same batch does not (N = 10, T = 50, Q = 2)."""
+"""SCB stage 1 and stage 2 (spec scb.md §5) at N = 10, T = 50, Q = 2: stage 1's stopping rule, the surrogate's
+noise and gradient variance, Δ recorded without storing θ. The acceptance itself (the ℓ1-proximal method
+recovers the truth where SGD with the same batch does not) is tested on ``popdyn reproduce scb-fig1``'s output
+in test_scb_figures.py: it runs exactly these stage-2 runs."""
 
 import jax
 import jax.numpy as jnp
@@ -8,7 +10,7 @@ import pytest
 
 from popdyn.tasks.scb import SparseBigram, random_instance
 from popdyn.tasks.scb.training import (
-    gradient_variance, normalise, population_reference, stage1, stage1_threshold, stage2, surrogate_noise,
+    gradient_variance, normalise, population_reference, stage1, stage1_threshold, surrogate_noise,
     trajectory_metrics,
 )
 
@@ -39,21 +41,6 @@ def test_stage1_chunks_do_not_change_the_result(setting):
     for b in ("V", "A"):
         np.testing.assert_allclose(small["theta"][b], s1["theta"][b], rtol=1e-13, atol=1e-15)
     assert stage1(prob, Q=2, max_steps=5, chunk=3)["step"] is None
-
-
-def test_proximal_surrogate_recovers_the_truth_where_sgd_does_not(setting):
-    """Acceptance: ‖A − Qm‖_μ < 0.05 after normalisation for the proximal method, not for SGD (same batch 256,
-    same step 0.1, same noise draws); Δ stays small for SGD (it follows the population process) and the
-    proximal iterate leaves it (shrinkage bias, §5), which normalisation repairs."""
-    prob, s1 = setting
-    var = gradient_variance(prob, s1["theta"], jax.random.PRNGKey(1))
-    ref = population_reference(prob, s1["theta"])
-    prox = trajectory_metrics(prob, stage2(prob, s1["theta"], method="proximal", variance=var), ref)
-    sgd = trajectory_metrics(prob, stage2(prob, s1["theta"], method="sgd", variance=var), ref)
-    assert prox["dist_A_normalised"][-1] < 0.05 <= sgd["dist_A_normalised"][-1]
-    assert prox["dist_V_normalised"][-1] < sgd["dist_V_normalised"][-1]
-    assert sgd["delta_A_mu"][-1] < prox["delta_A_mu"][-1]
-    assert prox["delta_A_mu"][0] == 0.0 and sgd["delta_V_fro"][0] == 0.0
 
 
 def test_surrogate_noise_and_normalise():

@@ -4,8 +4,6 @@ KD(D−K)/4 for the four teachers and three activations, slopes, T*, the step-si
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -93,11 +91,10 @@ def test_paper_sizes_and_build():
         build("cnnz")
 
 
-def test_cli_converge_teacher(tmp_path):
+def test_cli_converge_teacher(tmp_path, run_cli):
     out = tmp_path / "t"
-    proc = subprocess.run([sys.executable, "-m", "popdyn.cli", "converge", "teacher", "--teacher", "gcn", "--D", "9",
-                           "--K", "3", "--activation", "leaky", "--steps", "20000", "--out", str(out), "--quiet"],
-                          capture_output=True, text=True, timeout=600)
+    proc = run_cli("converge", "teacher", "--teacher", "gcn", "--D", "9", "--K", "3", "--activation", "leaky",
+                   "--steps", "20000", "--out", out, "--quiet")
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == ["audit.npz", "ood.npz", "rates.npz", "rates.png",
                                                      "summary.json"]
