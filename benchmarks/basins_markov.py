@@ -28,7 +28,8 @@ What it measures
    the whole grid.
 
 4. The results go into the section "## Markov (e,w) basin maps" of ``benchmarks/RESULTS.md`` (created if missing;
-   the section is replaced, other sections kept), with machine information, date and the exact command line.
+   the section is replaced, other sections kept), with machine information, date and the exact command line; the
+   headline figures for ``run_all.py``'s summary go to ``benchmarks/results/basins_markov.json``.
 
 How to run (from the repository root, on a quiet machine; float64 throughout)
 -----------------------------------------------------------------------------
@@ -61,7 +62,7 @@ from tqdm.auto import tqdm  # noqa: E402
 
 import popdyn  # noqa: E402
 from popdyn.tasks.markov import ATTRACTORS, W_SADDLE, Canonical  # noqa: E402
-from benchmarks._common import finish_section, parser, publish, run_header  # noqa: E402
+from benchmarks._common import finish_section, headline_row, make_headline, parser, publish, run_header  # noqa: E402
 
 SECTION = "## Markov (e,w) basin maps"
 RTOL, ATOL, T1 = 1e-8, 1e-10, 1e4  # popdyn's gradient_flow defaults, used by basin_map(method="flow")
@@ -395,8 +396,27 @@ def main(argv=None) -> int:
     results = [bench_pq(p, q, args) for p, q in pqs]
     total = time.perf_counter() - t0
     section = render(results, info, args, command, date, total)
-    publish(section, SECTION, args.results)
+    publish(section, SECTION, args.results, headline(results, args, command, date, info, total))
     return 0
+
+
+def headline(results: list[dict], args, command: str, date: str, info: dict, total: float) -> dict:
+    """Headline figures for run_all's summary: time per initialisation of each map at the largest grid against the
+    solve_ivp loop's (compile excluded)."""
+    rows, checks = [], []
+    for res in results:
+        b, n = res["baseline"], max(args.sizes)
+        for r in res["rows"]:
+            if r["n"] == n:
+                rows.append(headline_row(
+                    "markov", f"basin map of Canonical({r['p']:g}, {r['q']:g}), {r['method']}, {n}×{n} grid: time per "
+                    "initialisation (compile excluded)", f"`basin_map(method=\"{r['method']}\")`",
+                    r["us_compute"] * 1e-6, f"`solve_ivp` RK45 loop ({b['points']} points)", b["us"] * 1e-6,
+                    note=f"cold wall (compile included): {r['speedup_cold']:,.0f}× faster than the baseline"))
+        checks += [(f"({res['p']:g}, {res['q']:g}) {name}", ok) for name, ok, _ in res["checks"]]
+        checks.append((f"({res['p']:g}, {res['q']:g}) baseline labels agree with popdyn flow on ≥ 99% of "
+                       f"{res['baseline']['points']} points", res["baseline"]["agree_flow"] >= 0.99))
+    return make_headline("basins_markov", SECTION, command, date, info, args.quick, total, rows, checks)
 
 
 if __name__ == "__main__":

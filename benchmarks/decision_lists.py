@@ -65,7 +65,8 @@ How to run (from the repository root, on a quiet machine)
     python benchmarks/decision_lists.py --quick --results /tmp/r.md
 Options: --mc-cases, --eps, --pilot, --mc-batch, --mc-cap, --exact-limit, --repeats, --t2-seeds,
 --lanczos-iters, --no-eigsh, --seed, --results PATH. The section written is
-"## Decision lists: exact paths, Theorem 1 and Theorem 2" (other sections of the file are kept).
+"## Decision lists: exact paths, Theorem 1 and Theorem 2" (other sections of the file are kept); the headline figures
+for ``run_all.py``'s summary go to ``benchmarks/results/decision_lists.json``.
 """
 
 from __future__ import annotations
@@ -94,9 +95,10 @@ import popdyn  # noqa: E402
 from popdyn.tasks.decision_list import (  # noqa: E402
     DecisionList, brute_force_loss, column_loss, random_lists, random_perm, theorem1_run, theorem2_instance,
 )
-from benchmarks._common import finish_section, parser, publish, run_header  # noqa: E402
-from benchmarks.markov_full_mc import fmt_n, fmt_time  # noqa: E402
-from benchmarks.markov_full_mc import fmt_ratio as _fmt_ratio  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    SUMMARY_EPS, finish_section, fmt_n, fmt_time, headline_row, make_headline, parser, publish, run_header,
+)
+from benchmarks._common import fmt_ratio as _fmt_ratio  # noqa: E402
 
 SECTION = "## Decision lists: exact paths, Theorem 1 and Theorem 2"
 M_LISTS = 3  # longest list in part 1
@@ -868,6 +870,40 @@ def conclusions(p1, mc, t1, t2) -> list[str]:
     return out
 
 
+def headline(p1, mc, t1, t2, args, command: str, date: str, info: dict, total: float) -> dict:
+    """Headline figures for run_all's summary: exact vs MC (gradient criterion) at ε = 1e-3 (or the finest ε run)
+    per case — the largest case is the task's row, its MC time from the actual run where there was one —, path B
+    vs brute force, Theorem 1 vs LSODA and Theorem 2's Lanczos vs eigsh (warm)."""
+    rows = []
+    for r in p1:
+        rows.append(headline_row("decision-list", f"exact loss+gradient, ({r['L']}, {r['n']}) {r['dist']}: path B vs "
+                                 "brute force over all L^n sequences", "path B (histograms)", r["ex_warm"],
+                                 "brute force", r["bf_warm"]))
+    done = [r for r in mc if r.get("rows")]
+    for r in done:
+        grad = [row for row in r["rows"] if row["crit"].startswith("gradient")]
+        c = next((row for row in grad if row["eps"] == SUMMARY_EPS), min(grad, key=lambda row: row["eps"]))
+        ran = "run_s" in c
+        rows.append(headline_row(
+            "decision-list", f"exact loss+gradient vs Monte Carlo at gradient RMSE ε‖∇ℒ‖, ε = {c['eps']:g}; "
+            f"(L, n) = ({r['L']}, {r['n']})", r["exact_label"], r["exact_warm"],
+            f"MC, B(ε) = {fmt_n(c['B'])} sequences ({'run' if ran else 'predicted'})",
+            c["run_s"] if ran else c["T"], primary=r is done[-1]))
+    for r in t1:
+        rows.append(headline_row("decision-list", f"Theorem 1 T*, (L, n, M) = ({r['L']}, {r['n']}, {r['M']}) (warm)",
+                                 "`theorem1_run`", r["warm"], "`solve_ivp` LSODA per m", r["b_warm"],
+                                 note=f"cold: popdyn {fmt_time(r['cold'])}, LSODA {fmt_time(r['b_cold'])}"))
+    for r in t2:
+        if r["eigsh_cp"] is not None:
+            rows.append(headline_row("decision-list", f"Theorem 2 λ_max at V₀ = cP, (L, n, m) = ({r['L']}, {r['n']}, "
+                                     f"{r['m']}) (warm)", "`lambda_max` (Lanczos on exact HVPs)", r["cp_s"],
+                                     "`scipy.sparse.linalg.eigsh` on the same HVP", r["eigsh_cp"]["s"]))
+    checks = [(f"({r['L']}, {r['n']}) {r['dist']}: path B equals brute force", r["ok"]) for r in p1]
+    checks += [(f"({r['L']}, {r['n']}): exact loss and gradient within 4 SE of the MC pilot", r["check_ok"])
+               for r in done]
+    return make_headline("decision_lists", SECTION, command, date, info, args.quick, total, rows, checks)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 def parse_args(argv=None):
     ap = parser(__doc__)
@@ -932,7 +968,7 @@ def main(argv=None) -> int:
     if "load_avg" in info:
         info["load_avg_start"] = info.pop("load_avg")
     section = render(p1, mc, t1, t2, info, args, command, date, total)
-    publish(section, SECTION, args.results)
+    publish(section, SECTION, args.results, headline(p1, mc, t1, t2, args, command, date, info, total))
     ok = all(r["ok"] for r in p1) and all(r.get("check_ok", True) for r in mc)
     return 0 if ok else 1
 

@@ -53,7 +53,7 @@ How to run (from the repository root, on a quiet machine)
     python benchmarks/markov_full_mc.py --quick --results /tmp/r.md
 Options: --N, --d, --p, --q, --batches K, --batch b0, --time-batch, --repeats, --eps E [E ...], --seed,
 --results PATH. The section written is "## Markov full model: exact gradient vs Monte Carlo" (other sections of the
-file are kept).
+file are kept); the headline figures for ``run_all.py``'s summary go to ``benchmarks/results/markov_full_mc.json``.
 """
 
 from __future__ import annotations
@@ -77,58 +77,15 @@ from jax.flatten_util import ravel_pytree
 
 from popdyn.exact import Chain, sample
 from popdyn.tasks.markov import Transformer
-from benchmarks._common import finish_section, parser, publish, run_header  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    aot, at_eps, finish_section, fmt_n, fmt_ratio, fmt_time, headline_row, make_headline, parser, publish,
+    run_header, warm_times,
+)
 
 SECTION = "## Markov full model: exact gradient vs Monte Carlo"
 EXACT_VAR_MAX_LEN = 16  # enumerate all 2^(N+1) sequences for the exact Σ_i Var_i check while N + 1 ≤ this
 POINTS = (("GPT-2 init (std 0.02)", 0.02), ("trained-like (std 0.5)", 0.5))
 COVERAGE_SE, COVERAGE_MIN = 4.0, 0.99
-
-
-def warm_times(fn, *args, repeats: int) -> np.ndarray:
-    """Seconds of ``repeats`` calls (after one warm-up call), each blocked until ready."""
-    jax.block_until_ready(fn(*args))
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn(*args))
-        out.append(time.perf_counter() - t0)
-    return np.asarray(out)
-
-
-def aot(fn, *args):
-    """(compiled fn, seconds spent tracing + lowering + compiling)."""
-    t0 = time.perf_counter()
-    compiled = jax.jit(fn).lower(*args).compile()
-    return compiled, time.perf_counter() - t0
-
-
-def fmt_time(s: float) -> str:
-    if s < 1e-3:
-        return f"{s * 1e6:.1f} µs"
-    if s < 1:
-        return f"{s * 1e3:.2f} ms"
-    if s < 120:
-        return f"{s:.2f} s"
-    if s < 7200:
-        return f"{s / 60:.1f} min"
-    if s < 2 * 86400:
-        return f"{s / 3600:.1f} h"
-    if s < 2 * 365.25 * 86400:
-        return f"{s / 86400:.1f} days"
-    return f"{s / (365.25 * 86400):.3g} years"
-
-
-def fmt_n(x: float) -> str:
-    return f"{x:,.0f}" if x < 1e7 else f"{x:.3g}"
-
-
-def fmt_ratio(r: float) -> str:
-    if r < 0.1:
-        return f"{r:.3f}×"
-    if r < 100:
-        return f"{r:.2f}×"
-    return f"{r:,.0f}×" if r < 1e7 else f"{r:.3g}×"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -413,8 +370,22 @@ def main(argv=None) -> int:
     results = [bench_point(label, std, model, fns, args, rng) for label, std in POINTS]
     total = time.perf_counter() - t0
     section = render(results, compile_s, info, args, command, date, total)
-    publish(section, SECTION, args.results)
+    publish(section, SECTION, args.results, headline(results, args, command, date, info, total))
     return 0 if all(r["ok"] for r in results) else 1
+
+
+def headline(results: list[dict], args, command: str, date: str, info: dict, total: float) -> dict:
+    """Headline figures for run_all's summary: exact vs MC at ε = 1e-3 (or the finest ε run) per point; the first
+    point (GPT-2 init) is the task's row."""
+    rows = []
+    for i, r in enumerate(results):
+        c = at_eps(r["rows"])
+        rows.append(headline_row(
+            "markov", f"exact loss+gradient vs Monte Carlo at gradient RMSE ε‖∇L‖, ε = {c['eps']:g}; {r['label']}, "
+            f"N = {args.N}", f"`value_and_grad(model.loss)` over 2^{args.N} sequences", r["exact_s"],
+            f"MC, B(ε) = {fmt_n(c['B'])} sequences", c["T"], primary=i == 0))
+    checks = [(f"{r['label']}: exact loss and gradient within 4 SE of the MC mean", r["ok"]) for r in results]
+    return make_headline("markov_full_mc", SECTION, command, date, info, args.quick, total, rows, checks)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,333 @@
+"""Benchmark: bilinear teachers (spec teacher.md) — popdyn's exact Gaussian population loss and gradient against Monte
+Carlo at equal precision, and the paper's online SGD (written in NumPy) against popdyn's exact GD, in one run.
+
+What it measures (float64 throughout, default JAX backend = the CPU here)
+------------------------------------------------------------------------
+The problem is ``popdyn.tasks.teacher.jobs.build(--teacher, activation=--activation)``: by default the CNN +
+average-pooling teacher at the paper's synthetic size (D = 36 positions, K = 4, d = 4 features, M = 4 channels,
+V* with N(0, 1) entries from PRNGKey(0)) with ReLU, σ_x = 1, σ_ε = 0. The loss ½E‖Y − σ(WXS)‖²_F over Gaussian X
+is exact in closed form (arc-cosine kernels, spec §3).
+
+1. Exact loss + gradient: ``jax.jit(jax.value_and_grad(prob.loss))``, AOT compile timed apart, warm = median of
+   --repeats calls (each ``block_until_ready``).
+
+2. Monte Carlo at equal precision (the baseline): draws (X, Y) from the package's sampler (``BilinearTeacher.sample``),
+   the per-draw loss ½‖Y − σ(WXS)‖²_F, ``jit(value_and_grad)`` of the batch mean. Time per draw = warm median at
+   batch --time-batch ÷ the batch, on pre-drawn device-resident draws (sampling excluded, which favours MC; the
+   sampler's cost is reported). A pilot of --pilot per-draw gradients (``vmap(value_and_grad)``) gives Σ_i Var_i,
+   hence B(ε) = Σ_i Var_i/(ε‖∇L‖)² and the MC time for each ε in --eps; ratio = MC ÷ exact. Two points: a random
+   point (W, A with N(0, 1) entries, PRNGKey(--seed)) and the end of the exact GD run of part 3 (near the teacher,
+   where the gradient is small).
+
+3. The paper's training procedure as the baseline for whole runs: online GD with a fresh Gaussian batch every step
+   (spec §8; batch --batch = 64 and --steps = 4000 as in popdyn's teacher-rates figure, the paper's are unknown),
+   written in plain NumPy — sampling, forward pass and a hand-written backward pass through the column softmax
+   (checked against JAX autodiff on one batch) — timed against ``popdyn.gradient_descent`` on the exact loss (cold =
+   first call with compilation, warm = an identical second call) for the same steps and step size η (default
+   1/λ_max at the teacher, ``lambda_max_at_teacher``). Both start from W = 0.01·V*, A = 0 [our choice]: at W = 0
+   exactly the first step depends on the convention for σ'(0) (spec §3.6; with ReLU and σ'(0) = 0 SGD never moves),
+   and popdyn's default convention is the δ → 0+ limit of W = δV*. For information, popdyn's in-JAX version of the
+   same SGD (``gradient_descent(gradient=OnlineGradient(prob, batch))``) is timed as well. The deviation of the
+   NumPy runs (--sgd-seeds seeds) from the exact trajectory: ‖θ_SGD − θ_GD‖/‖θ_GD‖ (θ = (W, A)), the exact excess
+   loss L − L_opt at both, and cos(W, V*) (exactly 1 along exact GD from W ∥ V*, spec §8).
+
+4. Check: the exact loss and gradient against the pilot's Monte-Carlo means (within 4 standard errors, PASS/FAIL).
+
+How to run (from the repository root, on a quiet machine)
+--------------------------------------------------------
+    python benchmarks/teacher.py                 # ~1 min on 2 cores; writes its section of benchmarks/RESULTS.md
+    python benchmarks/teacher.py --quick         # 1000 steps, small pilot, 2 SGD seeds; < 1 min; writes nothing
+    python benchmarks/teacher.py --quick --results /tmp/r.md
+Options: --teacher, --activation, --pilot, --time-batch, --repeats, --eps, --steps, --batch, --lr, --start, --sgd-seeds,
+--seed, --results PATH. The section written is "## Bilinear teacher: exact loss and gradient vs Monte Carlo, exact GD
+vs online SGD" (other sections of the file are kept); the headline figures go to ``benchmarks/results/teacher.json``.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # `python benchmarks/teacher.py` puts benchmarks/ first, not the repo root
+    sys.path.insert(0, str(REPO))
+
+import jax  # noqa: E402
+
+jax.config.update("jax_enable_x64", True)
+
+import jax.numpy as jnp  # noqa: E402
+import numpy as np  # noqa: E402
+
+import popdyn  # noqa: E402
+from popdyn.tasks.teacher import TEACHERS, BilinearTeacher  # noqa: E402
+from popdyn.tasks.teacher.jobs import build  # noqa: E402
+from popdyn.tasks.teacher.online import OnlineGradient  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    MC_DEFINITION, at_eps, check_text, equal_precision, finish_section, fmt_n, fmt_ratio, fmt_time, headline_row,
+    make_headline, mc_table, parser, peak_rss_gb, publish, run_header,
+)
+
+SECTION = "## Bilinear teacher: exact loss and gradient vs Monte Carlo, exact GD vs online SGD"
+RECORDS = 20  # deviation records along a run
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The paper's online SGD in NumPy (the baseline of part 3)
+# ---------------------------------------------------------------------------------------------------------------
+class NumpyTeacher:
+    """Teacher data and the position-only student σ(W X S), S = column-softmax(A/√D), with sampling, forward and
+    backward pass in plain NumPy (spec §1–§2), as a researcher without autodiff would write them."""
+
+    def __init__(self, prob: BilinearTeacher):
+        self.S_star, self.V_star = np.asarray(prob.S_star), np.asarray(prob.V_star)
+        self.alpha, self.sigma_x, self.sigma_eps = float(prob.alpha), float(prob.sigma_x), float(prob.sigma_eps)
+        self.D, self.M, self.d = prob.D, prob.M, prob.d
+
+    def act(self, z: np.ndarray) -> np.ndarray:
+        return np.maximum(z, self.alpha * z)
+
+    def sample(self, rng: np.random.Generator, batch: int) -> tuple[np.ndarray, np.ndarray]:
+        """(X, Y): X entries N(0, σ_x²), Y = σ(V* X S*) + N(0, σ_ε²) noise."""
+        X = self.sigma_x * rng.standard_normal((batch, self.d, self.D))
+        Y = self.act(self.V_star @ X @ self.S_star)
+        return X, (Y + self.sigma_eps * rng.standard_normal(Y.shape) if self.sigma_eps else Y)
+
+    def loss_and_grad(self, W: np.ndarray, A: np.ndarray, X: np.ndarray, Y: np.ndarray):
+        """Batch mean of ½‖Y − σ(W X S)‖² and its gradient (dW, dA). Backward: dU = (σ(U) − Y) ⊙ σ'(U)/B,
+        dW = Σ_b dU_b (X_b S)ᵀ, dS = Σ_b (W X_b)ᵀ dU_b, dA[:, j] = (s_j ⊙ dS[:, j] − s_j ⟨s_j, dS[:, j]⟩)/√D."""
+        B = len(X)
+        logits = A / math.sqrt(self.D)
+        S = np.exp(logits - logits.max(0, keepdims=True))
+        S /= S.sum(0, keepdims=True)
+        WX = W @ X
+        U = WX @ S
+        R = self.act(U) - Y
+        loss = 0.5 * float(np.sum(R * R)) / B
+        dU = R * np.where(U > 0, 1.0, self.alpha) / B
+        dW = np.einsum("bmj,bdj->md", dU, X @ S)
+        dS = np.einsum("bmi,bmj->ij", WX, dU)
+        dA = (S * dS - S * np.sum(S * dS, axis=0, keepdims=True)) / math.sqrt(self.D)
+        return loss, dW, dA
+
+
+def numpy_sgd(model: NumpyTeacher, theta0: dict, steps: int, batch: int, lr: float, seed: int) -> tuple[dict, float]:
+    """Online SGD, a fresh batch every step: θ ← θ − η ∇(batch loss). Returns θ at RECORDS + 1 evenly spaced steps
+    ({"W", "A"} with a leading record axis) and the loop's wall seconds."""
+    rng = np.random.default_rng(seed)
+    W, A = np.array(theta0["W"]), np.array(theta0["A"])
+    every = steps // RECORDS
+    rec = {"W": [W.copy()], "A": [A.copy()]}
+    t0 = time.perf_counter()
+    for step in range(1, steps + 1):
+        _, dW, dA = model.loss_and_grad(W, A, *model.sample(rng, batch))
+        W, A = W - lr * dW, A - lr * dA
+        if step % every == 0:
+            rec["W"].append(W.copy())
+            rec["A"].append(A.copy())
+    wall = time.perf_counter() - t0
+    return {k: np.stack(v) for k, v in rec.items()}, wall
+
+
+def numpy_grad_check(prob: BilinearTeacher, model: NumpyTeacher, theta, batch: int, seed: int) -> float:
+    """max |NumPy gradient − JAX autodiff gradient of the batch-mean loss| on one batch at θ, relative to the largest
+    gradient entry."""
+    X, Y = model.sample(np.random.default_rng(seed), batch)
+    _, dW, dA = model.loss_and_grad(np.asarray(theta["W"]), np.asarray(theta["A"]), X, Y)
+    g = jax.grad(lambda th: 0.5 * jnp.mean(jnp.sum((Y - prob.student_output(th, X)) ** 2, axis=(-2, -1))))(theta)
+    diff = max(np.max(np.abs(dW - np.asarray(g["W"]))), np.max(np.abs(dA - np.asarray(g["A"]))))
+    return float(diff / max(np.max(np.abs(np.asarray(g["W"]))), np.max(np.abs(np.asarray(g["A"])))))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Parts 1, 2, 4: exact loss + gradient against Monte Carlo
+# ---------------------------------------------------------------------------------------------------------------
+def mc_point(label: str, prob: BilinearTeacher, theta, args, key) -> dict:
+    """``equal_precision`` at θ: draws from ``BilinearTeacher.sample``, per-draw loss ½‖Y − σ(WXS)‖²_F."""
+
+    def draw_loss(th, X, Y):
+        return 0.5 * jnp.sum((Y - prob.student_output(th, X)) ** 2)
+
+    def batch_loss(th, X, Y):
+        return jnp.mean(jax.vmap(draw_loss, in_axes=(None, 0, 0))(th, X, Y))
+
+    per_draw = jax.jit(jax.vmap(jax.value_and_grad(draw_loss), in_axes=(None, 0, 0)))
+    draw = jax.jit(lambda k, b: prob.sample(k, b), static_argnums=1)
+    return equal_precision(label, prob.loss, theta, batch_loss, per_draw, draw, key, time_batch=args.time_batch,
+                           pilot=args.pilot, repeats=args.repeats, eps=args.eps, unit="draw")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Part 3: exact GD against online SGD
+# ---------------------------------------------------------------------------------------------------------------
+def cold_warm(run) -> tuple[object, float, float]:
+    """(result, seconds of the first call, seconds of an identical second call), each blocked until ready."""
+    times = []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(run())
+        times.append(time.perf_counter() - t0)
+    return out, times[0], times[1]
+
+
+def cosine(W: np.ndarray, V: np.ndarray) -> float:
+    return float(np.sum(W * V) / (np.linalg.norm(W) * np.linalg.norm(V)))
+
+
+def sgd_vs_gd(prob: BilinearTeacher, theta0: dict, args) -> dict:
+    """popdyn's exact GD and in-JAX online SGD, and the NumPy online SGD, from θ0 for --steps steps at η."""
+    every = args.steps // RECORDS
+    traj, gd_cold, gd_warm = cold_warm(lambda: popdyn.gradient_descent(
+        prob, theta0, lr=args.lr, steps=args.steps, record_every=every, save_params=True))
+    _, jx_cold, jx_warm = cold_warm(lambda: popdyn.gradient_descent(
+        prob, theta0, lr=args.lr, steps=args.steps, record_every=every, gradient=OnlineGradient(prob, args.batch),
+        seed=args.seed).final)
+    model = NumpyTeacher(prob)
+    runs = [numpy_sgd(model, theta0, args.steps, args.batch, args.lr, args.seed + s) for s in range(args.sgd_seeds)]
+    loss = jax.jit(jax.vmap(prob.loss))
+    gd = {k: np.asarray(v) for k, v in traj.params.items()}
+    size = np.sqrt(sum(np.sum(gd[k] ** 2, axis=(1, 2)) for k in gd))
+    L_opt = float(prob.L_opt)
+    devs = []
+    for rec, _ in runs:
+        diff = np.sqrt(sum(np.sum((gd[k] - rec[k]) ** 2, axis=(1, 2)) for k in gd))
+        devs.append({"rel": diff / size, "excess_sgd": np.asarray(loss({k: jnp.asarray(v) for k, v in rec.items()}))
+                     - L_opt, "cos": cosine(rec["W"][-1], np.asarray(prob.V_star))})
+    r = {"steps_rec": np.asarray(traj.ts), "gd_cold": gd_cold, "gd_warm": gd_warm, "jax_cold": jx_cold,
+         "jax_warm": jx_warm, "sgd_s": float(np.median([w for _, w in runs])), "devs": devs,
+         "excess_gd": np.asarray(traj.loss) - L_opt, "cos_gd": cosine(gd["W"][-1], np.asarray(prob.V_star)),
+         "final": traj.final}
+    print(f"\n--- {args.steps} steps at η = {args.lr:.4g}: exact GD cold {fmt_time(gd_cold)}, warm {fmt_time(gd_warm)}; "
+          f"in-JAX online SGD cold {fmt_time(jx_cold)}, warm {fmt_time(jx_warm)}; NumPy online SGD (batch "
+          f"{args.batch}) {fmt_time(r['sgd_s'])} (median of {args.sgd_seeds} seeds); final ‖θ_SGD − θ_GD‖/‖θ_GD‖ "
+          + ", ".join(f"{d['rel'][-1]:.3g}" for d in devs) + f"; excess loss GD {r['excess_gd'][-1]:.4g} vs SGD "
+          + ", ".join(f"{d['excess_sgd'][-1]:.4g}" for d in devs) + " ---", flush=True)
+    return r
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# RESULTS.md
+# ---------------------------------------------------------------------------------------------------------------
+def render(prob, points, run, grad_check, args, info, command, date, total) -> str:
+    out = [SECTION, "",
+           f"Written by `benchmarks/teacher.py` on {date} (total run {total:.0f} s).  ", f"Command: `{command}`", "",
+           f"Teacher: `build(\"{args.teacher}\", activation=\"{args.activation}\")` — D = {prob.D}, K = {prob.K}, "
+           f"d = {prob.d}, M = {prob.M}, ‖V*‖² = {float(prob.v):.4g}, α = {float(prob.alpha):g}, σ_x = "
+           f"{float(prob.sigma_x):g}, σ_ε = {float(prob.sigma_eps):g}; {prob.n_params():,} parameters (W, A). Exact "
+           "loss: the closed-form Gaussian expectation, `jit(value_and_grad(prob.loss))`; compile (AOT) apart, warm "
+           f"= median of {args.repeats} calls. Monte Carlo: `BilinearTeacher.sample` + the per-draw loss "
+           "½‖Y − σ(WXS)‖²_F, `jit(value_and_grad)` of the batch mean; µs/draw = warm median at batch "
+           f"{args.time_batch} ÷ {args.time_batch}, sampling excluded (which favours MC); Var_i from a pilot of "
+           f"{points[0]['check']['n']:,} per-draw gradients. float64, CPU. Peak resident memory of the run: "
+           f"{peak_rss_gb():.2f} GB.", "", MC_DEFINITION, ""]
+    out += mc_table(points, "draw")
+    out += ["", "Compile and sampling: " + "; ".join(
+        f"{p['label']}: exact compile {fmt_time(p['exact_compile'])}, MC batch compile {fmt_time(p['mc_compile'])}, "
+        f"sampling {p['t_draw'] * 1e6:.3f} µs/draw (not counted)" for p in points) + ".", ""]
+    fin = [d["rel"][-1] for d in run["devs"]]
+    out += [f"Exact GD against the paper's online SGD: {args.steps} steps at η = {args.lr:.6g}"
+            + (" (= 1/λ_max at the teacher)" if args.lr_default else "") + f", from W = {args.start:g}·V*, A = 0. "
+            "popdyn: `gradient_descent(prob, θ0, lr, steps, save_params=True)` on the exact loss, and for "
+            f"information the same call with `gradient=OnlineGradient(prob, {args.batch})` (popdyn's in-JAX online "
+            "SGD); cold = first call (compilation included), warm = identical second call. Baseline: the NumPy loop "
+            f"(fresh Gaussian batch of {args.batch} per step, hand-written backward pass; it equals JAX autodiff to "
+            f"{grad_check:.1e} relative on a test batch), wall of the whole loop, median over {args.sgd_seeds} seeds.",
+            "", "| popdyn exact GD cold | popdyn exact GD warm | popdyn in-JAX online SGD cold / warm | NumPy online "
+            "SGD | NumPy SGD ÷ exact GD warm | final ‖θ_SGD − θ_GD‖/‖θ_GD‖ (per seed) | excess loss L − L_opt: GD → "
+            "SGD (per seed) | cos(W, V*): GD → SGD (per seed) |", "|---|---|---|---|---|---|---|---|",
+            f"| {fmt_time(run['gd_cold'])} | {fmt_time(run['gd_warm'])} | {fmt_time(run['jax_cold'])} / "
+            f"{fmt_time(run['jax_warm'])} | {fmt_time(run['sgd_s'])} | {fmt_ratio(run['sgd_s'] / run['gd_warm'])} | "
+            + ", ".join(f"{x:.3g}" for x in fin) + f" | {run['excess_gd'][-1]:.4g} → "
+            + ", ".join(f"{d['excess_sgd'][-1]:.4g}" for d in run["devs"]) + f" | {run['cos_gd']:.12f} → "
+            + ", ".join(f"{d['cos']:.6f}" for d in run["devs"]) + " |", "",
+            "Along the run (seed 0), at steps " + ", ".join(str(int(s)) for s in run["steps_rec"][1:]) + ":", "",
+            "- ‖θ_SGD − θ_GD‖/‖θ_GD‖: " + ", ".join(f"{x:.3g}" for x in run["devs"][0]["rel"][1:]),
+            "- excess loss, exact GD: " + ", ".join(f"{x:.3g}" for x in run["excess_gd"][1:]),
+            "- excess loss, NumPy SGD: " + ", ".join(f"{x:.3g}" for x in run["devs"][0]["excess_sgd"][1:]), "",
+            "Checks (exact values against the pilot's Monte-Carlo means; pass: ≥ 99% of the live gradient "
+            "coordinates and the loss within 4 standard errors, every zero-variance coordinate equal):", ""]
+    out += [f"- {p['label']}: {check_text(p['check'])}." for p in points]
+    out.append(f"- NumPy backward pass vs JAX autodiff: {'PASS' if grad_check < 1e-10 else '**FAIL**'} — max relative "
+               f"difference {grad_check:.1e} (pass: < 1e-10).")
+    return finish_section(out, info)
+
+
+def headline(points, run, grad_check, args, command, date, info, total) -> dict:
+    """Headline figures for run_all's summary: exact vs MC at ε = 1e-3 per point (the first is the task's row) and
+    the NumPy online SGD against exact GD (warm)."""
+    rows = []
+    for i, p in enumerate(points):
+        c = at_eps(p["rows"])
+        rows.append(headline_row(
+            "teacher", f"exact loss+gradient vs Monte Carlo at gradient RMSE ε‖∇L‖, ε = {c['eps']:g}; {p['label']}, "
+            f"{args.teacher} {args.activation}", "`value_and_grad(prob.loss)` (closed form)", p["exact_s"],
+            f"MC, B(ε) = {fmt_n(c['B'])} draws", c["T"], primary=i == 0))
+    rows.append(headline_row(
+        "teacher", f"{args.steps} training steps, {args.teacher} {args.activation}", "exact GD (`gradient_descent`, "
+        "warm)", run["gd_warm"], f"NumPy online SGD, batch {args.batch}", run["sgd_s"],
+        note=f"final ‖θ_SGD − θ_GD‖/‖θ_GD‖ {np.median([d['rel'][-1] for d in run['devs']]):.3g} (median of "
+        f"{args.sgd_seeds} seeds); popdyn in-JAX online SGD warm {fmt_time(run['jax_warm'])}"))
+    checks = [(f"{p['label']}: exact loss and gradient within 4 SE of the MC pilot", p["check"]["ok"]) for p in points]
+    checks.append(("NumPy backward pass equals JAX autodiff", grad_check < 1e-10))
+    return make_headline("teacher", SECTION, command, date, info, args.quick, total, rows, checks)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+def parse_args(argv=None):
+    ap = parser(__doc__)
+    ap.add_argument("--teacher", choices=TEACHERS, default="cnn", help="teacher (default cnn)")
+    ap.add_argument("--activation", choices=("linear", "relu", "leaky"), default="relu", help="default relu")
+    ap.add_argument("--pilot", type=int, default=None, help="pilot draws (default 16384; --quick 4096)")
+    ap.add_argument("--time-batch", type=int, default=None, help="MC timing batch (default 8192; --quick 2048)")
+    ap.add_argument("--repeats", type=int, default=None, help="warm timing repeats (default 11; --quick 5)")
+    ap.add_argument("--eps", type=float, nargs="+", default=[1e-2, 1e-3], help="relative precisions (1e-2 1e-3)")
+    ap.add_argument("--steps", type=int, default=None, help="training steps (default 4000; --quick 1000)")
+    ap.add_argument("--batch", type=int, default=64, help="online SGD batch (default 64)")
+    ap.add_argument("--lr", type=float, default=None, help="step size (default 1/λ_max at the teacher)")
+    ap.add_argument("--start", type=float, default=0.01, help="start at W = START·V*, A = 0 (default 0.01)")
+    ap.add_argument("--sgd-seeds", type=int, default=None, help="NumPy SGD runs (default 3; --quick 2)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the random point, MC keys and SGD runs")
+    ap.add_argument("--quick", action="store_true", help="1000 steps, pilot 4096, 2 SGD seeds; writes no results "
+                    "unless --results")
+    ap.add_argument("--results", type=Path, default=None,
+                    help="markdown file to update (default benchmarks/RESULTS.md; with --quick: none)")
+    args = ap.parse_args(argv)
+    for name, full, small in (("pilot", 16384, 4096), ("time_batch", 8192, 2048), ("repeats", 11, 5),
+                              ("steps", 4000, 1000), ("sgd_seeds", 3, 2)):
+        if getattr(args, name) is None:
+            setattr(args, name, small if args.quick else full)
+    if args.results is None and not args.quick:
+        args.results = REPO / "benchmarks" / "RESULTS.md"
+    if args.steps % RECORDS or args.steps < RECORDS:
+        ap.error(f"--steps must be a positive multiple of {RECORDS}")
+    if min(args.pilot, args.time_batch, args.repeats, args.sgd_seeds, args.batch) < 1 or min(args.eps) <= 0:
+        ap.error("--pilot, --time-batch, --repeats, --sgd-seeds, --batch must be ≥ 1 and --eps > 0")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    command, date, info = run_header("teacher", argv)
+    t_start = time.perf_counter()
+    prob = build(args.teacher, activation=args.activation)
+    args.lr_default = args.lr is None
+    args.lr = 1.0 / prob.lambda_max_at_teacher() if args.lr is None else args.lr
+    kw, ka = jax.random.split(jax.random.PRNGKey(args.seed))
+    random_point = {"W": jax.random.normal(kw, (prob.M, prob.d)), "A": jax.random.normal(ka, (prob.D, prob.D))}
+    grad_check = numpy_grad_check(prob, NumpyTeacher(prob), random_point, args.batch, args.seed)
+    print(f"NumPy backward pass vs JAX autodiff on one batch: max relative difference {grad_check:.1e}", flush=True)
+    theta0 = {"W": args.start * prob.V_star, "A": jnp.zeros((prob.D, prob.D))}
+    run = sgd_vs_gd(prob, theta0, args)
+    key = jax.random.PRNGKey(args.seed + 1)
+    points = [mc_point("random point N(0, 1)", prob, random_point, args, jax.random.fold_in(key, 0)),
+              mc_point(f"end of exact GD ({args.steps} steps)", prob, run["final"], args, jax.random.fold_in(key, 1))]
+    total = time.perf_counter() - t_start
+    section = render(prob, points, run, grad_check, args, info, command, date, total)
+    publish(section, SECTION, args.results, headline(points, run, grad_check, args, command, date, info, total))
+    return 0 if all(p["check"]["ok"] for p in points) and grad_check < 1e-10 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
