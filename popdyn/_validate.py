@@ -47,6 +47,45 @@ def int_at_least(name: str, value, minimum: int) -> int:
     return int(value)
 
 
+SEED_MAX = 2**32 - 1
+
+
+def seed(name: str, value) -> int:
+    """Require an integer seed in [0, 2**32 - 1]: the range where ``jax.random.PRNGKey`` gives the same key with
+    and without x64 (larger seeds overflow or are silently truncated to 32 bits) and NumPy accepts it."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not 0 <= value <= SEED_MAX:
+        raise ValueError(f"{name}={value!r} is out of range: must be an integer in [0, 2**32 - 1]")
+    return int(value)
+
+
+def _is_int(value) -> bool:
+    """An int, a NumPy integer or a 0-d integer array (not a bool)."""
+    if isinstance(value, (int, np.integer)):
+        return not isinstance(value, bool)
+    return hasattr(value, "dtype") and np.ndim(value) == 0 and np.issubdtype(value.dtype, np.integer)
+
+
+def int_sequence(name: str, value) -> tuple[int, ...]:
+    """Require a sequence of integers (no bools, floats or strings); returns it as a tuple of ints."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+        raise ValueError(f"{name}={value!r} is invalid: must be a sequence of integers")
+    items = tuple(value)
+    if not all(_is_int(v) for v in items):
+        raise ValueError(f"{name}={list(items)!r} is invalid: entries must be integers")
+    return tuple(int(v) for v in items)
+
+
+def float_array(name: str, value) -> np.ndarray:
+    """``value`` as a float64 NumPy array; ValueError naming it when it is not numeric (strings, None, ragged)."""
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise ValueError(f"{name}={value!r} is invalid: must be an array of real numbers") from None
+    if arr.dtype != np.float64:  # e.g. a complex input that NumPy refused to cast silently
+        raise ValueError(f"{name}={value!r} is invalid: must be an array of real numbers")
+    return arr
+
+
 def interval(name: str, value: Sequence[float]) -> tuple[float, float]:
     """Require a finite, increasing pair ``(lo, hi)`` with ``lo < hi``."""
     try:

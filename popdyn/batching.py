@@ -57,6 +57,12 @@ def unbatch(tree, batched: bool):
     return tree if batched else jax.tree_util.tree_map(lambda x: x[0], tree)
 
 
+def check_chunk_size(chunk_size: int | None) -> None:
+    """``chunk_size`` is None (one chunk) or an integer >= 1; checked by every batched entry point before any work."""
+    if chunk_size is not None:
+        _validate.int_at_least("chunk_size", chunk_size, 1)
+
+
 def map_chunks(
     fn: Callable, theta: Theta, chunk_size: int | None, *, progress: bool = False, desc: str = "chunks",
     checkpoint: str | os.PathLike | None = None, depends_on: tuple = (),
@@ -70,8 +76,7 @@ def map_chunks(
     outputs depend on: the problem, the method and its settings), see ``popdyn.checkpoint``.
     """
     n = jax.tree_util.tree_leaves(theta)[0].shape[0]
-    if chunk_size is not None:
-        _validate.int_at_least("chunk_size", chunk_size, 1)
+    check_chunk_size(chunk_size)
     if checkpoint is None and sharding.device_count() == 1 and (chunk_size is None or chunk_size >= n):
         return fn(theta)
     size = sharding.padded_size(n if chunk_size is None else min(chunk_size, n))

@@ -27,8 +27,17 @@ def _one_line_warnings():
     warnings.formatwarning = fmt
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's error contract: a usage error (unknown option, a value of the wrong type, a
+    missing argument) is one line ``popdyn: error: …`` on stderr and exit code 2, like every other bad input."""
+
+    def error(self, message: str):
+        print(f"popdyn: error: {' '.join(message.split())}", file=sys.stderr)
+        raise SystemExit(2)
+
+
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="popdyn", description="Exact population dynamics of small transformers.")
+    ap = _Parser(prog="popdyn", description="Exact population dynamics of small transformers.")
     sub = ap.add_subparsers(dest="command", required=True)
 
     def common(p, task=True):
@@ -110,6 +119,16 @@ def _out_dir(args, name: str) -> Path:
     return args.out if args.out is not None else DEFAULT_OUT / name
 
 
+def _check_path(name: str, path: Path) -> None:
+    """``path`` must be a directory or creatable as one: neither it nor an existing ancestor may be a file."""
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                what = "exists and is not a directory" if p == path else f"lies under the file {str(p)!r}"
+                raise ValueError(f"{name}={str(path)!r} is invalid: it {what}")
+            return
+
+
 def _check_task_args(args) -> None:
     from popdyn.tasks.registry import check_task
 
@@ -134,7 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     written to ``--out``, and with ``--checkpoint`` the chunks finished so far stay there for a rerun. A
     signal takes effect when the running chunk's computation returns control to Python.
     """
-    args = _parser().parse_args(argv)
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as exc:  # a usage error (one line already printed, code 2) or --help (code 0)
+        return exc.code if isinstance(exc.code, int) else 2
     _one_line_warnings()
     in_main_thread = threading.current_thread() is threading.main_thread()  # signals can only be set there
     previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
@@ -164,8 +186,12 @@ def _main(args) -> int:
                "stepsize": commands.stepsize, "reproduce": commands.reproduce}[args.command]
         name = {"demo": "demo", "reproduce": f"reproduce-{getattr(args, 'figure', None)}"}.get(
             args.command, f"{args.command}-{getattr(args, 'task', '')}")
+        out = _out_dir(args, name)
+        _check_path("out", out)
+        if getattr(args, "checkpoint", None) is not None:
+            _check_path("checkpoint", args.checkpoint)
         t0 = time.perf_counter()
-        lines = run(args, _out_dir(args, name))
+        lines = run(args, out)
     except ValueError as err:
         print(f"popdyn: error: {err}", file=sys.stderr)
         return 2

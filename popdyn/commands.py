@@ -73,7 +73,8 @@ def converge_markov(p, q, n_init=8, std=1.0, seed=0, eps=1e-6, t1=1e4) -> Result
     n_init = _validate.int_at_least("n-init", n_init, 1)
     std = _validate.positive("std", std)
     eps = _validate.positive("eps", eps)
-    key = jax.random.PRNGKey(seed)
+    t1 = _validate.positive("t1", t1)
+    key = jax.random.PRNGKey(_validate.seed("seed", seed))
     z = std * jax.random.normal(key, (n_init, 2))
     theta0 = {"e": z[:, 0], "w": z[:, 1]}
     ts = np.concatenate([[0.0], np.geomspace(1e-3, t1, 600)])
@@ -162,18 +163,18 @@ def basins(args, out: Path) -> list[str]:
     if args.task == "decision-list":
         from popdyn.tasks.decision_list.jobs import basins_decision_list
 
-        res, wall = _timed(basins_decision_list, args.L, args.n, args.c, args.grid or 32, *args.range,
-                           100.0 if args.t1 is None else args.t1, args.distribution, chunk=args.chunk,
+        res, wall = _timed(basins_decision_list, args.L, args.n, args.c, 32 if args.grid is None else args.grid,
+                           *args.range, 100.0 if args.t1 is None else args.t1, args.distribution, chunk=args.chunk,
                            checkpoint=args.checkpoint)
     elif args.task == "scb":
         from popdyn.tasks.scb.jobs import basins_scb
 
         res, wall = _timed(basins_scb, args.N, args.T, args.Q, args.seed,
-                           args.grid or 64, *args.range, 2e4 if args.t1 is None else args.t1,
+                           64 if args.grid is None else args.grid, *args.range, 2e4 if args.t1 is None else args.t1,
                            progress=not args.quiet, chunk=args.chunk, checkpoint=args.checkpoint)
     else:
-        res, wall = _timed(basins_markov, args.p, args.q, args.grid or 128, *args.range, args.method,
-                           1e4 if args.t1 is None else args.t1, args.lr, args.steps, args.chunk,
+        res, wall = _timed(basins_markov, args.p, args.q, 128 if args.grid is None else args.grid, *args.range,
+                           args.method, 1e4 if args.t1 is None else args.t1, args.lr, args.steps, args.chunk,
                            progress=not args.quiet, checkpoint=args.checkpoint)
     res.write(out, "basins", wall)
     return res.lines
@@ -215,6 +216,8 @@ def stepsize(args, out: Path) -> list[str]:
 
         if args.lr is not None and len(args.lr) != 1:
             raise ValueError(f"lr={args.lr} is invalid: decision-list takes one learning rate")
+        if args.steps is not None:  # the job calls it max_steps
+            _validate.int_at_least("steps", args.steps, 1)
         res, wall = _timed(stepsize_decision_list, args.L, args.n, 3 if args.M is None else args.M, args.seed,
                            None if args.lr is None else args.lr[0], 20 if args.steps is None else args.steps)
     else:

@@ -58,7 +58,7 @@ class Problem(eqx.Module):
 
     def template(self) -> Theta:
         """Shapes and dtypes of one parameter pytree (no computation)."""
-        return jax.eval_shape(self.init, jax.random.PRNGKey(0))
+        return jax.eval_shape(lambda: self.init(jax.random.PRNGKey(0)))  # the key too is only traced
 
     def n_params(self) -> int:
         """Number of scalar parameters."""

@@ -24,10 +24,7 @@ def run_cli(capsys):
 
     def run(*argv) -> CliRun:
         capsys.readouterr()
-        try:
-            code = main([str(a) for a in argv])
-        except SystemExit as exc:  # argparse's own usage errors
-            code = exc.code
+        code = main([str(a) for a in argv])
         captured = capsys.readouterr()
         return CliRun(code, captured.out, captured.err)
 

@@ -19,6 +19,7 @@ from jax.flatten_util import ravel_pytree
 
 from popdyn import _validate
 from popdyn.analysis.cluster import cluster_points
+from popdyn.batching import check_chunk_size
 from popdyn.analysis.grid import Grid
 from popdyn.dynamics import Status, Trajectory, gradient_descent, gradient_flow
 from popdyn.problem import Problem
@@ -111,9 +112,12 @@ def basin_map(
     refused (``popdyn.checkpoint``). Labelling (``tol``, ``cluster_radius``, ``use_theory``) happens after
     the chunks, so it may change between runs sharing a checkpoint.
     """
+    if not isinstance(grid, Grid):
+        raise ValueError(f"grid={grid!r} is invalid: must be a popdyn.Grid")
     _validate.choice("method", method, ("flow", "gd"))
     _validate.positive("tol", tol)
     _validate.positive("cluster_radius", cluster_radius)
+    check_chunk_size(chunk_size)
     theta = grid.points(prob)
     if method == "flow":
         traj: Trajectory = gradient_flow(prob, theta, t1=t1, ts=None, chunk_size=chunk_size, progress=progress,

@@ -15,10 +15,10 @@ from popdyn.problem import Problem, Theta
 _AXIS = re.compile(r"^([A-Za-z_]\w*)(?:\[(\d+(?:\s*,\s*\d+)*)\])?$")
 
 
-def _parse_axis(name: str) -> tuple[str, tuple[int, ...]]:
-    m = _AXIS.match(name)
+def _parse_axis(name: str, label: str = "axis") -> tuple[str, tuple[int, ...]]:
+    m = _AXIS.match(name) if isinstance(name, str) else None
     if not m:
-        raise ValueError(f"axis={name!r} is invalid: must be a parameter name like 'e' or 'W[0,1]'")
+        raise ValueError(f"{label}={name!r} is invalid: must be a parameter name like 'e' or 'W[0,1]'")
     idx = tuple(int(i) for i in m.group(2).split(",")) if m.group(2) else ()
     return m.group(1), idx
 
@@ -40,12 +40,14 @@ class Grid:
     def __post_init__(self):
         object.__setattr__(self, "x_range", _validate.interval("x_range", self.x_range))
         object.__setattr__(self, "y_range", _validate.interval("y_range", self.y_range))
+        if isinstance(self.shape, (str, bytes)) or not hasattr(self.shape, "__len__") or len(self.shape) != 2:
+            raise ValueError(f"shape={self.shape!r} is invalid: must be a pair (ny, nx) of integers >= 2")
         ny, nx = self.shape
-        _validate.int_at_least("grid (ny)", ny, 2)
-        _validate.int_at_least("grid (nx)", nx, 2)
+        object.__setattr__(self, "shape", (_validate.int_at_least("grid (ny)", ny, 2),
+                                           _validate.int_at_least("grid (nx)", nx, 2)))
+        _parse_axis(self.x, "x"), _parse_axis(self.y, "y")
         if self.x == self.y:
             raise ValueError(f"x={self.x!r} and y={self.y!r} must name different coordinates")
-        _parse_axis(self.x), _parse_axis(self.y)
 
     @classmethod
     def square(cls, x: str, y: str, lo: float, hi: float, n: int, base: dict | None = None) -> "Grid":
@@ -69,7 +71,12 @@ class Grid:
         for k, v in (self.base or {}).items():
             if k not in base:
                 raise ValueError(f"base has unknown parameter {k!r}: allowed {sorted(base)}")
-            base[k] = np.broadcast_to(np.asarray(v, float), base[k].shape).copy()
+            value = _validate.float_array(f"base[{k!r}]", v)
+            try:
+                base[k] = np.broadcast_to(value, base[k].shape).copy()
+            except ValueError:
+                raise ValueError(f"base[{k!r}] has shape {value.shape}: must broadcast to the parameter's shape "
+                                 f"{base[k].shape}") from None
         X, Y = np.meshgrid(self.xs, self.ys)
         n = X.size
         batch = {k: np.broadcast_to(v, (n, *v.shape)).copy() for k, v in base.items()}

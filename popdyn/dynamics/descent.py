@@ -22,7 +22,7 @@ from jax.typing import ArrayLike
 from jaxtyping import Array, Float
 
 from popdyn import _validate
-from popdyn.batching import apply_scales, as_batch, map_chunks, scale_tree
+from popdyn.batching import apply_scales, as_batch, check_chunk_size, map_chunks, scale_tree
 from popdyn.dynamics.status import Status
 from popdyn.dynamics.trajectory import Trajectory, finish, frozen_scales
 from popdyn.problem import Problem, Theta
@@ -90,9 +90,11 @@ def gradient_descent(
         raise ValueError(f"momentum={momentum!r} is out of range: must lie in [0, 1)")
     k = _validate.int_at_least("record_every", record_every, 1)
     noise = _noise_levels(prob, noise)
-    seed = _validate.int_at_least("seed", seed, 0)
+    seed = _validate.seed("seed", seed)
     for name, v in (("gtol", gtol), ("diverge", diverge)):
         _validate.positive(name, v)
+    _validate.positive("saddle_tol", saddle_tol, allow_zero=True)
+    check_chunk_size(chunk_size)
     if steps % k:
         raise ValueError(f"steps={steps} is invalid: must be a multiple of record_every={k}")
     cfg = _DescentConfig(steps=steps, record_every=k, save_params=save_params, gtol=gtol, diverge=diverge,

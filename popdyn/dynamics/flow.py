@@ -19,7 +19,7 @@ import numpy as np
 import optax
 
 from popdyn import _validate
-from popdyn.batching import apply_scales, as_batch, map_chunks, scale_tree
+from popdyn.batching import apply_scales, as_batch, check_chunk_size, map_chunks, scale_tree
 from popdyn.dynamics.status import Status, finite_tree
 from popdyn.dynamics.trajectory import Trajectory, finish, frozen_scales
 from popdyn.problem import Problem, Theta
@@ -91,6 +91,10 @@ def gradient_flow(
     if gtol is not None:
         _validate.positive("gtol", gtol)
     _validate.int_at_least("max_steps", max_steps, 1)
+    _validate.positive("pcoeff", pcoeff, allow_zero=True)
+    _validate.positive("icoeff", icoeff)
+    _validate.positive("saddle_tol", saddle_tol, allow_zero=True)
+    check_chunk_size(chunk_size)
     cfg = _FlowConfig(
         t1=t1, times=tuple(float(t) for t in record_times(t1, ts)), save_params=save_params,
         rtol=rtol, atol=atol, gtol=gtol, diverge=diverge, max_steps=max_steps, pcoeff=pcoeff, icoeff=icoeff,

@@ -50,6 +50,13 @@ def frozen_scales(scales: dict | None) -> tuple | None:
     return None if scales is None else tuple(sorted(scales.items()))
 
 
+@eqx.filter_jit
+def _losses(prob: Problem, batch: Theta) -> Float[Array, " B"]:
+    """L at every point of a batch, compiled once per problem and shape: eagerly, a loss built on ``lax.scan``
+    (histogram or sequence enumerations) would be traced and compiled again on every call."""
+    return jax.vmap(prob.loss)(batch)
+
+
 def finish(prob: Problem, out: dict, batched: bool, saddle_tol: float, time_unit: str) -> Trajectory:
     """Classify converged points by their Hessian (saddle vs minimum) and package a Trajectory."""
     status = out["status"]
@@ -58,7 +65,7 @@ def finish(prob: Problem, out: dict, batched: bool, saddle_tol: float, time_unit
         lo, hi = extreme_eigenvalues(prob, out["final"])
         status = refine_saddles(status, lo, hi, saddle_tol)
     traj = Trajectory(
-        final=out["final"], final_loss=jax.vmap(prob.loss)(out["final"]), status=status.astype(jnp.int32), t_final=out["t_final"], ts=out["ts"],
+        final=out["final"], final_loss=_losses(prob, out["final"]), status=status.astype(jnp.int32), t_final=out["t_final"], ts=out["ts"],
         loss=out["loss"], grad_norm=out["grad_norm"], params=out["params"],
         n_steps=jnp.asarray(out["n_steps"], jnp.int32), time_unit=time_unit, metrics=out.get("metrics"),
     )

@@ -41,7 +41,7 @@ class Chain(eqx.Module):
     def binary_order_k(cls, probs) -> "Chain":
         """Binary chain of order k = log2(len(probs)): P(x_{n+1} = 1 | context c) = probs[c]; the first k
         bits are i.i.d. Bernoulli(1/2) (Local-to-Global's ``--chain random``, §1.2)."""
-        probs = np.asarray(probs, dtype=np.float64)
+        probs = _validate.float_array("probs", probs)
         k = int(round(np.log2(probs.size))) if probs.size else 0
         if probs.ndim != 1 or probs.size < 2 or 2**k != probs.size:
             raise ValueError(f"probs has shape {probs.shape}: must hold 2^k probabilities, k >= 1")

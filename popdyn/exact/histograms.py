@@ -18,6 +18,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Float, Int
 
+from popdyn import _validate
+
 MAX_HISTOGRAMS = 6_000_000
 """Largest table built by default (C(30, 8) = 5,852,925 subsets fits)."""
 
@@ -53,6 +55,7 @@ class Histograms(eqx.Module):
 
     def __init__(self, L: int, n: int, distinct: bool, chunk: int = 8192, limit: int = MAX_HISTOGRAMS,
                  token_probs: Sequence[float] | None = None):
+        chunk = _validate.int_at_least("chunk", chunk, 1)
         self.size = check_histograms(L, n, distinct, limit)
         if token_probs is None:
             logp = np.full(L, -log(L))

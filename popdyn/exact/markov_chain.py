@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 from jaxtyping import Float
 
+from popdyn import _validate
+
 _ROW_TOL = 1e-10
 
 
@@ -17,7 +19,7 @@ def validate_transition_matrix(P, name: str = "P") -> np.ndarray:
 
     Raises ValueError naming the entry or row that fails.
     """
-    P = np.asarray(P, dtype=np.float64)
+    P = _validate.float_array(name, P)
     if P.ndim != 2 or P.shape[0] != P.shape[1] or P.shape[0] < 2:
         raise ValueError(f"{name} has shape {P.shape}: must be a square V x V matrix with V >= 2")
     if not np.all(np.isfinite(P)):

@@ -23,7 +23,9 @@ DISTRIBUTIONS = ("distinct", "iid")
 
 def validate_lists(lists: Sequence[Sequence[int]], L: int) -> tuple[tuple[int, ...], ...]:
     """One list per token a ∈ [L], with distinct entries in [L] ending in a; ValueError otherwise."""
-    lists = tuple(tuple(int(t) for t in lst) for lst in lists)
+    if isinstance(lists, (str, bytes)) or not hasattr(lists, "__iter__"):
+        raise ValueError(f"lists={lists!r} is invalid: must be a sequence of L={L} lists of integer tokens")
+    lists = tuple(_validate.int_sequence(f"lists[{a}]", lst) for a, lst in enumerate(lists))
     if len(lists) != L:
         raise ValueError(f"lists has {len(lists)} entries: must have one list per token, i.e. L={L}")
     for a, lst in enumerate(lists):
@@ -40,7 +42,7 @@ def validate_lists(lists: Sequence[Sequence[int]], L: int) -> tuple[tuple[int, .
 
 def validate_perm(perm: Sequence[int], L: int) -> tuple[int, ...]:
     """π as a permutation of 0..L−1; ValueError otherwise."""
-    perm = tuple(int(k) for k in perm)
+    perm = _validate.int_sequence("perm", perm)
     if sorted(perm) != list(range(L)):
         raise ValueError(f"perm={perm} is invalid: must be a permutation of 0..{L - 1}")
     return perm
@@ -63,7 +65,7 @@ def random_lists(L: int, M: int, seed: int = 0) -> tuple[tuple[int, ...], ...]:
     M = _validate.int_at_least("M", M, 1)
     if M > L:
         raise ValueError(f"M={M} is out of range: list lengths need 1 <= M <= L={L}")
-    rng = np.random.default_rng(seed)
+    rng = np.random.default_rng(_validate.seed("seed", seed))
     lengths = np.empty(L, dtype=int)
     lengths[rng.permutation(L)] = 1 + np.arange(L) % M
     lists = []
@@ -76,7 +78,7 @@ def random_lists(L: int, M: int, seed: int = 0) -> tuple[tuple[int, ...], ...]:
 def random_perm(L: int, seed: int = 0) -> tuple[int, ...]:
     """A uniformly random permutation π of 0..L−1."""
     L = _validate.int_at_least("L", L, 2)
-    return tuple(int(k) for k in np.random.default_rng(seed).permutation(L))
+    return tuple(int(k) for k in np.random.default_rng(_validate.seed("seed", seed)).permutation(L))
 
 
 def ldt(lst: Sequence[int], present) -> int:

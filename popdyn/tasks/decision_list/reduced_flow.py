@@ -37,9 +37,11 @@ class ReducedDecisionList(Problem):
 
     def __init__(self, L: int, n: int, lengths, c: float, distribution: str = "distinct"):
         self.L, self.n, self.distribution = validate_sizes(L, n, distribution)
-        self.lengths = tuple(sorted({_validate.int_at_least("list length", int(m), 1) for m in lengths}))
-        if self.lengths[-1] > self.L:
-            raise ValueError(f"list length {self.lengths[-1]} is out of range: must be <= L={self.L}")
+        lengths = _validate.int_sequence("lengths", lengths)
+        if not lengths or min(lengths) < 1 or max(lengths) > self.L:
+            raise ValueError(f"lengths={list(lengths)} is out of range: must be a non-empty set of list lengths in "
+                             f"1..L={self.L}")
+        self.lengths = tuple(sorted(set(lengths)))
         self.c = _validate.positive("c", c)
 
     def column(self, theta: Theta, m: int) -> tuple[Float[Array, " m"], Float[Array, ""]]:

@@ -90,7 +90,7 @@ def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = No
     if not jax.config.jax_enable_x64:
         raise RuntimeError("theorem2_run needs float64: call jax.config.update('jax_enable_x64', True) first "
                            "(c is 1e4 to 3e5, so float32 losses and margins are meaningless)")
-    seed = _validate.int_at_least("seed", seed, 0)
+    seed = _validate.seed("seed", seed)
     max_steps = _validate.int_at_least("max_steps", max_steps, 1)
     extra_steps = _validate.int_at_least("extra_steps", extra_steps, 0)
     lanczos_iters = _validate.int_at_least("lanczos_iters", lanczos_iters, 1)

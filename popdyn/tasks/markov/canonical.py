@@ -103,7 +103,7 @@ class Canonical(Problem):
     def optimal_gap(self) -> float:
         """A* = ln[(1−p)(1−q)/(pq)], the log-odds gap of the bigram predictor."""
         p, q = self.p, self.q
-        return math.log((1.0 - p) * (1.0 - q) / (p * q))
+        return math.log1p(-p) + math.log1p(-q) - math.log(p) - math.log(q)  # no underflow of pq for tiny p, q
 
     # ---- model --------------------------------------------------------------------------------
     def gap(self, theta: Theta) -> Float[Array, ""]:
@@ -115,7 +115,7 @@ class Canonical(Problem):
         f1* = f0* + A (§2.2). Evaluated in log space (logaddexp), each in the branch where it needs no
         cancellation against A, so both are accurate for every real A."""
         p, q = self.p, self.q
-        log_4pq = math.log(4.0 * p * q)
+        log_4pq = math.log(4.0) + math.log(p) + math.log(q)  # no underflow of 4pq for tiny p, q
         if p > q:
             ld = math.log(p - q)
             f1 = jnp.logaddexp(ld, 0.5 * jnp.logaddexp(2.0 * ld, log_4pq + A)) - math.log(2.0 * q)

@@ -129,6 +129,7 @@ def rank_one_weights(e, w, b, *, N: int, d: int, a=0.0, alpha=None) -> Theta:
     e_vec = eα, p_n = −(e/2)α, W_Q = W_K = 0, W_V = a·ααᵀ, W_O = I, W_1 = (|w|/√d)·1αᵀ, W_2 = (w/√d)·α1ᵀ,
     tied head. For e > 0 the logit is e²(x − ½) + 2w|w|e²x + b at a = 0 (the canonical model exactly).
     ``alpha`` is the unit direction (default 1/√d)."""
+    N, d = _validate.int_at_least("N", N, 1), _validate.int_at_least("d", d, 1)
     alpha = jnp.full(d, 1.0 / math.sqrt(d)) if alpha is None else jnp.asarray(alpha) / jnp.linalg.norm(alpha)
     ones = jnp.ones(4 * d)
     zero = jnp.zeros((d, d))

@@ -58,7 +58,7 @@ class Classes:
 def make_classes(probs, query, label, weights=None, *, M: int | None = None) -> Classes:
     """Validated ``Classes``: P rows are distributions over [M], tokens lie in [M], labels are distinct,
     weights are a distribution (default uniform, as in Theorem 1)."""
-    probs = np.asarray(probs, dtype=float)
+    probs = _validate.float_array("probs", probs)
     if probs.ndim != 2 or probs.shape[0] < 1 or probs.shape[1] < 2:
         raise ValueError(f"probs has shape {probs.shape}: must be K×M with K >= 1 classes and M >= 2 tokens")
     K, M_probs = probs.shape
@@ -76,7 +76,7 @@ def make_classes(probs, query, label, weights=None, *, M: int | None = None) -> 
                          f"by its next token)")
     if weights is None:
         weights = np.full(K, 1.0 / K)
-    weights = np.asarray(weights, dtype=float)
+    weights = _validate.float_array("weights", weights)
     if weights.shape != (K,) or not np.all(np.isfinite(weights)) or weights.min() < 0 \
             or abs(weights.sum() - 1) > _ATOL:
         raise ValueError(f"weights={weights.tolist()} is invalid: must be {K} non-negative class probabilities "
@@ -85,7 +85,10 @@ def make_classes(probs, query, label, weights=None, *, M: int | None = None) -> 
 
 
 def _tokens(name: str, value, K: int, M: int) -> np.ndarray:
-    arr = np.asarray(value)
+    try:
+        arr = np.asarray(value)
+    except ValueError:  # ragged
+        arr = np.asarray(None)
     if arr.shape != (K,) or not np.issubdtype(arr.dtype, np.integer) or arr.min() < 0 or arr.max() >= M:
         raise ValueError(f"{name}={np.asarray(value).tolist()} is invalid: must be {K} integer tokens in 0..{M - 1}")
     return arr.astype(np.int32)

@@ -64,11 +64,11 @@ class ScanSnap(Problem):
             raise ValueError(f"classes={classes!r} is invalid: must be a Classes (see scan_snap.make_classes)")
         if M is not None and _validate.int_at_least("M", M, 2) != classes.M:
             raise ValueError(f"M={M} is invalid: the classes use a vocabulary of {classes.M} tokens")
+        self.T = None if T is None else _validate.int_at_least("T", T, 2)
         self.probs = jnp.asarray(classes.probs)
         self.query = jnp.asarray(classes.query)
         self.label = jnp.asarray(classes.label)
         self.weights = jnp.asarray(classes.weights)
-        self.T = None if T is None else _validate.int_at_least("T", T, 2)
         if self.T is None:
             self.tables, self.supports = (), ()
             return

@@ -43,7 +43,7 @@ def validate_instance(P, Qm) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
     Raises ValueError naming ``P`` or ``Qm``, the offending entry or column and the allowed range.
     """
-    P = np.asarray(P, dtype=np.float64)
+    P = _validate.float_array("P", P)
     if P.ndim != 2 or P.shape[0] != P.shape[1] or P.shape[0] < 2:
         raise ValueError(f"P has shape {P.shape}: must be a square N x N matrix with N >= 2")
     _columns_are_distributions("P", P, "N next tokens")
@@ -53,7 +53,7 @@ def validate_instance(P, Qm) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         raise ValueError(f"{e} (read column-wise); SCB needs a unique stationary law mu > 0") from None
     if mu.min() <= 0.0 or np.abs(P @ mu - mu).max() > _SUM_TOL:
         raise ValueError(f"P has stationary law mu={mu.tolist()}: every mu_j must be > 0 with P mu = mu")
-    Qm = np.asarray(Qm, dtype=np.float64)
+    Qm = _validate.float_array("Qm", Qm)
     N = P.shape[0]
     if Qm.ndim != 2 or Qm.shape[1] != N or Qm.shape[0] < 1:
         raise ValueError(f"Qm has shape {Qm.shape}: must be T x N with T >= 1 and N = {N} columns (one per last token)")

@@ -26,7 +26,7 @@ from popdyn.tasks.scb.training import stage1
 
 
 def _instance(N: int, T: int, Q: int, seed: int) -> tuple[SparseBigram, Reduced2D, dict]:
-    seed = _validate.int_at_least("seed", seed, 0)
+    seed = _validate.seed("seed", seed)
     prob = SparseBigram(*random_instance(jax.random.PRNGKey(seed), N, T, Q))
     red = Reduced2D.from_instance(prob)
     info = {"c": float(prob.c), "qbar": float(prob.qbar), "L_star": float(prob.L_star),
@@ -101,6 +101,7 @@ def basins_scb(N: int = 10, T: int = 50, Q: int = 2, seed: int = 0, n: int = 64,
     n = _validate.int_at_least("grid", n, 2)
     _validate.int_at_least("chunk", chunk, 1)
     lo, hi = _validate.interval("range", (lo, hi))
+    t1 = _validate.positive("t1", t1)
     prob, red, info = _instance(N, T, Q, seed)
     grid = Grid.square("alpha_V", "alpha_A", lo, hi, n)
     bm = basin_map(red, grid, "flow", t1=t1, precondition=red.precondition, progress=progress, chunk_size=chunk,
@@ -125,7 +126,7 @@ def stepsize_scb(N: int = 10, T: int = 50, Q: int = 2, seed: int = 0, lrs: tuple
     """Exact preconditioned projected GD from the uninformative start at each η, audited against the
     whitened curvature λ_max(θ_t); by default η = 0.5 (Algorithm 1's η_1 here) and 0.9 and 1.1 times the
     stability edge 2/λ* at the minimum (P, Qm)."""
-    seed = _validate.int_at_least("seed", seed, 0)
+    seed = _validate.seed("seed", seed)
     steps = _validate.int_at_least("steps", steps, 1)
     record_every = _validate.int_at_least("record_every", record_every, 1)
     if lrs is not None:

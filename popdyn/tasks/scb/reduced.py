@@ -25,14 +25,16 @@ _ROUNDING = 1e-12
 
 def _scalars(c, qbar, T, mu_sq) -> tuple[float, float, int, float]:
     """Validate (c, q̄, T, ‖μ‖²): c > 0, T ≥ 2, 1/T < q̄ ≤ 1, 0 < ‖μ‖² ≤ 1 (so G is invertible); the upper
-    bounds allow 1e-12 of rounding, as q̄ = 1 of an instance with Q = 1 is a sum of floats."""
-    c = _validate.positive("c", float(c))
+    bounds allow 1e-12 of rounding, as q̄ = 1 of an instance with Q = 1 is a sum of floats. 0-d arrays count as
+    numbers, strings do not."""
+    c, qbar, mu_sq = (float(v) if hasattr(v, "dtype") and np.ndim(v) == 0 else v for v in (c, qbar, mu_sq))
+    c = _validate.positive("c", c)
     T = _validate.int_at_least("T", T, 2)
-    qbar = float(qbar)
+    qbar = _validate.finite("qbar", qbar)
     if not (1.0 / T < qbar <= 1.0 + _ROUNDING):
         raise ValueError(f"qbar={qbar!r} is out of range: must lie in (1/T, 1] = ({1.0 / T:g}, 1] "
                          "(qbar = 1/T is uniform attention, where alpha_A is undefined)")
-    mu_sq = float(mu_sq)
+    mu_sq = _validate.finite("mu_sq", mu_sq)
     if not (0.0 < mu_sq <= 1.0 + _ROUNDING):
         raise ValueError(f"mu_sq={mu_sq!r} is out of range: must lie in (0, 1]")
     return c, qbar, T, mu_sq

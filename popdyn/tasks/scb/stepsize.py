@@ -25,6 +25,8 @@ class Whitened(Problem):
     origin: Theta
 
     def __init__(self, prob: SparseBigram, origin: Theta | None = None):
+        if not isinstance(prob, SparseBigram):
+            raise ValueError(f"prob={prob!r} is invalid: must be a SparseBigram")
         self.prob = prob
         self.origin = prob.init(None) if origin is None else origin
 

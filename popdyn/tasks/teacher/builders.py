@@ -10,7 +10,8 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from popdyn import _validate
-from popdyn.tasks.teacher.model import BilinearTeacher, validate_sizes
+from popdyn.tasks.teacher.kernels import ZERO_INITS
+from popdyn.tasks.teacher.model import BilinearTeacher, resolve_alpha, validate_sizes
 
 TEACHERS = ("cnn", "gcn", "sts", "gslp")
 
@@ -62,8 +63,9 @@ def random_V(key: Array, M: int, d: int, norm: float | None = None) -> Float[Arr
     """V* with iid N(0, 1) entries [our choice; the paper's V* is unknown], rescaled to ‖V*‖_F = ``norm`` if given."""
     M = _validate.int_at_least("M", M, 1)
     d = _validate.int_at_least("d", d, 1)
+    norm = None if norm is None else _validate.positive("norm", norm)
     V = jax.random.normal(key, (M, d))
-    return V if norm is None else V * (_validate.positive("norm", norm) / jnp.linalg.norm(V))
+    return V if norm is None else V * (norm / jnp.linalg.norm(V))
 
 
 def make_teacher(name: str, D: int, K: int | None = None, *, d: int, M: int | None = None, key: Array | None = None,
@@ -77,6 +79,11 @@ def make_teacher(name: str, D: int, K: int | None = None, *, d: int, M: int | No
     """
     _validate.choice("name", name, TEACHERS)
     d = _validate.int_at_least("d", d, 1)
+    v_norm = None if v_norm is None else _validate.positive("v_norm", v_norm)
+    # BilinearTeacher checks these again; here they are checked before V* is drawn
+    resolve_alpha(activation, alpha)
+    _validate.positive("sigma_x", sigma_x), _validate.positive("sigma_eps", sigma_eps, allow_zero=True)
+    _validate.choice("zero_init", zero_init, ZERO_INITS)
     if name == "sts":
         if M not in (None, d):
             raise ValueError(f"M={M!r} is invalid for sts: V* = I_d forces M = d = {d}")

@@ -26,7 +26,7 @@ def build(teacher: str, D: int | None = None, K: int | None = None, activation: 
     K = (K0 if K is None else K) if teacher != "gslp" else K
     if M is None and teacher in ("cnn", "gcn"):
         M = DEFAULT_M
-    return make_teacher(teacher, D, K, d=d, M=M, key=jax.random.PRNGKey(_validate.int_at_least("seed", seed, 0)),
+    return make_teacher(teacher, D, K, d=d, M=M, key=jax.random.PRNGKey(_validate.seed("seed", seed)),
                         activation=activation, alpha=alpha)
 
 
@@ -73,6 +73,8 @@ def converge_teacher(teacher: str = "cnn", D: int | None = None, K: int | None =
                      lr: float | None = None, steps: int | None = None) -> Result:
     """Zero-initialisation GD to the late regime with ``rates``: the late constant, slopes, T*, the step-size
     audit and the OOD excess next to the poster's forms (which the exact dynamics do not follow in D; §5.3)."""
+    lr = None if lr is None else _validate.positive("lr", lr)  # checked again by rates(), but before any building
+    steps = None if steps is None else _validate.int_at_least("steps", steps, 10)
     prob = build(teacher, D, K, activation, alpha, d, M, seed)
     r = rates(prob, lr=lr, steps=steps, seed=seed)
     inputs = {"task": "teacher", "teacher": teacher, "D": prob.D, "K": prob.K, "M": prob.M, "d": prob.d,

@@ -36,7 +36,7 @@ def validate_sizes(D, K) -> tuple[int, int]:
 def validate_teacher(S_star, V_star) -> tuple[np.ndarray, np.ndarray, int]:
     """(S*, V*, K): S* is D×D, D ≥ 2, with exactly K nonzeros equal to 1/K in every column, 1 ≤ K < D (§1, §5.1);
     V* is a finite, nonzero M×d matrix. ValueError naming S_star or V_star otherwise."""
-    S = np.asarray(S_star, dtype=float)
+    S = _validate.float_array("S_star", S_star)
     if S.ndim != 2 or S.shape[0] != S.shape[1] or S.shape[0] < 2 or not np.all(np.isfinite(S)) or np.any(S < 0):
         raise ValueError(f"S_star with shape {S.shape} is invalid: must be a finite, nonnegative D×D matrix, D >= 2")
     counts = np.count_nonzero(S, axis=0)
@@ -44,7 +44,7 @@ def validate_teacher(S_star, V_star) -> tuple[np.ndarray, np.ndarray, int]:
     if np.any(counts != K) or not 1 <= K < S.shape[0] or not np.allclose(S[S > 0], 1.0 / K, rtol=1e-12, atol=0):
         raise ValueError(f"S_star is invalid: every column must have the same number K of nonzero entries, "
                          f"1 <= K < D = {S.shape[0]}, each equal to 1/K (column counts {counts.tolist()})")
-    V = np.asarray(V_star, dtype=float)
+    V = _validate.float_array("V_star", V_star)
     if V.ndim != 2 or V.size == 0 or not np.all(np.isfinite(V)) or not np.any(V):
         raise ValueError(f"V_star with shape {V.shape} is invalid: must be a finite, nonzero 2-D M×d matrix")
     return S, V, K
@@ -86,10 +86,11 @@ class BilinearTeacher(Problem):
     def __init__(self, S_star, V_star, activation: str = "leaky", alpha: float | None = None, sigma_x: float = 1.0,
                  sigma_eps: float = 0.0, zero_init: str = "limit"):
         S, V, self.K = validate_teacher(S_star, V_star)
-        self.alpha = jnp.asarray(resolve_alpha(activation, alpha))
-        self.sigma_x = jnp.asarray(_validate.positive("sigma_x", sigma_x))
-        self.sigma_eps = jnp.asarray(_validate.positive("sigma_eps", sigma_eps, allow_zero=True))
+        alpha = resolve_alpha(activation, alpha)
+        sigma_x = _validate.positive("sigma_x", sigma_x)
+        sigma_eps = _validate.positive("sigma_eps", sigma_eps, allow_zero=True)
         self.zero_init = _validate.choice("zero_init", zero_init, ZERO_INITS)
+        self.alpha, self.sigma_x, self.sigma_eps = jnp.asarray(alpha), jnp.asarray(sigma_x), jnp.asarray(sigma_eps)
         self.S_star, self.V_star = jnp.asarray(S), jnp.asarray(V)
 
     # ---- sizes and scalars ----------------------------------------------------------------------
