@@ -341,6 +341,25 @@ def at_eps(rows: list[dict], eps: float = SUMMARY_EPS) -> dict:
     return next((r for r in rows if r["eps"] == eps), min(rows, key=lambda r: r["eps"]))
 
 
+def mc_headline_rows(task: str, points: list[dict], setting: str, exact: str, unit: str) -> list[dict]:
+    """One ``headline_row`` per ``equal_precision`` point: exact loss+gradient against Monte Carlo at ε =
+    ``SUMMARY_EPS`` (the first point is the task's row in the summary); ``unit``: what one MC sample is."""
+    rows = []
+    for i, p in enumerate(points):
+        c = at_eps(p["rows"])
+        rows.append(headline_row(
+            task, f"exact loss+gradient vs Monte Carlo at gradient RMSE ε‖∇L‖, ε = {c['eps']:g}; {p['label']}, "
+            f"{setting}", exact, p["exact_s"], f"MC, B(ε) = {fmt_n(c['B'])} {unit}s", c["T"], primary=i == 0))
+    return rows
+
+
+def max_relative_difference(numpy_grads: dict, jax_grads: dict) -> float:
+    """max over blocks of |NumPy gradient − JAX autodiff gradient|, relative to the largest autodiff entry: the
+    check that a baseline's hand-written backward pass computes the same gradient."""
+    diff = max(float(np.max(np.abs(numpy_grads[k] - np.asarray(jax_grads[k])))) for k in jax_grads)
+    return diff / max(float(np.max(np.abs(np.asarray(jax_grads[k])))) for k in jax_grads)
+
+
 PILOT_CHUNK = 2048
 
 

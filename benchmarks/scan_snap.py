@@ -71,8 +71,8 @@ import numpy as np  # noqa: E402
 import popdyn  # noqa: E402
 from popdyn.tasks.scan_snap import Classes, ScanSnap, syn_medium, syn_small  # noqa: E402
 from benchmarks._common import (  # noqa: E402
-    MC_DEFINITION, at_eps, check_text, equal_precision, exact_timing, finish_section, fmt_n, fmt_ratio, fmt_time,
-    headline_row, make_headline, mc_table, parser, peak_rss_gb, publish, run_header,
+    MC_DEFINITION, check_text, equal_precision, exact_timing, finish_section, fmt_ratio, fmt_time, headline_row,
+    make_headline, max_relative_difference, mc_headline_rows, mc_table, parser, peak_rss_gb, publish, run_header,
 )
 
 SECTION = "## Scan and Snap: exact loss and gradient vs Monte Carlo, exact GD vs the authors' SGD"
@@ -162,8 +162,7 @@ def numpy_grad_check(prob: ScanSnap, model: NumpyScanSnap, batch: int, seed: int
     cls, ctx = model.sample(rng, batch)
     _, dY, dZ = model.loss_and_grad(np.asarray(theta["Y"]), np.asarray(theta["Z"]), cls, ctx)
     g = jax.grad(lambda th: jnp.mean(jax.vmap(prob.sequence_loss, in_axes=(None, 0, 0))(th, cls, ctx)))(theta)
-    diff = max(np.max(np.abs(dY - np.asarray(g["Y"]))), np.max(np.abs(dZ - np.asarray(g["Z"]))))
-    return float(diff / max(np.max(np.abs(np.asarray(g["Y"]))), np.max(np.abs(np.asarray(g["Z"])))))
+    return max_relative_difference({"Y": dY, "Z": dZ}, g)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -306,13 +305,8 @@ def render(points, ref_inf, sgd, grad_check, classes, args, info, command, date,
 def headline(points, sgd, grad_check, args, command, date, info, total) -> dict:
     """Headline figures for run_all's summary: exact vs MC at ε = 1e-3 per point (the first is the task's row) and
     the SGD loop against exact GD (warm) for each case."""
-    rows = []
-    for i, p in enumerate(points):
-        c = at_eps(p["rows"])
-        rows.append(headline_row(
-            "scan-snap", f"exact loss+gradient vs Monte Carlo at gradient RMSE ε‖∇L‖, ε = {c['eps']:g}; {p['label']}, "
-            f"T = {args.T}", "`value_and_grad(prob.loss)` (count vectors)", p["exact_s"],
-            f"MC, B(ε) = {fmt_n(c['B'])} sequences", c["T"], primary=i == 0))
+    rows = mc_headline_rows("scan-snap", points, f"T = {args.T}", "`value_and_grad(prob.loss)` (count vectors)",
+                            "sequence")
     for r in sgd:
         rows.append(headline_row(
             "scan-snap", f"{args.steps} training steps, {r['name']}", "exact GD (`gradient_descent`, warm)",

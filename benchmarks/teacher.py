@@ -66,8 +66,8 @@ from popdyn.tasks.teacher import TEACHERS, BilinearTeacher  # noqa: E402
 from popdyn.tasks.teacher.jobs import build  # noqa: E402
 from popdyn.tasks.teacher.online import OnlineGradient  # noqa: E402
 from benchmarks._common import (  # noqa: E402
-    MC_DEFINITION, at_eps, check_text, equal_precision, finish_section, fmt_n, fmt_ratio, fmt_time, headline_row,
-    make_headline, mc_table, parser, peak_rss_gb, publish, run_header,
+    MC_DEFINITION, check_text, equal_precision, finish_section, fmt_ratio, fmt_time, headline_row, make_headline,
+    max_relative_difference, mc_headline_rows, mc_table, parser, peak_rss_gb, publish, run_header,
 )
 
 SECTION = "## Bilinear teacher: exact loss and gradient vs Monte Carlo, exact GD vs online SGD"
@@ -137,8 +137,7 @@ def numpy_grad_check(prob: BilinearTeacher, model: NumpyTeacher, theta, batch: i
     X, Y = model.sample(np.random.default_rng(seed), batch)
     _, dW, dA = model.loss_and_grad(np.asarray(theta["W"]), np.asarray(theta["A"]), X, Y)
     g = jax.grad(lambda th: 0.5 * jnp.mean(jnp.sum((Y - prob.student_output(th, X)) ** 2, axis=(-2, -1))))(theta)
-    diff = max(np.max(np.abs(dW - np.asarray(g["W"]))), np.max(np.abs(dA - np.asarray(g["A"]))))
-    return float(diff / max(np.max(np.abs(np.asarray(g["W"]))), np.max(np.abs(np.asarray(g["A"])))))
+    return max_relative_difference({"W": dW, "A": dA}, g)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -257,13 +256,8 @@ def render(prob, points, run, grad_check, args, info, command, date, total) -> s
 def headline(points, run, grad_check, args, command, date, info, total) -> dict:
     """Headline figures for run_all's summary: exact vs MC at ε = 1e-3 per point (the first is the task's row) and
     the NumPy online SGD against exact GD (warm)."""
-    rows = []
-    for i, p in enumerate(points):
-        c = at_eps(p["rows"])
-        rows.append(headline_row(
-            "teacher", f"exact loss+gradient vs Monte Carlo at gradient RMSE ε‖∇L‖, ε = {c['eps']:g}; {p['label']}, "
-            f"{args.teacher} {args.activation}", "`value_and_grad(prob.loss)` (closed form)", p["exact_s"],
-            f"MC, B(ε) = {fmt_n(c['B'])} draws", c["T"], primary=i == 0))
+    rows = mc_headline_rows("teacher", points, f"{args.teacher} {args.activation}",
+                            "`value_and_grad(prob.loss)` (closed form)", "draw")
     rows.append(headline_row(
         "teacher", f"{args.steps} training steps, {args.teacher} {args.activation}", "exact GD (`gradient_descent`, "
         "warm)", run["gd_warm"], f"NumPy online SGD, batch {args.batch}", run["sgd_s"],
