@@ -353,6 +353,22 @@ def mc_headline_rows(task: str, points: list[dict], setting: str, exact: str, un
     return rows
 
 
+GRAD_CHECK_TOL = 1e-10  # a NumPy baseline's backward pass must equal autodiff to this relative difference
+
+
+def sampled_task_checks(points: list[dict], grad_check: float) -> list[tuple[str, bool]]:
+    """The PASS/FAIL checks of a task whose baseline samples: each point's exact loss and gradient within 4 SE of
+    its Monte-Carlo pilot, and the NumPy baseline's gradient equal to autodiff (``max_relative_difference``)."""
+    checks = [(f"{p['label']}: exact loss and gradient within 4 SE of the MC pilot", p["check"]["ok"]) for p in points]
+    return checks + [("NumPy backward pass equals JAX autodiff", grad_check < GRAD_CHECK_TOL)]
+
+
+def grad_check_line(grad_check: float) -> str:
+    """The results line of the NumPy-vs-autodiff gradient check."""
+    return (f"- NumPy backward pass vs JAX autodiff: {'PASS' if grad_check < GRAD_CHECK_TOL else '**FAIL**'} — max "
+            f"relative difference {grad_check:.1e} (pass: < {GRAD_CHECK_TOL:g}).")
+
+
 def max_relative_difference(numpy_grads: dict, jax_grads: dict) -> float:
     """max over blocks of |NumPy gradient − JAX autodiff gradient|, relative to the largest autodiff entry: the
     check that a baseline's hand-written backward pass computes the same gradient."""
