@@ -65,17 +65,14 @@ def cli(tmp_path_factory):
 
 # ---- bad input: one line, exit 2, nothing written -------------------------------------------------
 @pytest.mark.parametrize("name", sorted(IN_PROCESS))
-def test_bad_input_is_a_one_line_error_in_process(tmp_path, capsys, name):
+def test_bad_input_is_a_one_line_error_in_process(tmp_path, run_cli, name):
     """The same contract through ``cli.main`` (what the console script calls), without a new interpreter."""
-    from popdyn.cli import main
-
     argv, names = BAD[name]
-    out = tmp_path / "out"
-    assert main([*argv, "--out", str(out)]) == 2
-    captured = capsys.readouterr()
-    lines = captured.err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("popdyn: error:") and names in lines[0], captured.err
-    assert captured.out == ""
+    proc = run_cli(*argv, "--out", tmp_path / "out")
+    assert proc.returncode == 2
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("popdyn: error:") and names in lines[0], proc.stderr
+    assert proc.stdout == ""
     assert list(tmp_path.iterdir()) == []  # neither the output nor a temporary folder
 
 
