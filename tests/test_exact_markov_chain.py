@@ -251,6 +251,26 @@ def test_validate_rejects_reducible(P):
             fn(P)
 
 
+@pytest.mark.parametrize("V", [2, 3, 5, 8, 9, 300])
+def test_irreducibility_needs_paths_of_every_length_up_to_V_minus_1(V):
+    """The V-cycle is irreducible only through its path of V − 1 steps (1 → 2 → … → V−1 → 0); making V − 1
+    absorbing cuts that path, so state 0 is unreachable from state 1."""
+    cycle = np.roll(np.eye(V), 1, axis=1)  # i → i + 1 (mod V)
+    np.testing.assert_array_equal(validate_transition_matrix(cycle), cycle)
+    cut = cycle.copy()
+    cut[V - 1] = np.eye(V)[V - 1]  # V − 1 now stays put
+    with pytest.raises(ValueError, match=r"reducible \(state 0 is unreachable from state 1\)"):
+        validate_transition_matrix(cut)
+
+
+@pytest.mark.filterwarnings("error")
+def test_dense_chains_with_hundreds_of_states_validate_without_overflow():
+    """A dense V = 500 chain (the scb benchmark's size): (I + A)^(V-1) in floats would be 501^499 = inf and warn."""
+    P = np.full((500, 500), 1 / 500)
+    np.testing.assert_array_equal(validate_transition_matrix(P), P)
+    np.testing.assert_allclose(stationary_distribution(P), np.full(500, 1 / 500), rtol=1e-12)
+
+
 def test_validate_uses_given_name():
     with pytest.raises(ValueError, match=r"^K\[0,1\]"):
         validate_transition_matrix([[0.5, 1.5], [0.5, 0.5]], name="K")

@@ -33,9 +33,13 @@ def validate_transition_matrix(P, name: str = "P") -> np.ndarray:
     if bad_rows.size:
         i = bad_rows[0]
         raise ValueError(f"row {i} of {name} sums to {float(sums[i])!r}: every row must sum to 1 (stochastic matrix)")
-    # Irreducible iff every state reaches every other: (I + A)^(V-1) > 0 for the adjacency A.
+    # Irreducible iff every state reaches every other: (I + A)^(V-1) > 0 for the adjacency A, computed on the
+    # 0/1 pattern by repeated squaring (the powers themselves overflow float64 for V in the hundreds).
     V = P.shape[0]
-    reach = np.linalg.matrix_power(np.eye(V) + (P > 0), V - 1) > 0
+    reach, length = (np.eye(V) + (P > 0)) > 0, 1  # paths of at most `length` steps
+    while length < V - 1:
+        reach = (reach.astype(np.float64) @ reach.astype(np.float64)) > 0
+        length *= 2
     if not reach.all():
         i, j = np.argwhere(~reach)[0]
         raise ValueError(f"{name} is reducible (state {j} is unreachable from state {i}): the chain must be irreducible")
