@@ -88,12 +88,13 @@ jax.random.PRNGKey(0)  # compiled here once: making a key (as jobs do before the
 
 
 @contextlib.contextmanager
-def no_compilation():
-    """Fail when JAX compiles anything inside the block: bad input must be refused before any JAX computation (one
-    whose program is already cached goes unseen, so this catches the first offending example)."""
+def no_compilation(failure: str = "JAX compiled a computation before the bad value was refused"):
+    """Fail with ``failure`` when JAX compiles anything inside the block: bad input must be refused before any JAX
+    computation (one whose program is already cached goes unseen, so this catches the first offending example),
+    and a rerun that only changes traced values must reuse its compiled programs."""
     before = _compilations[0]
     yield
-    assert _compilations[0] == before, "JAX compiled a computation before the bad value was refused"
+    assert _compilations[0] == before, failure
 
 
 def raises_naming(name: str, fn, /, *args, **kwargs) -> ValueError:

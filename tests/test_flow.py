@@ -127,6 +127,24 @@ def test_kvaerno5_and_time_scales():
     assert isinstance(popdyn.dynamics.flow._solver("tsit5"), diffrax.Tsit5)
 
 
+def test_a_new_horizon_or_new_record_times_reuse_the_compiled_solver():
+    """t1 and the record times are traced, not static: after one run, other horizons and other times of the same
+    count compile nothing (a basin map or a convergence study over t1 pays one compilation)."""
+    from _props import no_compilation
+
+    prob = Canonical(0.2, 0.3)
+    theta0 = {"e": jnp.array([1.0, -0.5]), "w": jnp.array([0.5, 0.1])}
+    first = popdyn.gradient_flow(prob, theta0, t1=5.0, ts=8)
+    runs = {}
+    with no_compilation("gradient_flow compiled again for a new t1 or new record times"):
+        for t1, ts in ((7.0, 8), (3.0, np.linspace(0.0, 3.0, 8))):
+            runs[t1] = popdyn.gradient_flow(prob, theta0, t1=t1, ts=ts)
+    for t1, again in runs.items():  # inspected outside the block: eager indexing compiles small programs
+        assert np.asarray(again.ts)[0, -1] == t1 and again.loss.shape == first.loss.shape
+        np.testing.assert_array_equal(again.status, Status.MAX_STEPS)  # still moving at these horizons
+    np.testing.assert_array_equal(first.status, Status.MAX_STEPS)
+
+
 def test_flow_input_validation():
     prob = Canonical(0.1, 0.1)
     th = {"e": jnp.asarray(1.0), "w": jnp.asarray(0.5)}

@@ -17,6 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jaxtyping import Array, Float
 
 from popdyn import _validate
 from popdyn.batching import apply_scales, as_batch, check_chunk_size, map_chunks, scale_tree
@@ -95,24 +96,25 @@ def gradient_flow(
     _validate.positive("icoeff", icoeff)
     _validate.positive("saddle_tol", saddle_tol, allow_zero=True)
     check_chunk_size(chunk_size)
+    times = record_times(t1, ts)
     cfg = _FlowConfig(
-        t1=t1, times=tuple(float(t) for t in record_times(t1, ts)), save_params=save_params,
-        rtol=rtol, atol=atol, gtol=gtol, diverge=diverge, max_steps=max_steps, pcoeff=pcoeff, icoeff=icoeff,
-        scales=frozen_scales(scale_tree(prob, time_scales)),
+        save_params=save_params, rtol=rtol, atol=atol, gtol=gtol, diverge=diverge, max_steps=max_steps,
+        pcoeff=pcoeff, icoeff=icoeff, scales=frozen_scales(scale_tree(prob, time_scales)),
     )
     batch, batched = as_batch(prob, theta0)
     solver_ = _solver(solver)
-    out = map_chunks(lambda b: _solve_batch(prob, b, solver_, precondition, cfg), batch, chunk_size, progress=progress,
-                     desc="gradient flow", checkpoint=checkpoint, depends_on=("flow", prob, solver_, precondition, cfg))
+    horizon = (jnp.asarray(t1, dtype=jnp.result_type(float)), jnp.asarray(times, dtype=jnp.result_type(float)))
+    out = map_chunks(lambda b: _solve_batch(prob, b, *horizon, solver_, precondition, cfg), batch, chunk_size,
+                     progress=progress, desc="gradient flow", checkpoint=checkpoint,
+                     depends_on=("flow", prob, solver_, precondition, cfg, t1, times))
     return finish(prob, out, batched, saddle_tol, "time")
 
 
 @dataclass(frozen=True)
 class _FlowConfig:
-    """Everything static about a flow run: hashable, so compiled solvers are reused across calls."""
+    """Everything static about a flow run: hashable, so compiled solvers are reused across calls. The horizon t1
+    and the record times are traced arguments, not part of it: a new t1 or new times reuse the compiled solver."""
 
-    t1: float
-    times: tuple[float, ...]
     save_params: bool
     rtol: float
     atol: float
@@ -125,7 +127,8 @@ class _FlowConfig:
 
 
 @eqx.filter_jit
-def _solve_batch(prob: Problem, batch: Theta, solver, precondition, cfg: _FlowConfig) -> dict:
+def _solve_batch(prob: Problem, batch: Theta, t1: Array, times: Float[Array, " K"], solver, precondition,
+                 cfg: _FlowConfig) -> dict:
     scales = None if cfg.scales is None else dict(cfg.scales)
     vg = jax.value_and_grad(prob.loss)
 
@@ -151,12 +154,12 @@ def _solve_batch(prob: Problem, batch: Theta, solver, precondition, cfg: _FlowCo
         return out
 
     saveat = diffrax.SaveAt(
-        subs=[diffrax.SubSaveAt(t1=True), diffrax.SubSaveAt(ts=jnp.asarray(cfg.times), fn=record)]
+        subs=[diffrax.SubSaveAt(t1=True), diffrax.SubSaveAt(ts=times, fn=record)]
     )
 
     def solve_one(y0):
         sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(field), solver, t0=0.0, t1=cfg.t1, dt0=None, y0=y0, saveat=saveat,
+            diffrax.ODETerm(field), solver, t0=0.0, t1=t1, dt0=None, y0=y0, saveat=saveat,
             stepsize_controller=diffrax.PIDController(rtol=cfg.rtol, atol=cfg.atol, pcoeff=cfg.pcoeff,
                                                       icoeff=cfg.icoeff),
             event=diffrax.Event((steady, blowup)), max_steps=cfg.max_steps, throw=False,
