@@ -53,7 +53,8 @@ def bad_class_fields(draw):
         kwargs[field] = draw(st.one_of(
             hnp.arrays(np.int64, st.sampled_from([(0,), (1,), (3,), (K, 1)]), elements=st.integers(0, M - 1)),
             st.lists(st.integers(), min_size=K, max_size=K).filter(lambda v: min(v) < 0 or max(v) >= M),
-            st.lists(st.floats(0, M - 1), min_size=K, max_size=K), st.sampled_from([None, "ab", 1.5])))
+            st.lists(st.floats(0, M - 1), min_size=K, max_size=K),
+            st.sampled_from([None, "ab", 1.5, [[0], [1, 2]]])))  # the last is ragged: no array at all
         if field == "label" and draw(st.booleans()):
             kwargs["label"] = [3, 3]  # not distinct
     elif field == "weights":
@@ -70,8 +71,8 @@ def bad_class_fields(draw):
 @settings(max_examples=examples(60))
 @given(case=bad_class_fields())
 def test_make_classes_names_the_broken_field(case):
-    """make_classes refuses non-stochastic or misshapen probs, tokens out of [M] or not integers, repeated labels,
-    weights that are no distribution and a wrong M, naming the field."""
+    """make_classes refuses non-stochastic or misshapen probs, tokens out of [M], not integers or ragged, repeated
+    labels, weights that are no distribution and a wrong M, naming the field."""
     field, kwargs = case
     raises_naming(field, make_classes, **kwargs)
 

@@ -87,10 +87,10 @@ def make_classes(probs, query, label, weights=None, *, M: int | None = None) -> 
 def _tokens(name: str, value, K: int, M: int) -> np.ndarray:
     try:
         arr = np.asarray(value)
-    except ValueError:  # ragged
-        arr = np.asarray(None)
+    except ValueError:  # ragged: no array at all
+        raise ValueError(f"{name}={value!r} is invalid: must be {K} integer tokens in 0..{M - 1}") from None
     if arr.shape != (K,) or not np.issubdtype(arr.dtype, np.integer) or arr.min() < 0 or arr.max() >= M:
-        raise ValueError(f"{name}={np.asarray(value).tolist()} is invalid: must be {K} integer tokens in 0..{M - 1}")
+        raise ValueError(f"{name}={arr.tolist()} is invalid: must be {K} integer tokens in 0..{M - 1}")
     return arr.astype(np.int32)
 
 
