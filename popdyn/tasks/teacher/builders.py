@@ -10,8 +10,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from popdyn import _validate
-from popdyn.tasks.teacher.kernels import ZERO_INITS
-from popdyn.tasks.teacher.model import BilinearTeacher, resolve_alpha, validate_sizes
+from popdyn.tasks.teacher.model import BilinearTeacher, validate_settings, validate_sizes
 
 TEACHERS = ("cnn", "gcn", "sts", "gslp")
 
@@ -80,10 +79,7 @@ def make_teacher(name: str, D: int, K: int | None = None, *, d: int, M: int | No
     _validate.choice("name", name, TEACHERS)
     d = _validate.int_at_least("d", d, 1)
     v_norm = None if v_norm is None else _validate.positive("v_norm", v_norm)
-    # BilinearTeacher checks these again; here they are checked before V* is drawn
-    resolve_alpha(activation, alpha)
-    _validate.positive("sigma_x", sigma_x), _validate.positive("sigma_eps", sigma_eps, allow_zero=True)
-    _validate.choice("zero_init", zero_init, ZERO_INITS)
+    validate_settings(activation, alpha, sigma_x, sigma_eps, zero_init)  # before V* is drawn
     if name == "sts":
         if M not in (None, d):
             raise ValueError(f"M={M!r} is invalid for sts: V* = I_d forces M = d = {d}")

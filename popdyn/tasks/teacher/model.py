@@ -50,6 +50,14 @@ def validate_teacher(S_star, V_star) -> tuple[np.ndarray, np.ndarray, int]:
     return S, V, K
 
 
+def validate_settings(activation: str, alpha, sigma_x, sigma_eps, zero_init: str) -> tuple[float, float, float, str]:
+    """(α, σ_x, σ_ε, zero_init) of a ``BilinearTeacher``, checked: the leaky slope of ``activation``
+    (``resolve_alpha``), σ_x > 0, σ_ε >= 0 and a known zero-initialisation convention."""
+    return (resolve_alpha(activation, alpha), _validate.positive("sigma_x", sigma_x),
+            _validate.positive("sigma_eps", sigma_eps, allow_zero=True),
+            _validate.choice("zero_init", zero_init, ZERO_INITS))
+
+
 def resolve_alpha(activation: str, alpha) -> float:
     """The leaky slope α of ``activation``: linear → 1, relu → 0, leaky → ``alpha`` (default 0.1) in [0, 1)."""
     _validate.choice("activation", activation, ACTIVATIONS)
@@ -86,10 +94,7 @@ class BilinearTeacher(Problem):
     def __init__(self, S_star, V_star, activation: str = "leaky", alpha: float | None = None, sigma_x: float = 1.0,
                  sigma_eps: float = 0.0, zero_init: str = "limit"):
         S, V, self.K = validate_teacher(S_star, V_star)
-        alpha = resolve_alpha(activation, alpha)
-        sigma_x = _validate.positive("sigma_x", sigma_x)
-        sigma_eps = _validate.positive("sigma_eps", sigma_eps, allow_zero=True)
-        self.zero_init = _validate.choice("zero_init", zero_init, ZERO_INITS)
+        alpha, sigma_x, sigma_eps, self.zero_init = validate_settings(activation, alpha, sigma_x, sigma_eps, zero_init)
         self.alpha, self.sigma_x, self.sigma_eps = jnp.asarray(alpha), jnp.asarray(sigma_x), jnp.asarray(sigma_eps)
         self.S_star, self.V_star = jnp.asarray(S), jnp.asarray(V)
 
