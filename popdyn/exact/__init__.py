@@ -10,19 +10,30 @@ from popdyn.exact.markov_chain import (
     unigram_loss,
     validate_transition_matrix,
 )
+from popdyn.exact.product import MAX_POINTS, ProductDistribution, check_point_count
+from popdyn.exact.quadrature import MAX_NODES, GaussHermite, covariance_factor, gaussian_expectation
 from popdyn.exact.roots import bisect
+from popdyn.exact.tables import WeightedTable
 
 __all__ = [
+    "MAX_NODES",
+    "MAX_POINTS",
     "MAX_SEQUENCES",
     "Chain",
+    "GaussHermite",
+    "ProductDistribution",
+    "WeightedTable",
     "binary_kernel",
+    "bisect",
     "check_enumerable",
+    "check_point_count",
     "count_dp_loss",
+    "covariance_factor",
+    "entropy_rate",
     "expectation",
+    "gaussian_expectation",
     "sample",
     "sequences",
-    "bisect",
-    "entropy_rate",
     "stationary_distribution",
     "unigram_loss",
     "validate_transition_matrix",
