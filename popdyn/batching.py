@@ -18,12 +18,26 @@ from tqdm.auto import tqdm
 
 from popdyn import _validate, sharding
 from popdyn.checkpoint import ChunkStore, fingerprint
-from popdyn.problem import Problem, Theta
+from popdyn.problem import Problem, Theta, check_problem
+
+
+_CHECKED: set = set()
+
+
+def checked(prob: Problem) -> Problem:
+    """``prob`` after ``popdyn.problem.check_problem``, run once per problem structure and leaf shapes (a new data
+    value needs no new check, as it compiles nothing new)."""
+    key = (jax.tree_util.tree_structure(prob),
+           tuple((np.shape(x), str(getattr(x, "dtype", type(x)))) for x in jax.tree_util.tree_leaves(prob)))
+    if key not in _CHECKED:
+        check_problem(prob)
+        _CHECKED.add(key)
+    return prob
 
 
 def batch_size(prob: Problem, theta: Theta) -> int | None:
     """Leading batch size of ``theta`` (None when it is a single point); ValueError on shape mismatch."""
-    template = prob.template()
+    template = checked(prob).template()
     t_leaves, t_def = jax.tree_util.tree_flatten(template)
     leaves, tdef = jax.tree_util.tree_flatten(theta)
     if tdef != t_def:

@@ -1,8 +1,9 @@
-"""The ``Problem`` interface every task implements (DESIGN.md, "Core contract").
+"""The ``Problem`` contract every model implements, built-in or a user's own (docs/problem.md).
 
-A Problem is an equinox Module (a pytree) holding the data distribution's parameters. Its
-``loss(theta)`` is the exact population loss, a pure JAX function of the parameter pytree, so it
-jits, differentiates and vmaps.
+A Problem is an equinox Module (a pytree) holding the data distribution's parameters as array leaves. Its
+``loss(theta)`` is the exact population loss, a pure JAX function of the parameter pytree θ (any pytree of
+float arrays, a single flat array included), so it jits, differentiates and vmaps.
+``Problem.from_loss(loss_fn, init)`` turns a plain function into a Problem.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ from dataclasses import dataclass, field
 
 import equinox as eqx
 import jax
+import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, PyTree
 
 Theta = PyTree[Float[Array, "..."]]
@@ -35,7 +38,13 @@ class Overlay:
 
 
 class Problem(eqx.Module):
-    """A data distribution + a model + its exact population loss."""
+    """A data distribution + a model + its exact population loss (docs/problem.md).
+
+    Required: ``loss(θ)`` → a float scalar for one unbatched θ, and ``init(key)`` → one θ drawn with ``key``.
+    Optional: ``attractors()`` (name → residual(θ) ≥ 0, a float scalar vanishing exactly on the set) and
+    ``overlays(x, y, x_range)`` for figures. Numbers that describe the data are array leaves, never static
+    fields: a new value compiles nothing and a stack of problems vmaps. Static fields fix shapes only.
+    """
 
     @abc.abstractmethod
     def loss(self, theta: Theta) -> Float[Array, ""]:
@@ -43,12 +52,12 @@ class Problem(eqx.Module):
 
     @abc.abstractmethod
     def init(self, key: Array) -> Theta:
-        """A default initialisation (the paper's, where it has one)."""
+        """A default initialisation (the paper's, where it has one), drawn with ``key``."""
 
     def attractors(self) -> dict[str, Callable[[Theta], Float[Array, ""]]]:
         """Known attractors from theory: name → residual(θ) ≥ 0 that vanishes exactly on the set.
 
-        Empty when theory gives none; basin maps then cluster end points instead.
+        Empty when theory gives none; basin maps then classify end points by their features instead.
         """
         return {}
 
@@ -63,3 +72,121 @@ class Problem(eqx.Module):
     def n_params(self) -> int:
         """Number of scalar parameters."""
         return sum(math.prod(t.shape) for t in jax.tree_util.tree_leaves(self.template()))
+
+    @staticmethod
+    def from_loss(
+        loss: Callable,
+        init: Callable[[Array], Theta] | Theta,
+        *,
+        data: PyTree | None = None,
+        init_scale: float = 1.0,
+        attractors: dict[str, Callable] | None = None,
+        overlays: Callable | None = None,
+    ) -> "FunctionProblem":
+        """A Problem from a plain function: ``loss(θ)``, or ``loss(θ, data)`` when ``data`` is given.
+
+        ``init`` is a function key → θ, or an example θ: then ``init(key)`` draws each entry from
+        N(example, init_scale²). ``data`` (a pytree of numbers) is stored as array leaves, so a new value
+        compiles nothing and problems built with stacked data vmap. ``attractors`` maps names to residual
+        functions θ → float ≥ 0 (or θ, data → float with ``data``); ``overlays`` is the method's signature.
+        """
+        if not callable(loss):
+            raise ValueError(f"loss={loss!r} is invalid: must be a function θ -> scalar (or θ, data -> scalar)")
+        if callable(init):
+            init_fn, example = init, None
+        else:
+            init_fn, example = None, _float_tree("init", init)
+        if not (isinstance(init_scale, (int, float)) and math.isfinite(init_scale) and init_scale >= 0):
+            raise ValueError(f"init_scale={init_scale!r} is out of range: must be a finite number in [0, inf)")
+        if attractors is not None and (not isinstance(attractors, dict)
+                                       or not all(isinstance(k, str) and callable(v) for k, v in attractors.items())):
+            raise ValueError(f"attractors={attractors!r} is invalid: must be a dict name -> residual function")
+        data = None if data is None else _float_tree("data", data)
+        prob = FunctionProblem(loss, init_fn, example, float(init_scale), data,
+                               tuple((attractors or {}).items()), overlays)
+        check_problem(prob)
+        return prob
+
+
+def _float_tree(name: str, tree) -> PyTree:
+    """Every leaf of ``tree`` as a float array in the default float dtype; ValueError naming the bad leaf."""
+    leaves, treedef = jax.tree_util.tree_flatten_with_path(tree)
+    if not leaves:
+        raise ValueError(f"{name}={tree!r} is invalid: must hold at least one array")
+    out = []
+    for path, leaf in leaves:
+        try:
+            arr = np.asarray(leaf)
+        except (TypeError, ValueError):
+            arr = np.asarray(None)
+        if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)) \
+                or arr.dtype == bool:
+            raise ValueError(f"{name}{jax.tree_util.keystr(path)}={leaf!r} is invalid: must be an array of real numbers")
+        out.append(jnp.asarray(arr, dtype=jnp.result_type(float)))
+    return jax.tree_util.tree_unflatten(treedef, out)
+
+
+class FunctionProblem(Problem):
+    """A Problem made by ``Problem.from_loss``: the functions are static (compiled once), the data are leaves."""
+
+    loss_fn: Callable = eqx.field(static=True)
+    init_fn: Callable | None = eqx.field(static=True)
+    example: PyTree | None
+    init_scale: float = eqx.field(static=True)
+    data: PyTree | None
+    residuals: tuple = eqx.field(static=True)
+    overlay_fn: Callable | None = eqx.field(static=True)
+
+    def loss(self, theta: Theta) -> Float[Array, ""]:
+        """L(θ) = ``loss_fn(θ)`` or ``loss_fn(θ, data)``."""
+        return self.loss_fn(theta) if self.data is None else self.loss_fn(theta, self.data)
+
+    def init(self, key: Array) -> Theta:
+        """``init_fn(key)``, or the example plus N(0, init_scale²) noise drawn with ``key``."""
+        if self.init_fn is not None:
+            return self.init_fn(key)
+        leaves, treedef = jax.tree_util.tree_flatten(self.example)
+        keys = jax.random.split(key, len(leaves))
+        return jax.tree_util.tree_unflatten(treedef, [x + self.init_scale * jax.random.normal(k, x.shape, x.dtype)
+                                                      for x, k in zip(leaves, keys)])
+
+    def attractors(self) -> dict[str, Callable]:
+        """The residuals given to ``from_loss`` (with ``data`` bound when the problem has data)."""
+        if self.data is None:
+            return dict(self.residuals)
+        return {name: (lambda theta, fn=fn: fn(theta, self.data)) for name, fn in self.residuals}
+
+    def overlays(self, x_axis: str, y_axis: str, x_range: tuple[float, float]) -> list[Overlay]:
+        """The ``overlays`` function given to ``from_loss`` (default: none)."""
+        return [] if self.overlay_fn is None else list(self.overlay_fn(x_axis, y_axis, x_range))
+
+
+def check_problem(prob: Problem) -> Problem:
+    """Check the contract where a problem enters the engine (docs/problem.md): θ a pytree of float arrays, the
+    loss a float scalar, each attractor residual a float scalar. Shapes only (``jax.eval_shape``): no compute."""
+    if not isinstance(prob, Problem):
+        raise ValueError(f"prob={prob!r} is invalid: must be a popdyn.Problem (a plain loss function becomes one "
+                         "with popdyn.Problem.from_loss(loss, init))")
+    try:
+        template = prob.template()
+    except Exception as err:  # the user's init is run here first: say so
+        raise ValueError(f"prob.init(key) failed while tracing: {type(err).__name__}: {err}") from err
+    leaves = jax.tree_util.tree_flatten_with_path(template)[0]
+    if not leaves:
+        raise ValueError("prob.init(key) returned no arrays: θ must be a pytree of float arrays")
+    for path, leaf in leaves:
+        if not jnp.issubdtype(getattr(leaf, "dtype", np.dtype(object)), jnp.floating):
+            raise ValueError(f"θ{jax.tree_util.keystr(path)} has dtype {getattr(leaf, 'dtype', type(leaf))}: every "
+                             "leaf of θ must be a float array")
+    _check_scalar("prob.loss(θ)", prob.loss, template)
+    for name, fn in prob.attractors().items():
+        _check_scalar(f"attractor residual {name!r}", fn, template)
+    return prob
+
+
+def _check_scalar(what: str, fn: Callable, template: Theta) -> None:
+    out = jax.eval_shape(fn, template)
+    if not (hasattr(out, "shape") and out.shape == () and jnp.issubdtype(out.dtype, jnp.floating)):
+        got = f"shape {out.shape}, dtype {out.dtype}" if hasattr(out, "shape") else type(out).__name__
+        raise ValueError(f"{what} returned {got}: must be a float scalar (a residual is a float >= 0 that vanishes "
+                         "on the attractor, never a boolean)")

@@ -95,7 +95,7 @@ def test_status_reports_each_point_without_killing_the_batch():
     assert st[3] == Status.SADDLE
     assert np.isfinite(np.asarray(traj.final["e"])[[0, 1, 3]]).all()
     assert traj.status_counts() == {"converged": 2, "saddle": 1, "max_steps": 0, "diverged": 0, "nan": 1,
-                                    "solver_failed": 0}
+                                    "solver_failed": 0, "converged_late": 0, "reached": 0}
 
 
 def test_max_steps_and_inf_padding_are_masked():

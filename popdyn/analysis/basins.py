@@ -1,14 +1,18 @@
-"""Basin-of-attraction maps over a 2-D slice of initialisations (DESIGN.md, layer 4).
+"""Basins of attraction: fractions from any batch of initialisations, and maps over 2-D slices (docs/basins.md).
 
-Each grid point is run to its end (gradient flow or gradient descent, batched and chunked) and
-labelled by the attractor it reaches: by proximity to the problem's known attractors where theory
-gives them (residual < ``tol``), otherwise by clustering end points; label −1 marks a point that
-diverged, hit NaN or did not converge within the budget.
+Each initialisation is run to its end (gradient flow or gradient descent, batched and chunked) and labelled
+by the attractor it reaches: by the problem's theory residuals where it has them (residual < ``tol``), else
+by features of the end point — by default its loss level and Morse index (number of negative Hessian
+eigenvalues), which names a manifold of minima once however it is spread in θ; a user featuriser or the
+end point's position (``features="position"``) are the alternatives. Only resolved points are labelled
+(converged, converged late, or at a saddle); label −1 marks the rest, counted and reported, never dropped.
 """
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import equinox as eqx
@@ -19,39 +23,75 @@ from jax.flatten_util import ravel_pytree
 
 from popdyn import _validate
 from popdyn.analysis.cluster import cluster_points
-from popdyn.batching import check_chunk_size
+from popdyn.analysis.curvature import EXACT_MAX_DIM, extreme_eigenvalues, hessian_spectrum
 from popdyn.analysis.grid import Grid
+from popdyn.batching import as_batch, check_chunk_size
 from popdyn.dynamics import Status, Trajectory, gradient_descent, gradient_flow
-from popdyn.problem import Problem
+from popdyn.dynamics.status import RESOLVED, count
+from popdyn.problem import Problem, Theta
 
 UNRESOLVED = "unresolved"
 
+LEVEL_TOL = 1e-6
+"""Loss levels of end points closer than LEVEL_TOL·max(1, |L|) are one level (default featuriser)."""
+
 
 @dataclass(frozen=True)
-class BasinMap:
-    """Labels (ny, nx) index ``attractors``; −1 is unresolved. ``times`` is the time (flow) or step
-    (GD) at which a point reached its steady state (NaN when unresolved)."""
+class BasinFractions:
+    """Per initialisation (leading axis n): the attractor label (−1: unresolved), the time (flow) or step (GD)
+    at which it stopped (NaN when unresolved), its status and end point; ``attractors`` names the labels."""
 
-    grid: Grid
     method: str
     labels: np.ndarray
     attractors: tuple[str, ...]
     times: np.ndarray
     status: np.ndarray
-    final: dict
+    final: Theta
+
+    @property
+    def n(self) -> int:
+        """Number of initialisations."""
+        return int(self.labels.size)
 
     @property
     def fractions(self) -> dict[str, float]:
-        """Fraction of grid points per attractor name, plus "unresolved"."""
-        n = self.labels.size
-        out = {name: float(np.sum(self.labels == i)) / n for i, name in enumerate(self.attractors)}
-        out[UNRESOLVED] = float(np.sum(self.labels < 0)) / n
+        """Fraction of all points per attractor name, plus "unresolved"."""
+        out = {name: float(np.sum(self.labels == i)) / self.n for i, name in enumerate(self.attractors)}
+        out[UNRESOLVED] = float(np.sum(self.labels < 0)) / self.n
         return out
+
+    @property
+    def stderr(self) -> dict[str, float]:
+        """Binomial standard error √(f(1−f)/n) of each entry of ``fractions``."""
+        return {k: math.sqrt(f * (1.0 - f) / self.n) for k, f in self.fractions.items()}
+
+    @property
+    def resolved_fraction(self) -> float:
+        """Fraction of points that reached a labelled attractor."""
+        return float(np.mean(self.labels >= 0))
+
+    @property
+    def fractions_of_resolved(self) -> dict[str, float]:
+        """Fractions among resolved points only (NaN when none is resolved): what a theory's partition predicts."""
+        k = int(np.sum(self.labels >= 0))
+        return {name: (float(np.sum(self.labels == i)) / k if k else float("nan"))
+                for i, name in enumerate(self.attractors)}
+
+    def status_counts(self) -> dict[str, int]:
+        """How many initialisations ended in each status."""
+        return count(self.status)
+
+
+@dataclass(frozen=True)
+class BasinMap(BasinFractions):
+    """A basin map over ``grid``: every per-point array has the grid's shape (ny, nx)."""
+
+    grid: Grid | None = None
 
 
 @eqx.filter_jit
 def _attractor_residuals(prob: Problem, final) -> jax.Array:
-    """(B, n_attractors) residuals, compiled once per problem (not once per basin_map call)."""
+    """(B, n_attractors) residuals, compiled once per problem (not once per call)."""
     return jnp.stack([jax.vmap(fn)(final) for fn in prob.attractors().values()], axis=-1)
 
 
@@ -60,26 +100,157 @@ def _theory_labels(prob: Problem, final, ok: np.ndarray, tol: float) -> tuple[np
     if not names:
         return np.full(ok.shape, -1), names
     R = np.asarray(_attractor_residuals(prob, final))
+    bad = np.isfinite(R) & (R < 0)
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
+        raise ValueError(f"attractor residual {names[j]!r} returned {R[i, j]!r} at an end point: residuals must be "
+                         "floats >= 0 that vanish on the attractor")
     R = np.where(np.isfinite(R), R, np.inf)
     best = np.argmin(R, axis=-1)
     hit = np.take_along_axis(R, best[:, None], axis=-1)[:, 0] < tol
     return np.where(ok & hit, best, -1), names
 
 
-def _cluster_labels(final, status: np.ndarray, todo: np.ndarray, radius: float, start: int):
-    """Label the points in ``todo`` by clustering their end points; minima and saddles apart."""
-    flat = np.asarray(jax.vmap(lambda t: ravel_pytree(t)[0])(final))
+@eqx.filter_jit
+def _losses(prob: Problem, batch: Theta) -> jax.Array:
+    return jax.vmap(prob.loss)(batch)
+
+
+def morse_index(prob: Problem, theta: Theta, saddle_tol: float = 1e-7) -> np.ndarray:
+    """Number of Hessian eigenvalues below −saddle_tol·max(1, |λ_max|) at each point of a batch (exact spectrum up
+    to ``EXACT_MAX_DIM`` parameters; above, 0 or 1 from Lanczos λ_min)."""
+    batch, _ = as_batch(prob, theta)
+    if prob.n_params() <= EXACT_MAX_DIM:
+        ev = np.asarray(hessian_spectrum(prob, batch))
+        return np.sum(ev < -saddle_tol * np.maximum(1.0, np.abs(ev[:, -1:])), axis=-1)
+    lo, hi = (np.asarray(v) for v in extreme_eigenvalues(prob, batch))
+    return (lo < -saddle_tol * np.maximum(1.0, np.abs(hi))).astype(int)
+
+
+def _level_labels(prob: Problem, final, todo: np.ndarray, start: int) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Label the points in ``todo`` by (Morse index, loss level): names "min L=…", "saddle(k) L=…"."""
+    labels = np.full(len(todo), -1)
+    idx = np.flatnonzero(todo)
+    if idx.size == 0:
+        return labels, ()
+    sub = jax.tree_util.tree_map(lambda x: x[idx], final)
+    loss = np.asarray(_losses(prob, sub))
+    index = morse_index(prob, sub)
+    names: list[str] = []
+    for k in np.unique(index):
+        sel = np.flatnonzero(index == k)
+        order = sel[np.argsort(loss[sel], kind="stable")]
+        gaps = np.diff(loss[order]) > LEVEL_TOL * np.maximum(1.0, np.abs(loss[order][1:]))
+        group = np.concatenate([[0], np.cumsum(gaps)])
+        for g in range(group[-1] + 1):
+            members = order[group == g]
+            labels[idx[members]] = start + len(names)
+            level = float(np.median(loss[members]))
+            names.append(f"min L={level:.6g}" if k == 0 else f"saddle({k}) L={level:.6g}")
+    return labels, tuple(names)
+
+
+def _cluster_labels(points: np.ndarray, status: np.ndarray, todo: np.ndarray, radius: float, start: int):
+    """Label the points in ``todo`` by clustering ``points`` (positions or features); minima and saddles apart."""
     labels = np.full(len(status), -1)
     names: list[str] = []
-    for code, kind in ((Status.CONVERGED, "min"), (Status.SADDLE, "saddle")):
-        idx = np.flatnonzero(todo & (status == code))
+    for codes, kind in (((Status.CONVERGED, Status.CONVERGED_LATE), "min"), ((Status.SADDLE,), "saddle")):
+        idx = np.flatnonzero(todo & np.isin(status, codes))
         if idx.size == 0:
             continue
-        ids = cluster_points(flat[idx], radius)
+        ids = cluster_points(points[idx], radius)
         for k in range(ids.max() + 1):
             labels[idx[ids == k]] = start + len(names)
             names.append(f"{kind}{k}")
     return labels, tuple(names)
+
+
+def label_end_points(prob: Problem, traj: Trajectory, *, tol: float = 1e-3, use_theory: bool = True,
+                     features: str | Callable = "level", cluster_radius: float = 1e-2) -> tuple[np.ndarray, tuple]:
+    """(labels, attractor names) for the end points of a batched run: theory residuals first, then features
+    (``"level"``: loss level and Morse index; ``"position"``: clusters of θ at ``cluster_radius``; or a function
+    θ → feature vector, clustered at ``cluster_radius``). Only resolved points get a label ≥ 0."""
+    status = np.asarray(traj.status)
+    ok = np.isin(status, RESOLVED)
+    labels, names = _theory_labels(prob, traj.final, ok, tol) if use_theory else (np.full(ok.shape, -1), ())
+    todo = ok & (labels < 0)
+    if todo.any():
+        if features == "level":
+            extra, extra_names = _level_labels(prob, traj.final, todo, len(names))
+        else:
+            fn = (lambda t: ravel_pytree(t)[0]) if features == "position" else features
+            pts = np.asarray(jax.vmap(lambda t: jnp.atleast_1d(jnp.ravel(fn(t))))(traj.final))
+            extra, extra_names = _cluster_labels(pts, status, todo, cluster_radius, len(names))
+        labels = np.where(todo, extra, labels)
+        names = names + extra_names
+    return labels, names
+
+
+@eqx.filter_jit
+def _draw(prob: Problem, keys: jax.Array) -> Theta:
+    return jax.vmap(prob.init)(keys)
+
+
+def _run(prob, theta, method, t1, lr, steps, chunk_size, progress, checkpoint, dynamics_kwargs) -> Trajectory:
+    if method == "flow":
+        return gradient_flow(prob, theta, t1=t1, ts=None, chunk_size=chunk_size, progress=progress,
+                             checkpoint=checkpoint, **dynamics_kwargs)
+    rec = dynamics_kwargs.pop("record_every", steps)
+    return gradient_descent(prob, theta, lr=lr, steps=steps, record_every=rec, chunk_size=chunk_size,
+                            progress=progress, checkpoint=checkpoint, **dynamics_kwargs)
+
+
+def _check(method, tol, cluster_radius, features, chunk_size) -> None:
+    _validate.choice("method", method, ("flow", "gd"))
+    _validate.positive("tol", tol)
+    _validate.positive("cluster_radius", cluster_radius)
+    if not (callable(features) or features in ("level", "position")):
+        raise ValueError(f"features={features!r} is invalid: must be 'level', 'position' or a function θ -> features")
+    check_chunk_size(chunk_size)
+
+
+def basin_fractions(
+    prob: Problem,
+    inits: Theta | int,
+    method: str = "flow",
+    *,
+    seed: int = 0,
+    t1: float = 1e4,
+    lr: float = 0.1,
+    steps: int = 2000,
+    tol: float = 1e-3,
+    use_theory: bool = True,
+    features: str | Callable[[Theta], jax.Array] = "level",
+    cluster_radius: float = 1e-2,
+    chunk_size: int | None = 16384,
+    progress: bool = False,
+    checkpoint: str | os.PathLike | None = None,
+    **dynamics_kwargs,
+) -> BasinFractions:
+    """Basin fractions from a batch of initialisations ``inits`` (any θ pytree with a leading batch axis), or from
+    ``inits`` = n draws of ``prob.init`` with keys split from ``seed``.
+
+    ``method="flow"`` integrates gradient flow to ``t1``; ``"gd"`` runs ``steps`` of GD at ``lr`` (a number, or one
+    per point). End points are labelled by ``label_end_points`` (theory residuals < ``tol`` where the problem has
+    attractors, else ``features``). ``fractions`` come with binomial standard errors (``stderr``); unresolved points
+    are counted in ``fractions["unresolved"]`` and left out of ``fractions_of_resolved``. Extra keywords go to
+    ``gradient_flow`` / ``gradient_descent``; chunks and checkpoints as there.
+    """
+    _check(method, tol, cluster_radius, features, chunk_size)
+    if isinstance(inits, (int, np.integer)) and not isinstance(inits, bool):
+        n = _validate.int_at_least("inits", inits, 1)
+        keys = jax.random.split(jax.random.PRNGKey(_validate.seed("seed", seed)), n)
+        inits = _draw(prob, keys)
+    theta, batched = as_batch(prob, inits)
+    if not batched:
+        raise ValueError("inits is a single θ: basin_fractions needs a batch (a leading axis) or a number of draws")
+    traj = _run(prob, theta, method, t1, lr, steps, chunk_size, progress, checkpoint, dict(dynamics_kwargs))
+    labels, names = label_end_points(prob, traj, tol=tol, use_theory=use_theory, features=features,
+                                     cluster_radius=cluster_radius)
+    times = np.where(labels >= 0, np.asarray(traj.t_final), np.nan)
+    final = jax.tree_util.tree_map(np.asarray, traj.final)
+    return BasinFractions(method=method, labels=labels, attractors=names, times=times,
+                          status=np.asarray(traj.status), final=final)
 
 
 def basin_map(
@@ -91,51 +262,31 @@ def basin_map(
     lr: float = 0.1,
     steps: int = 2000,
     tol: float = 1e-3,
-    cluster_radius: float = 1e-2,
     use_theory: bool = True,
+    features: str | Callable[[Theta], jax.Array] = "level",
+    cluster_radius: float = 1e-2,
     chunk_size: int | None = 16384,
     progress: bool = False,
     checkpoint: str | os.PathLike | None = None,
     **dynamics_kwargs,
 ) -> BasinMap:
-    """Label every initialisation of ``grid`` by the attractor it reaches.
-
-    ``method="flow"`` integrates gradient flow to ``t1``; ``"gd"`` runs ``steps`` of GD at ``lr``.
-    Converged points are matched to ``prob.attractors()`` (residual < ``tol``); the rest, or all of
-    them with ``use_theory=False``, are clustered at ``cluster_radius`` (minima and saddles apart,
-    named "min0", "saddle0", …). Extra keywords go to ``gradient_flow`` / ``gradient_descent``.
+    """Label every initialisation of ``grid`` (a 2-D slice through any two coordinates of θ) by the attractor it
+    reaches: ``basin_fractions`` on ``grid.points(prob)``, every per-point array shaped like the grid.
 
     The grid runs in chunks of ``chunk_size`` points, each spread over all of ``jax.devices()`` (several
     hosts: call ``jax.distributed.initialize()`` first). ``checkpoint`` names a directory where each
     finished chunk is saved; running again with the same directory and inputs loads those chunks instead
     of recomputing them, with the same result bit for bit, and a directory written for other inputs is
-    refused (``popdyn.checkpoint``). Labelling (``tol``, ``cluster_radius``, ``use_theory``) happens after
+    refused (``popdyn.checkpoint``). Labelling (``tol``, ``features``, ``use_theory``) happens after
     the chunks, so it may change between runs sharing a checkpoint.
     """
     if not isinstance(grid, Grid):
         raise ValueError(f"grid={grid!r} is invalid: must be a popdyn.Grid")
-    _validate.choice("method", method, ("flow", "gd"))
-    _validate.positive("tol", tol)
-    _validate.positive("cluster_radius", cluster_radius)
-    check_chunk_size(chunk_size)
-    theta = grid.points(prob)
-    if method == "flow":
-        traj: Trajectory = gradient_flow(prob, theta, t1=t1, ts=None, chunk_size=chunk_size, progress=progress,
-                                         checkpoint=checkpoint, **dynamics_kwargs)
-    else:
-        rec = dynamics_kwargs.pop("record_every", steps)
-        traj = gradient_descent(prob, theta, lr=lr, steps=steps, record_every=rec, chunk_size=chunk_size,
-                                progress=progress, checkpoint=checkpoint, **dynamics_kwargs)
-    status = np.asarray(traj.status)
-    ok = (status == Status.CONVERGED) | (status == Status.SADDLE)
-    labels, names = _theory_labels(prob, traj.final, ok, tol) if use_theory else (np.full(ok.shape, -1), ())
-    todo = ok & (labels < 0)
-    if todo.any():
-        extra, extra_names = _cluster_labels(traj.final, status, todo, cluster_radius, len(names))
-        labels = np.where(todo, extra, labels)
-        names = names + extra_names
+    _check(method, tol, cluster_radius, features, chunk_size)
+    bf = basin_fractions(prob, grid.points(prob), method, t1=t1, lr=lr, steps=steps, tol=tol, use_theory=use_theory,
+                         features=features, cluster_radius=cluster_radius, chunk_size=chunk_size, progress=progress,
+                         checkpoint=checkpoint, **dynamics_kwargs)
     shape = grid.shape
-    times = np.where(labels >= 0, np.asarray(traj.t_final), np.nan)
-    final = {k: np.asarray(v).reshape(shape + np.shape(v)[1:]) for k, v in traj.final.items()}
-    return BasinMap(grid=grid, method=method, labels=labels.reshape(shape), attractors=names,
-                    times=times.reshape(shape), status=status.reshape(shape), final=final)
+    final = jax.tree_util.tree_map(lambda v: v.reshape(shape + v.shape[1:]), bf.final)
+    return BasinMap(method=method, labels=bf.labels.reshape(shape), attractors=bf.attractors,
+                    times=bf.times.reshape(shape), status=bf.status.reshape(shape), final=final, grid=grid)

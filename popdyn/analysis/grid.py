@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 import jax
@@ -10,32 +9,22 @@ import jax.numpy as jnp
 import numpy as np
 
 from popdyn import _validate
+from popdyn.analysis import coords
 from popdyn.problem import Problem, Theta
-
-_AXIS = re.compile(r"^([A-Za-z_]\w*)(?:\[(\d+(?:\s*,\s*\d+)*)\])?$")
-
-
-def _parse_axis(name: str, label: str = "axis") -> tuple[str, tuple[int, ...]]:
-    m = _AXIS.match(name) if isinstance(name, str) else None
-    if not m:
-        raise ValueError(f"{label}={name!r} is invalid: must be a parameter name like 'e' or 'W[0,1]'")
-    idx = tuple(int(i) for i in m.group(2).split(",")) if m.group(2) else ()
-    return m.group(1), idx
-
 
 @dataclass(frozen=True)
 class Grid:
     """Initialisations θ(x_i, y_j): coordinates ``x`` and ``y`` of θ vary over ``x_range`` × ``y_range``
     with ``shape = (ny, nx)`` points (row j ↔ y_j, column i ↔ x_i); every other coordinate is taken
-    from ``base`` (default: zeros). Axis names are top-level keys of θ, with an index for array leaves
-    (``"W[0,1]"``)."""
+    from ``base`` (default: zeros; for a dict θ, a dict of some of its keys; else a whole θ). Axis names are
+    coordinates of any pytree θ (``popdyn.analysis.coords``): ``"e"``, ``"W[0,1]"``, ``"[3]"`` for a flat θ."""
 
     x: str
     y: str
     x_range: tuple[float, float]
     y_range: tuple[float, float]
     shape: tuple[int, int]
-    base: dict | None = field(default=None, compare=False)
+    base: Theta | dict | None = field(default=None, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "x_range", _validate.interval("x_range", self.x_range))
@@ -45,7 +34,7 @@ class Grid:
         ny, nx = self.shape
         object.__setattr__(self, "shape", (_validate.int_at_least("grid (ny)", ny, 2),
                                            _validate.int_at_least("grid (nx)", nx, 2)))
-        _parse_axis(self.x, "x"), _parse_axis(self.y, "y")
+        coords.check_syntax(self.x, "x"), coords.check_syntax(self.y, "y")
         if self.x == self.y:
             raise ValueError(f"x={self.x!r} and y={self.y!r} must name different coordinates")
 
@@ -65,26 +54,39 @@ class Grid:
     def points(self, prob: Problem) -> Theta:
         """The batch of ny·nx initialisations, row-major (y slow, x fast)."""
         template = prob.template()
-        if not isinstance(template, dict):
-            raise ValueError("Grid needs a problem whose parameters are a dict of arrays")
-        base = {k: np.zeros(v.shape) for k, v in template.items()}
-        for k, v in (self.base or {}).items():
-            if k not in base:
-                raise ValueError(f"base has unknown parameter {k!r}: allowed {sorted(base)}")
-            value = _validate.float_array(f"base[{k!r}]", v)
+        leaves, treedef = jax.tree_util.tree_flatten(template)
+        base = [np.zeros(t.shape) for t in leaves]
+        for i, name, value in _base_values(template, self.base):
+            value = _validate.float_array(f"base[{name}]", value)
             try:
-                base[k] = np.broadcast_to(value, base[k].shape).copy()
+                base[i] = np.broadcast_to(value, leaves[i].shape).copy()
             except ValueError:
-                raise ValueError(f"base[{k!r}] has shape {value.shape}: must broadcast to the parameter's shape "
-                                 f"{base[k].shape}") from None
+                raise ValueError(f"base[{name}] has shape {value.shape}: must broadcast to the parameter's shape "
+                                 f"{leaves[i].shape}") from None
         X, Y = np.meshgrid(self.xs, self.ys)
         n = X.size
-        batch = {k: np.broadcast_to(v, (n, *v.shape)).copy() for k, v in base.items()}
+        batch = [np.broadcast_to(v, (n, *v.shape)).copy() for v in base]
         for axis, vals in ((self.x, X.ravel()), (self.y, Y.ravel())):
-            key, idx = _parse_axis(axis)
-            if key not in batch:
-                raise ValueError(f"axis {axis!r} names no parameter: allowed {sorted(batch)}")
-            if len(idx) != batch[key].ndim - 1 or any(i >= s for i, s in zip(idx, batch[key].shape[1:])):
-                raise ValueError(f"axis {axis!r} does not index parameter {key!r} of shape {batch[key].shape[1:]}")
-            batch[key][(slice(None), *idx)] = vals
-        return jax.tree_util.tree_map(jnp.asarray, batch)
+            i, idx = coords.resolve(template, axis)
+            batch[i][(slice(None), *idx)] = vals
+        return jax.tree_util.tree_unflatten(treedef, [jnp.asarray(b) for b in batch])
+
+
+def _base_values(template: Theta, base) -> list[tuple[int, str, object]]:
+    """(leaf number, name, value) for each part of ``base`` given: a dict of some top-level keys of a dict θ,
+    or a whole θ of the template's structure."""
+    paths = [p for p, _ in jax.tree_util.tree_flatten_with_path(template)[0]]
+    if base is None:
+        return []
+    if isinstance(template, dict) and isinstance(base, dict) and all(len(p) == 1 for p in paths):
+        tops = [p[0].key for p in paths]
+        unknown = [k for k in base if k not in tops]
+        if unknown:
+            raise ValueError(f"base has unknown parameter {unknown[0]!r}: allowed {sorted(tops)}")
+        return [(tops.index(k), repr(k), v) for k, v in base.items()]
+    try:
+        parts = jax.tree_util.tree_structure(template).flatten_up_to(base)
+    except (TypeError, ValueError):
+        raise ValueError(f"base={base!r} is invalid: must have the structure of θ, "
+                         f"{jax.tree_util.tree_structure(template)}") from None
+    return [(i, jax.tree_util.keystr(p), v) for i, (p, v) in enumerate(zip(paths, parts))]

@@ -6,7 +6,7 @@ stability); the audit reports where a run crosses either threshold and whether i
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import jax
 import numpy as np
@@ -14,18 +14,26 @@ import numpy as np
 from popdyn import _validate
 from popdyn.analysis.curvature import lambda_max
 from popdyn.dynamics import Status, Trajectory
+from popdyn.dynamics.status import AT_MINIMUM
 from popdyn.problem import Problem
+
+
+VERDICTS = ("held", "between", "edge of stability", "unstable", "diverged")
+"""Audit verdicts, in order: η ≤ 1/λ_max held all along; max λ in (1/η, 2/η]; λ crossed 2/η but the run settled
+where λ_end < 2/η; past 2/η and not settled; the run diverged or hit NaN."""
 
 
 @dataclass(frozen=True)
 class StepSizeAudit:
-    """Per initialisation (leading axis when batched): λ_max at each record time, its maximum, the
-    first record time where it exceeds 1/η and 2/η (NaN: never), and how often the loss rose."""
+    """Per initialisation (leading axis when batched): λ_max at each record time, its maximum and its value at the
+    end, the first record time where it exceeds 1/η and 2/η (NaN: never), and how often the loss rose. ``lr`` is one
+    rate, or one per initialisation (a step-size sweep)."""
 
-    lr: float
+    lr: float | np.ndarray
     ts: np.ndarray
     lambda_max: np.ndarray
     max_lambda: np.ndarray
+    lambda_end: np.ndarray
     first_above_1_over_lr: np.ndarray
     first_above_2_over_lr: np.ndarray
     loss_rises: np.ndarray
@@ -34,31 +42,65 @@ class StepSizeAudit:
     @property
     def monotone_safe(self) -> np.ndarray:
         """max_t λ_max ≤ 1/η: the step size condition η ≤ 1/λ_max held all along."""
-        return self.max_lambda <= 1.0 / self.lr
+        return self.max_lambda <= 1.0 / np.asarray(self.lr)
 
     @property
     def flagged(self) -> np.ndarray:
         """max_t λ_max > 2/η: past the stability edge at some recorded point."""
-        return self.max_lambda > 2.0 / self.lr
+        return self.max_lambda > 2.0 / np.asarray(self.lr)
 
     @property
     def diverged(self) -> np.ndarray:
         """The run itself diverged or produced NaN."""
         return np.isin(self.status, (int(Status.DIVERGED), int(Status.NAN)))
 
-    def summary(self) -> dict:
-        """One (unbatched) run's audit as plain numbers for ``summary.json``."""
-        return {"lr": self.lr, "max_lambda": float(self.max_lambda), "one_over_lr": 1 / self.lr,
-                "two_over_lr": 2 / self.lr, "monotone_safe": bool(self.monotone_safe),
-                "past_stability_edge": bool(self.flagged),
-                "first_step_above_2_over_lr": float(self.first_above_2_over_lr), "loss_rises": int(self.loss_rises)}
+    @property
+    def settled(self) -> np.ndarray:
+        """The run ended at a minimum (converged, or converged late) with λ_max there below 2/η."""
+        at_min = np.isin(self.status, [int(s) for s in AT_MINIMUM])
+        return at_min & (self.lambda_end < 2.0 / np.asarray(self.lr))
 
-    def verdict(self) -> str:
-        """One (unbatched) run's audit in words, with its λ_max against 1/η and 2/η."""
-        word = ("PAST 2/η (unstable)" if self.flagged else "η ≤ 1/λ_max held" if self.monotone_safe
-                else "between 1/λ_max and 2/λ_max")
-        return (f"max λ_max = {float(self.max_lambda):.4f} (1/η = {1 / self.lr:.3f}, 2/η = {2 / self.lr:.3f}): {word}; "
-                f"loss rose {int(self.loss_rises)}×")
+    @property
+    def verdict_code(self) -> np.ndarray:
+        """Index into ``VERDICTS`` per initialisation."""
+        return np.select([self.diverged, self.flagged & self.settled, self.flagged, ~self.monotone_safe],
+                         [4, 2, 3, 1], default=0)
+
+    def verdicts(self) -> np.ndarray:
+        """``VERDICTS`` names per initialisation."""
+        return np.asarray(VERDICTS, dtype=object)[self.verdict_code]
+
+    def run(self, i: int) -> "StepSizeAudit":
+        """The audit of run ``i`` of a batch (e.g. one η of a sweep), unbatched: for figures and tables."""
+        return StepSizeAudit(**{f.name: (getattr(self, f.name) if f.name == "lr" and np.ndim(self.lr) == 0
+                                         else np.asarray(getattr(self, f.name))[i]) for f in fields(self)})
+
+    def summary(self) -> dict | list[dict]:
+        """The audit as plain numbers for ``summary.json``: a dict for one run, a list of dicts for a batch."""
+        if np.ndim(self.max_lambda):
+            return [self._row(i) for i in range(len(self.max_lambda))]
+        return self._row(())
+
+    def _row(self, i) -> dict:
+        lr = float(np.broadcast_to(self.lr, np.shape(self.max_lambda))[i])
+        if not isinstance(self.lr, np.ndarray) or self.lr.ndim == 0:
+            lr = float(self.lr)
+        return {"lr": lr, "max_lambda": float(self.max_lambda[i]), "lambda_end": float(self.lambda_end[i]),
+                "one_over_lr": 1 / lr, "two_over_lr": 2 / lr, "monotone_safe": bool(self.monotone_safe[i]),
+                "past_stability_edge": bool(self.flagged[i]), "verdict": VERDICTS[int(self.verdict_code[i])],
+                "first_step_above_2_over_lr": float(self.first_above_2_over_lr[i]),
+                "loss_rises": int(self.loss_rises[i])}
+
+    def verdict(self, i=()) -> str:
+        """Run ``i``'s audit in words (the only run when unbatched), with λ_max against 1/η and 2/η."""
+        r = self._row(i)
+        words = {"held": "η ≤ 1/λ_max held", "between": "between 1/λ_max and 2/λ_max",
+                 "edge of stability": f"edge of stability: λ_max crossed 2/η at t = {r['first_step_above_2_over_lr']:g}, "
+                                      f"then settled where λ_max = {r['lambda_end']:.4f} < 2/η",
+                 "unstable": "PAST 2/η (unstable)", "diverged": "PAST 2/η and diverged" if r["past_stability_edge"]
+                 else "diverged"}
+        return (f"max λ_max = {r['max_lambda']:.4f}, at the end {r['lambda_end']:.4f} (1/η = {r['one_over_lr']:.3f}, "
+                f"2/η = {r['two_over_lr']:.3f}): {words[r['verdict']]}; loss rose {r['loss_rises']}×")
 
 
 def _first_time(ts: np.ndarray, above: np.ndarray) -> np.ndarray:
@@ -67,22 +109,36 @@ def _first_time(ts: np.ndarray, above: np.ndarray) -> np.ndarray:
     return np.where(hit, np.take_along_axis(ts, idx[..., None], axis=-1)[..., 0], np.nan)
 
 
-def step_size_audit(prob: Problem, traj: Trajectory, lr: float, method: str = "auto") -> StepSizeAudit:
-    """Audit a trajectory recorded with ``save_params=True`` against the learning rate ``lr``."""
-    lr = _validate.positive("lr", lr)
+def _rates(lr, lead: tuple) -> float | np.ndarray:
+    """``lr`` as one float, or an array of one rate per run of the batch (shape ``lead[:-1]``)."""
+    if np.ndim(lr) == 0:
+        return _validate.positive("lr", lr if not hasattr(lr, "item") else lr.item())
+    arr = _validate.float_array("lr", lr)
+    if arr.shape != lead[:-1] or not np.all(np.isfinite(arr) & (arr > 0)):
+        raise ValueError(f"lr has shape {arr.shape}: a sweep needs one finite rate > 0 per run, shape {lead[:-1]}")
+    return arr
+
+
+def step_size_audit(prob: Problem, traj: Trajectory, lr, method: str = "auto") -> StepSizeAudit:
+    """Audit a trajectory recorded with ``save_params=True`` against the learning rate ``lr`` (one number, or one
+    per initialisation as ``gradient_descent`` sweeps them)."""
     if traj.params is None:
         raise ValueError("traj has no saved parameters: run gradient_descent/gradient_flow with save_params=True")
     ts = np.asarray(traj.ts)
     lead = ts.shape  # (*B, T)
+    lr = _rates(lr, lead)
+    lr_b = np.asarray(lr)[..., None]
     flat = jax.tree_util.tree_map(lambda x: x.reshape((-1, *x.shape[len(lead):])), traj.params)
     lam = np.asarray(lambda_max(prob, flat, method=method)).reshape(lead)
     lam = np.where(np.isfinite(ts), lam, np.nan)
     loss = np.asarray(traj.loss)
     rises = np.sum(np.diff(loss, axis=-1) > 1e-12 * np.maximum(1.0, np.abs(loss[..., :-1])), axis=-1)
     safe = np.where(np.isfinite(lam), lam, -np.inf)
+    last = np.maximum(np.sum(np.isfinite(lam), axis=-1) - 1, 0)
     return StepSizeAudit(
         lr=lr, ts=ts, lambda_max=lam, max_lambda=np.max(safe, axis=-1),
-        first_above_1_over_lr=_first_time(ts, safe > 1.0 / lr),
-        first_above_2_over_lr=_first_time(ts, safe > 2.0 / lr),
+        lambda_end=np.take_along_axis(lam, last[..., None], axis=-1)[..., 0],
+        first_above_1_over_lr=_first_time(ts, safe > 1.0 / lr_b),
+        first_above_2_over_lr=_first_time(ts, safe > 2.0 / lr_b),
         loss_rises=rises, status=np.asarray(traj.status),
     )

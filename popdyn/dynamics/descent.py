@@ -23,6 +23,7 @@ from jaxtyping import Array, Float
 
 from popdyn import _validate
 from popdyn.batching import apply_scales, as_batch, check_chunk_size, map_chunks, scale_tree
+from popdyn.dynamics import stopping
 from popdyn.dynamics.status import Status
 from popdyn.dynamics.trajectory import Trajectory, finish, frozen_scales
 from popdyn.problem import Problem, Theta
@@ -52,13 +53,16 @@ def gradient_descent(
     seed: int = 0,
     record_every: int = 1,
     save_params: bool = False,
-    gtol: float = 1e-9,
+    gtol: float | None = None,
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
     diverge: float = 1e8,
     time_scales: dict[str, float] | None = None,
     saddle_tol: float = 1e-7,
     chunk_size: int | None = None,
     progress: bool = False,
     checkpoint: str | os.PathLike | None = None,
+    until: Callable[[Theta], Array] | None = None,
 ) -> Trajectory:
     """Run ``steps`` steps of GD (``optimizer=None``) or of an optax optimizer from θ0 (batched or not).
 
@@ -78,8 +82,10 @@ def gradient_descent(
     ``prox`` (θ, η) → θ' runs after every step (proximal GD, e.g. ``L1Prox``). ``metrics`` θ → {name: scalar}
     is recorded with the loss (``Trajectory.metrics``): quantities along a run too large to keep θ for.
     ``time_scales`` multiplies each parameter block's direction (per-block learning rates). Records at
-    steps 0, k, 2k, …; ``t_final`` is the first recorded step with ‖∇L‖ < gtol (or ``steps``). Status as
-    for ``gradient_flow``.
+    steps 0, k, 2k, …; ``t_final`` is the first recorded step where the point is steady (or ``steps``): by the
+    scale-aware rule of ``popdyn.dynamics.stopping`` with δ = atol + rtol‖θ‖ on the noise-free direction, or
+    ‖∇L‖ < ``gtol`` when given. With ``until`` (θ → real), a point stops at the first step k with
+    until(θ_k) ≤ 0: status REACHED, ``t_final`` = k exactly, θ frozen there. Status as for ``gradient_flow``.
 
     Batches run in chunks of ``chunk_size`` spread over all devices; ``checkpoint`` (a directory) saves each
     finished chunk and resumes from them (``popdyn.batching.map_chunks``).
@@ -91,13 +97,18 @@ def gradient_descent(
     k = _validate.int_at_least("record_every", record_every, 1)
     noise = _noise_levels(prob, noise)
     seed = _validate.seed("seed", seed)
-    for name, v in (("gtol", gtol), ("diverge", diverge)):
+    for name, v in (("rtol", rtol), ("atol", atol), ("diverge", diverge)):
         _validate.positive(name, v)
+    if gtol is not None:
+        _validate.positive("gtol", gtol)
+    if until is not None and not callable(until):
+        raise ValueError(f"until={until!r} is invalid: must be a function θ -> real (reached when <= 0)")
     _validate.positive("saddle_tol", saddle_tol, allow_zero=True)
     check_chunk_size(chunk_size)
     if steps % k:
         raise ValueError(f"steps={steps} is invalid: must be a multiple of record_every={k}")
-    cfg = _DescentConfig(steps=steps, record_every=k, save_params=save_params, gtol=gtol, diverge=diverge,
+    cfg = _DescentConfig(steps=steps, record_every=k, save_params=save_params, gtol=gtol, rtol=rtol, atol=atol,
+                         diverge=diverge,
                          scales=frozen_scales(scale_tree(prob, time_scales)), momentum=momentum,
                          noise=noise)
     batch, batched = as_batch(prob, theta0)
@@ -108,11 +119,11 @@ def gradient_descent(
     opt = None if optimizer is None else _optimizer(optimizer, float(lrs[0]))
     lr_arr = jnp.asarray(lrs, dtype=jnp.result_type(float))
     keys = jax.random.split(jax.random.PRNGKey(seed), n)
-    hooks = (precondition, prox, gradient, metrics)
+    hooks = (precondition, prox, gradient, metrics, until)
     out = map_chunks(lambda b: _descend_batch(prob, *b, opt, hooks, cfg), (batch, lr_arr, keys),
                      chunk_size, progress=progress, desc="gradient descent", checkpoint=checkpoint,
                      depends_on=("gd", prob, opt, hooks, cfg))
-    return finish(prob, out, batched, saddle_tol, "step")
+    return finish(prob, out, batched, saddle_tol, "step", rtol, atol)
 
 
 def _noise_levels(prob: Problem, noise) -> float | tuple:
@@ -146,7 +157,9 @@ class _DescentConfig:
     steps: int
     record_every: int
     save_params: bool
-    gtol: float
+    gtol: float | None
+    rtol: float
+    atol: float
     diverge: float
     scales: tuple | None
     momentum: float
@@ -155,11 +168,16 @@ class _DescentConfig:
 
 @eqx.filter_jit
 def _descend_batch(prob: Problem, batch: Theta, lrs, keys, opt, hooks, cfg: _DescentConfig) -> dict:
-    precondition, prox, gradient, metrics = hooks
+    precondition, prox, gradient, metrics, until = hooks
     scales = None if cfg.scales is None else dict(cfg.scales)
     vg = jax.value_and_grad(prob.loss)
     k, steps = cfg.record_every, cfg.steps
     n_rec = steps // k
+
+    def field(theta):  # the noise-free direction, −τ⊙P(∇L), for the stopping rule
+        g = jax.grad(prob.loss)(theta)
+        return jax.tree_util.tree_map(jnp.negative, apply_scales(g if precondition is None else precondition(g),
+                                                                 scales))
 
     def direction(theta, key):
         key, key_noise = jax.random.split(key)
@@ -199,21 +217,30 @@ def _descend_batch(prob: Problem, batch: Theta, lrs, keys, opt, hooks, cfg: _Des
         return jax.tree_util.tree_map(jnp.zeros_like, theta) if cfg.momentum else ()
 
     def run_one(theta, lr, key):
+        floor = stopping.speed_floor(optax.tree.norm(field(theta)))
+        start_hit = jnp.bool_(False) if until is None else until(theta) <= 0
+
         def step(carry, i):
             theta, state, bad = carry
             new, new_state = update(theta, state, lr, jax.random.fold_in(key, i))
             norm = optax.tree.norm(new)
             blown = ~jnp.isfinite(norm) | (norm > cfg.diverge)
             code = jnp.where(~jnp.isfinite(norm), int(Status.NAN), int(Status.DIVERGED))
-            bad = jnp.where((bad < 0) & blown, code, bad)
-            keep = bad >= 0  # frozen where it was once it diverged
+            if until is not None:  # a hit after step i (at θ_{i+1}) is the code −2 − (i + 1)
+                hit = jnp.isfinite(norm) & ~blown & (until(new) <= 0)
+                code = jnp.where(blown, code, -(i + 3))
+                blown = blown | hit
+            bad = jnp.where((bad == -1) & blown, code, bad).astype(jnp.int32)
+            keep = bad != -1  # frozen where it was once it diverged or reached the target
             theta = jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), theta, new)
             state = jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), state, new_state)
             return (theta, state, bad), None
 
         def snapshot(theta):
             loss, g = vg(theta)
-            rec = {"loss": loss, "grad_norm": optax.tree.norm(g)}
+            rec = {"loss": loss, "grad_norm": optax.tree.norm(g),
+                   "steady": stopping.steady(field, theta, stopping.state_tol(theta, cfg.rtol, cfg.atol), floor,
+                                             cfg.gtol)}
             if cfg.save_params:
                 rec["params"] = theta
             if metrics is not None:
@@ -225,22 +252,25 @@ def _descend_batch(prob: Problem, batch: Theta, lrs, keys, opt, hooks, cfg: _Des
             return carry, snapshot(carry[0])
 
         state0 = init_state(theta)
-        (final, _, bad), recs = jax.lax.scan(block, (theta, state0, jnp.int32(-1)), jnp.arange(n_rec))
+        bad0 = jnp.where(start_hit, jnp.int32(-2), jnp.int32(-1))  # reached at step 0: the code −2 − 0
+        (final, _, bad), recs = jax.lax.scan(block, (theta, state0, bad0), jnp.arange(n_rec))
         recs = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), snapshot(theta), recs)
         ts = jnp.arange(n_rec + 1, dtype=jnp.result_type(float)) * k
-        gn = recs["grad_norm"]
-        below = gn < cfg.gtol
+        gn, below = recs["grad_norm"], recs.pop("steady")
         first = jnp.where(jnp.any(below), ts[jnp.argmax(below)], float(steps))
         finite = jnp.isfinite(recs["loss"][-1]) & jnp.isfinite(gn[-1])
+        reached = bad <= -2
+        hit_step = (-bad - 2).astype(ts.dtype)
         status = jnp.where(
-            bad >= 0, bad,
-            jnp.where(~finite, int(Status.NAN),
-                      jnp.where(gn[-1] < cfg.gtol, int(Status.CONVERGED), int(Status.MAX_STEPS))),
+            reached, int(Status.REACHED),
+            jnp.where(bad >= 0, bad,
+                      jnp.where(~finite, int(Status.NAN),
+                                jnp.where(below[-1], int(Status.CONVERGED), int(Status.MAX_STEPS)))),
         )
         return {
-            "final": final, "status": status, "t_final": first, "ts": ts, "loss": recs["loss"],
-            "grad_norm": gn, "params": recs.get("params"), "metrics": recs.get("metrics"),
-            "n_steps": jnp.int32(steps),
+            "final": final, "status": status, "t_final": jnp.where(reached, hit_step, first), "ts": ts,
+            "loss": recs["loss"], "grad_norm": gn, "params": recs.get("params"), "metrics": recs.get("metrics"),
+            "n_steps": jnp.where(reached, hit_step, steps).astype(jnp.int32),
         }
 
     return jax.vmap(run_one)(batch, lrs, keys)

@@ -1,8 +1,9 @@
 """Gradient flow θ̇ = −τ ⊙ ∇L(θ) with diffrax, batched over initialisations (DESIGN.md, layer 3).
 
-Adaptive step size (PID controller), termination at a steady state (‖∇L‖ < gtol) or on divergence
-(‖θ‖ > diverge or non-finite) through a diffrax Event, ``throw=False`` so that one failing member
-never kills the batch: every initialisation gets a ``Status``.
+Adaptive step size (PID controller), termination at a steady state (the scale-aware rule of
+``popdyn.dynamics.stopping``), on divergence (‖θ‖ > diverge or non-finite) or when a target condition
+crosses zero (its time found by root finding on the solver's dense output), through diffrax Events,
+``throw=False`` so that one failing member never kills the batch: every initialisation gets a ``Status``.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import optimistix as optx
 from jaxtyping import Array, Float
 
 from popdyn import _validate
 from popdyn.batching import apply_scales, as_batch, check_chunk_size, map_chunks, scale_tree
+from popdyn.dynamics import stopping
 from popdyn.dynamics.status import Status, finite_tree
 from popdyn.dynamics.trajectory import Trajectory, finish, frozen_scales
 from popdyn.problem import Problem, Theta
@@ -68,13 +71,18 @@ def gradient_flow(
     chunk_size: int | None = None,
     progress: bool = False,
     checkpoint: str | os.PathLike | None = None,
+    until: Callable[[Theta], Array] | None = None,
 ) -> Trajectory:
     """Integrate θ̇ = −τ ⊙ P(∇L(θ)) from θ0 (one point, or a batch on a leading axis) up to ``t1``; P is
     ``precondition``, a gradient → direction map (default: the identity).
 
-    Stops a point once it is steady, ‖θ̇‖ < ``gtol`` (default: atol + rtol·‖θ‖, diffrax's steady-state
-    rule, i.e. steady to within the solver's own tolerance) (CONVERGED, or SADDLE when its Hessian has a negative
-    eigenvalue), at ‖θ‖ > ``diverge`` (DIVERGED) or non-finite values (NAN); otherwise MAX_STEPS.
+    Stops a point once it is steady (CONVERGED, or SADDLE when its Hessian has a negative eigenvalue): by
+    default when the quadratic model along θ̇ puts the critical point within atol + rtol·‖θ‖, or θ̇ is at
+    round-off relative to its start (``popdyn.dynamics.stopping``); with ``gtol``, when ‖θ̇‖ < gtol. It stops
+    at ‖θ‖ > ``diverge`` (DIVERGED), at non-finite values (NAN), and, with ``until`` (θ → real), when
+    until(θ) first falls to ≤ 0 (REACHED; ``t_final`` is that time, located by a root finder on the dense
+    output to the solver's tolerance, not at a step end). Otherwise MAX_STEPS, refined to CONVERGED_LATE
+    when the end point passes the Newton test of ``popdyn.dynamics.trajectory.finish``.
     Records loss and ‖∇L‖ (and θ with ``save_params``) at ``ts``; ``time_scales`` maps parameter
     names to per-block rates τ. Tsit5 by default; "kvaerno5" for stiff flows.
 
@@ -101,13 +109,15 @@ def gradient_flow(
         save_params=save_params, rtol=rtol, atol=atol, gtol=gtol, diverge=diverge, max_steps=max_steps,
         pcoeff=pcoeff, icoeff=icoeff, scales=frozen_scales(scale_tree(prob, time_scales)),
     )
+    if until is not None and not callable(until):
+        raise ValueError(f"until={until!r} is invalid: must be a function θ -> real (reached when <= 0)")
     batch, batched = as_batch(prob, theta0)
     solver_ = _solver(solver)
     horizon = (jnp.asarray(t1, dtype=jnp.result_type(float)), jnp.asarray(times, dtype=jnp.result_type(float)))
-    out = map_chunks(lambda b: _solve_batch(prob, b, *horizon, solver_, precondition, cfg), batch, chunk_size,
-                     progress=progress, desc="gradient flow", checkpoint=checkpoint,
-                     depends_on=("flow", prob, solver_, precondition, cfg, t1, times))
-    return finish(prob, out, batched, saddle_tol, "time")
+    out = map_chunks(lambda b: _solve_batch(prob, b, *horizon, solver_, precondition, until, cfg), batch,
+                     chunk_size, progress=progress, desc="gradient flow", checkpoint=checkpoint,
+                     depends_on=("flow", prob, solver_, precondition, until, cfg, t1, times))
+    return finish(prob, out, batched, saddle_tol, "time", rtol, atol)
 
 
 @dataclass(frozen=True)
@@ -127,7 +137,7 @@ class _FlowConfig:
 
 
 @eqx.filter_jit
-def _solve_batch(prob: Problem, batch: Theta, t1: Array, times: Float[Array, " K"], solver, precondition,
+def _solve_batch(prob: Problem, batch: Theta, t1: Array, times: Float[Array, " K"], solver, precondition, until,
                  cfg: _FlowConfig) -> dict:
     scales = None if cfg.scales is None else dict(cfg.scales)
     vg = jax.value_and_grad(prob.loss)
@@ -138,13 +148,16 @@ def _solve_batch(prob: Problem, batch: Theta, t1: Array, times: Float[Array, " K
             g = precondition(g)
         return jax.tree_util.tree_map(jnp.negative, apply_scales(g, scales))
 
-    def steady(t, y, args, **kwargs):
-        speed = optax.tree.norm(field(t, y, args))
-        return speed < (cfg.atol + cfg.rtol * optax.tree.norm(y) if cfg.gtol is None else cfg.gtol)
+    def steady(t, y, args, **kwargs):  # args: the speed floor of this point
+        return stopping.steady(lambda z: field(t, z, None), y, stopping.state_tol(y, cfg.rtol, cfg.atol), args,
+                               cfg.gtol)
 
     def blowup(t, y, args, **kwargs):
         n = optax.tree.norm(y)
         return (n > cfg.diverge) | ~jnp.isfinite(n)
+
+    def target(t, y, args, **kwargs):
+        return jnp.asarray(until(y), dtype=t1.dtype)
 
     def record(t, y, args):
         loss, g = vg(y)
@@ -157,12 +170,17 @@ def _solve_batch(prob: Problem, batch: Theta, t1: Array, times: Float[Array, " K
         subs=[diffrax.SubSaveAt(t1=True), diffrax.SubSaveAt(ts=times, fn=record)]
     )
 
+    conds = (steady, blowup) if until is None else (steady, blowup, target)
+    event = diffrax.Event(conds, root_finder=None if until is None else optx.Newton(rtol=cfg.rtol * 1e-2,
+                                                                                    atol=cfg.atol * 1e-2))
+
     def solve_one(y0):
+        floor = stopping.speed_floor(optax.tree.norm(field(0.0, y0, None)))
         sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(field), solver, t0=0.0, t1=t1, dt0=None, y0=y0, saveat=saveat,
+            diffrax.ODETerm(field), solver, t0=0.0, t1=t1, dt0=None, y0=y0, args=floor, saveat=saveat,
             stepsize_controller=diffrax.PIDController(rtol=cfg.rtol, atol=cfg.atol, pcoeff=cfg.pcoeff,
                                                       icoeff=cfg.icoeff),
-            event=diffrax.Event((steady, blowup)), max_steps=cfg.max_steps, throw=False,
+            event=event, max_steps=cfg.max_steps, throw=False,
         )
         final = jax.tree_util.tree_map(lambda x: x[0], sol.ys[0])
         rec_t = sol.ts[1]
@@ -170,17 +188,20 @@ def _solve_batch(prob: Problem, batch: Theta, t1: Array, times: Float[Array, " K
         recs = jax.tree_util.tree_map(
             lambda x: jnp.where(reached.reshape((-1,) + (1,) * (x.ndim - 1)), x, jnp.nan), sol.ys[1]
         )
-        hit_steady, hit_blowup = sol.event_mask
-        event = sol.result == diffrax.RESULTS.event_occurred
+        hit_steady, hit_blowup, *hit_target = sol.event_mask
+        fired = sol.result == diffrax.RESULTS.event_occurred
         finite = finite_tree(*jax.tree_util.tree_leaves(final), prob.loss(final))
+        at_start = jnp.bool_(False) if until is None else jnp.asarray(until(y0) <= 0)
+        hit = at_start | (fired & hit_target[0]) if until is not None else at_start
+        final = jax.tree_util.tree_map(lambda a, b: jnp.where(at_start, a, b), y0, final)
         status = jnp.select(
-            [~finite, event & hit_steady, event & hit_blowup,
+            [~finite, hit, fired & hit_steady, fired & hit_blowup,
              (sol.result == diffrax.RESULTS.successful) | (sol.result == diffrax.RESULTS.max_steps_reached)],
-            [int(Status.NAN), int(Status.CONVERGED), int(Status.DIVERGED), int(Status.MAX_STEPS)],
+            [int(Status.NAN), int(Status.REACHED), int(Status.CONVERGED), int(Status.DIVERGED), int(Status.MAX_STEPS)],
             default=int(Status.SOLVER_FAILED),
         )
         return {
-            "final": final, "status": status, "t_final": sol.ts[0][0], "ts": jnp.where(reached, rec_t, jnp.nan),
+            "final": final, "status": status, "t_final": jnp.where(at_start, 0.0, sol.ts[0][0]), "ts": jnp.where(reached, rec_t, jnp.nan),
             "loss": recs["loss"], "grad_norm": recs["grad_norm"], "params": recs.get("params"),
             "n_steps": sol.stats["num_steps"],
         }

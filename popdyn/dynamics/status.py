@@ -17,6 +17,9 @@ class Status(enum.IntEnum):
     DIVERGED: ‖θ‖ exceeded the divergence bound.
     NAN: the loss, gradient or parameters became NaN/inf.
     SOLVER_FAILED: the ODE solver stopped for another reason (e.g. step size collapse).
+    CONVERGED_LATE: the budget ran out, but the end point passes the Newton test (within LATE_FACTOR × the state
+    tolerance of a critical point with no negative curvature, ``popdyn.dynamics.stopping.converged_late``).
+    REACHED: the run's target condition ``until(θ) ≤ 0`` was met (hitting-time runs); ``t_final`` is its time.
     """
 
     CONVERGED = 0
@@ -25,7 +28,14 @@ class Status(enum.IntEnum):
     DIVERGED = 3
     NAN = 4
     SOLVER_FAILED = 5
+    CONVERGED_LATE = 6
+    REACHED = 7
 
+
+AT_MINIMUM = (Status.CONVERGED, Status.CONVERGED_LATE)
+"""Codes of points that ended at a minimum (the late ones after the Newton test)."""
+RESOLVED = (Status.CONVERGED, Status.SADDLE, Status.CONVERGED_LATE)
+"""Codes of points whose end point is a critical point, so it can be labelled by an attractor."""
 
 STATUS_NAMES = tuple(s.name.lower() for s in Status)
 

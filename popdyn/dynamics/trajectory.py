@@ -9,6 +9,7 @@ from jaxtyping import Array, Float, Int
 
 from popdyn.analysis.curvature import extreme_eigenvalues
 from popdyn.batching import unbatch
+from popdyn.dynamics import stopping
 from popdyn.dynamics.status import STATUS_NAMES, Status, count, refine_saddles
 from popdyn.problem import Problem, Theta
 
@@ -57,9 +58,19 @@ def _losses(prob: Problem, batch: Theta) -> Float[Array, " B"]:
     return jax.vmap(prob.loss)(batch)
 
 
-def finish(prob: Problem, out: dict, batched: bool, saddle_tol: float, time_unit: str) -> Trajectory:
-    """Classify converged points by their Hessian (saddle vs minimum) and package a Trajectory."""
+@eqx.filter_jit
+def _late(prob: Problem, batch: Theta, rtol: float, atol: float, saddle_tol: float) -> Array:
+    return jax.vmap(lambda t: stopping.converged_late(prob.loss, t, rtol, atol, saddle_tol))(batch)
+
+
+def finish(prob: Problem, out: dict, batched: bool, saddle_tol: float, time_unit: str, rtol: float,
+           atol: float) -> Trajectory:
+    """Classify converged points by their Hessian (saddle vs minimum), points whose budget ran out by the Newton
+    test (CONVERGED_LATE or still MAX_STEPS), and package a Trajectory."""
     status = out["status"]
+    if bool(jnp.any(status == Status.MAX_STEPS)):
+        late = _late(prob, out["final"], rtol, atol, saddle_tol)
+        status = jnp.where((status == Status.MAX_STEPS) & late, int(Status.CONVERGED_LATE), status)
     conv = status == Status.CONVERGED
     if bool(jnp.any(conv)):
         lo, hi = extreme_eigenvalues(prob, out["final"])
