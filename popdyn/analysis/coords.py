@@ -11,7 +11,7 @@ import re
 
 import jax
 
-_SYNTAX = re.compile(r"^(?:[A-Za-z_]\w*)?(?:\[[^\[\]]+\])*$")
+_SYNTAX = re.compile(r"""^(?:[A-Za-z_]\w*)?(?:\[(?:\s*\d+(?:\s*,\s*\d+)*\s*|'[^'\[\]]*'|"[^"\[\]]*")\])*$""")
 _INDEX = re.compile(r"\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]$")
 
 
