@@ -43,14 +43,18 @@ def basins_markov(p, q, n=128, lo=-3.0, hi=3.0, method="flow", t1=1e4, lr=0.5, s
         theta = grid.points(prob)
         predicted = np.asarray(jax.vmap(prob.predicted_basin)(theta)).reshape(grid.shape)
         far = np.asarray(prob.separatrix_distance(theta)).reshape(grid.shape) > 0.05
-        agree = float(np.mean((predicted == bm.labels)[far]))
+        judged = far & (bm.labels >= 0)  # unresolved points are not disagreements: they are counted apart
+        agree = float(np.mean((predicted == bm.labels)[judged])) if judged.any() else None
     else:
-        predicted, agree = np.full(grid.shape, -1), None
+        predicted, agree, judged = np.full(grid.shape, -1), None, np.zeros(grid.shape, bool)
     inputs = {"task": "markov", "p": p, "q": q, "grid": n, "range": [lo, hi], "method": method,
               **({"t1": t1} if method == "flow" else {"lr": lr, "steps": steps})}
     results = {"fractions": bm.fractions, "attractors": list(bm.attractors),
                "status_counts": {name: int(np.sum(bm.status == code)) for code, name in enumerate(STATUS_NAMES)},
-               "agreement_with_theory": agree, "agreement_excludes": "points within 0.05 of the separatrix",
+               "resolved_fraction": bm.resolved_fraction,
+               "agreement_with_theory": agree,
+               "agreement_over": f"{int(judged.sum())} resolved points farther than 0.05 from the separatrix "
+                                 f"(unresolved points and points near the separatrix excluded)",
                "median_time": float(np.nanmedian(bm.times)) if np.isfinite(bm.times).any() else None}
     title = f"p={p}, q={q} (p+q{'<' if p + q < 1 else '>' if p + q > 1 else '='}1), {method}"
     res = Result(inputs, results,
@@ -60,8 +64,10 @@ def basins_markov(p, q, n=128, lo=-3.0, hi=3.0, method="flow", t1=1e4, lr=0.5, s
                  figures={"basins": plot_basin_map(bm, prob, title)})
     res.lines += [f"basins  {title}  grid {n}x{n} over [{lo}, {hi}]^2"]
     res.lines += [f"  {name:>10s}: {100 * f:6.2f}%" for name, f in bm.fractions.items()]
-    if method == "flow" and theory:
-        res.lines.append(f"  agreement with the closed-form basins (§4.4): {100 * agree:.2f}%")
+    res.lines.append("  status: " + ", ".join(f"{k} {v}" for k, v in bm.status_counts().items() if v))
+    if agree is not None:
+        res.lines.append(f"  agreement with the closed-form basins (§4.4): {100 * agree:.2f}% of the "
+                         f"{int(judged.sum())} resolved points away from the separatrix")
     return res
 
 

@@ -252,3 +252,19 @@ def test_write_results_writes_everything(tmp_path):
     assert summary == {"a": 1.5, "n": 3, "bad": None, "arr": [1.0, None]}
     with np.load(out / "arr.npz") as z:
         np.testing.assert_array_equal(z["x"], np.arange(3))
+
+
+def test_basins_summary_counts_statuses_and_judges_theory_on_resolved_points_only(run_cli, tmp_path):
+    """A GD map stopped long before every point has converged: the unresolved share is reported as such, the status
+    counts are printed, and the agreement with §4.4 is over resolved points (it used to read 0.15, as if the theory
+    disagreed, because 85% of the points had simply not arrived)."""
+    out = tmp_path / "gd"
+    proc = run_cli("basins", "markov", "--p", 0.9, "--q", 0.9, "--grid", 16, "--method", "gd", "--lr", 0.01,
+                   "--steps", 500, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads((out / "summary.json").read_text())["results"]
+    assert res["fractions"]["unresolved"] > 0.3
+    assert res["resolved_fraction"] == pytest.approx(1 - res["fractions"]["unresolved"])
+    assert res["agreement_with_theory"] >= 0.99
+    assert "resolved points" in res["agreement_over"]
+    assert "status: " in proc.stdout and "max_steps" in proc.stdout
