@@ -9,6 +9,7 @@ chunk is spread over all devices, and finished chunks can be checkpointed to dis
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable
 
 import jax
@@ -22,6 +23,18 @@ from popdyn.problem import Problem, Theta, check_problem
 
 
 _CHECKED: set = set()
+_WARNED_FLOAT32: list = []
+
+FLOAT32_WARNING = ("popdyn is running in float32 (jax_enable_x64 is off): exact losses, stopping rules and basin labels "
+                   "are only as good as float32's 1e-7; call jax.config.update('jax_enable_x64', True) before any "
+                   "JAX work (docs/problem.md, 'Precision')")
+
+
+def warn_if_float32() -> None:
+    """Warn once per process when JAX's default float is float32: the engine's tolerances assume float64."""
+    if jnp.result_type(float) == jnp.float32 and not _WARNED_FLOAT32:
+        _WARNED_FLOAT32.append(True)
+        warnings.warn(FLOAT32_WARNING, stacklevel=3)
 
 
 def checked(prob: Problem) -> Problem:
@@ -29,6 +42,7 @@ def checked(prob: Problem) -> Problem:
     value needs no new check, as it compiles nothing new)."""
     key = (jax.tree_util.tree_structure(prob),
            tuple((np.shape(x), str(getattr(x, "dtype", type(x)))) for x in jax.tree_util.tree_leaves(prob)))
+    warn_if_float32()
     if key not in _CHECKED:
         check_problem(prob)
         _CHECKED.add(key)

@@ -207,3 +207,34 @@ def test_a_learning_rate_sweep_is_audited_in_one_call():
     assert single.lr == pytest.approx(0.42) and single.lambda_max.shape == audit.ts.shape[1:]
     with pytest.raises(ValueError, match="lr"):
         popdyn.step_size_audit(DLN, traj, lrs[:3])
+
+
+def test_float32_is_announced_once():
+    """Without jax_enable_x64 every entry point warns (once per process) that results are float32."""
+    import subprocess
+    import sys
+
+    code = ("import warnings, jax.numpy as jnp, popdyn\n"
+            "prob = popdyn.Problem.from_loss(lambda u: jnp.sum(u**2), init=jnp.ones(2))\n"
+            "with warnings.catch_warnings(record=True) as w:\n"
+            "    warnings.simplefilter('always')\n"
+            "    popdyn.gradient_descent(prob, jnp.ones(2), steps=2)\n"
+            "    popdyn.gradient_flow(prob, jnp.ones(2), t1=1.0)\n"
+            "print(sum('float32' in str(x.message) for x in w))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "1"
+
+
+def test_slices_through_any_coordinate_of_any_pytree():
+    """A 2-D slice through an entry of a matrix inside a tuple θ, by its path; the rest taken from a whole-θ base."""
+    prob = popdyn.Problem.from_loss(lambda th: jnp.sum(th[0] ** 2) + jnp.sum(th[1]["U"] ** 2),
+                                    init=(jnp.zeros(2), {"U": jnp.zeros((2, 3))}))
+    base = (np.array([1.0, 2.0]), {"U": np.full((2, 3), 5.0)})
+    grid = popdyn.Grid("[0][1]", "[1]['U'][1,2]", (-1.0, 1.0), (0.0, 3.0), (2, 3), base=base)
+    x, u = grid.points(prob)
+    assert x.shape == (6, 2) and u["U"].shape == (6, 2, 3)
+    np.testing.assert_array_equal(np.asarray(x[:, 1]).reshape(2, 3), np.broadcast_to(grid.xs, (2, 3)))
+    np.testing.assert_array_equal(np.asarray(u["U"][:, 1, 2]).reshape(2, 3), np.broadcast_to(grid.ys[:, None], (2, 3)))
+    assert np.all(np.asarray(x[:, 0]) == 1.0) and np.sum(np.asarray(u["U"]) == 5.0) == 6 * 5
+    with pytest.raises(ValueError, match=r"\[1\]\['V'\]"):
+        popdyn.Grid("[0][1]", "[1]['V'][0,0]", (-1.0, 1.0), (0.0, 3.0), (2, 2)).points(prob)
