@@ -30,7 +30,7 @@ _THEORY = {}
 def _theory(prob, grid):
     """Closed-form basin labels (§4.4) and the mask of points farther than 0.05 from the separatrix
     (cached: separatrix_distance is a brute-force polyline search)."""
-    key = (prob.p, prob.q, grid)
+    key = (float(prob.p), float(prob.q), grid)
     if key not in _THEORY:
         theta = grid.points(prob)
         predicted = np.asarray(jax.jit(jax.vmap(prob.predicted_basin))(theta)).reshape(grid.shape)

@@ -129,7 +129,7 @@ def test_unigram_line_spectrum_and_signedness(profiled):
 
 def _lambda_star(prob, e, w):
     """§4.6: λ_max at Γ* = [u*v*/(u*+v*)](4e²c² + 16w²e⁴)."""
-    p, q = prob.p, prob.q
+    p, q = float(prob.p), float(prob.q)
     c = 1 + 2 * w * np.abs(w)
     u, v = prob.pi1 * q * (1 - q), prob.pi0 * p * (1 - p)
     return u * v / (u + v) * (4 * e**2 * c**2 + 16 * w**2 * e**4)

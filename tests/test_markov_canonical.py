@@ -11,6 +11,7 @@ import functools
 import itertools
 import math
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -763,7 +764,7 @@ def test_gaussian_init_basins():
     for (p, q), expected in (((0.1, 0.1), "global"), ((0.2, 0.3), "global"), ((0.9, 0.9), "local"),
                              ((0.5, 0.8), "local")):
         prob = Canonical(p, q)
-        labels = np.asarray(jax.jit(prob.predicted_basin)(t))  # elementwise: works on a batch directly
+        labels = np.asarray(eqx.filter_jit(prob.predicted_basin)(t))  # elementwise: works on a batch directly
         assert np.all(labels == ATTRACTORS.index(expected))
     t3 = Canonical(0.1, 0.1, bias="trained").init(jax.random.PRNGKey(1))
     assert set(t3) == {"e", "w", "b"} and float(t3["b"]) == 0.0

@@ -17,7 +17,7 @@ STEPS = 400
 
 def _lambda_star(prob, e, w):
     """§4.6: λ_max at Γ* = [u*v*/(u*+v*)](4e²c² + 16w²e⁴), u* = π1q(1−q), v* = π0p(1−p)."""
-    p, q = prob.p, prob.q
+    p, q = float(prob.p), float(prob.q)
     c = 1 + 2 * w * abs(w)
     u, v = prob.pi1 * q * (1 - q), prob.pi0 * p * (1 - p)
     return u * v / (u + v) * (4 * e**2 * c**2 + 16 * w**2 * e**4)

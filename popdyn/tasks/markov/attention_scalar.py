@@ -18,9 +18,11 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float
 
 from popdyn import _validate
-from popdyn.exact import Chain, binary_kernel, entropy_rate, unigram_loss
+from popdyn.exact import Chain
 from popdyn.exact.count_dp import count_grid, count_occupancy, occupancy_loss
 from popdyn.problem import Problem, Theta
+from popdyn.tasks._leaves import leaf
+from popdyn.tasks.markov.canonical import binary_entropy_rate, binary_unigram_loss
 
 _NEWTON_ITERS = 60
 
@@ -44,22 +46,23 @@ def _safeguarded_newton(g, lo, hi, b0, iters: int = _NEWTON_ITERS):
 
 class AttentionScalar(Problem):
     """θ = {"e", "w", "a"} (``bias="profiled"``) or {"e", "w", "a", "b"} (``bias="trained"``) on a binary
-    (p, q) chain, sequences of length N; loss by the count DP."""
+    (p, q) chain, sequences of length N; loss by the count DP. p, q and init_std are 0-d array leaves, like the
+    chain (a new value compiles nothing; problems of one N stack and vmap); N and bias are static."""
 
     chain: Chain
     occupancy: Array
-    p: float = eqx.field(static=True)
-    q: float = eqx.field(static=True)
+    p: Float[Array, ""]
+    q: Float[Array, ""]
+    init_std: Float[Array, ""]
     N: int = eqx.field(static=True)
     bias: str = eqx.field(static=True)
-    init_std: float = eqx.field(static=True)
 
     def __init__(self, p: float, q: float, N: int, bias: str = "trained", init_std: float = 0.01):
         self.chain = Chain.binary(p, q)
-        self.p, self.q = float(p), float(q)
+        self.p, self.q = leaf(float(p)), leaf(float(q))
         self.N = _validate.int_at_least("N", N, 1)
         self.bias = _validate.choice("bias", bias, ("profiled", "trained"))
-        self.init_std = _validate.positive("init_std", init_std)
+        self.init_std = leaf(_validate.positive("init_std", init_std))
         self.occupancy = count_occupancy(self.chain, self.N)
 
     def logit(self, theta: Theta, n, x, s) -> Array:
@@ -90,12 +93,14 @@ class AttentionScalar(Problem):
         return occupancy_loss(self.chain, self.occupancy, self.logit(theta, *count_grid(self.N)) + b)
 
     def entropy_rate(self) -> float:
-        """H_rate, the global minimum (reached at a = 0 on Γ*, as in the canonical model)."""
-        return entropy_rate(binary_kernel(self.p, self.q))
+        """H_rate, the global minimum (reached at a = 0 on Γ*, as in the canonical model); a float outside
+        transformations."""
+        return binary_entropy_rate(self.p, self.q)
 
     def unigram_loss(self) -> float:
-        """H_uni, the loss of every point with e = 0 (the logit is then the constant b*)."""
-        return unigram_loss(binary_kernel(self.p, self.q))
+        """H_uni, the loss of every point with e = 0 (the logit is then the constant b*); a float outside
+        transformations."""
+        return binary_unigram_loss(self.p, self.q)
 
     def attractors(self):
         """Global minima (loss − H_rate, which vanishes exactly there) and the unigram set e = 0 (|e|)."""

@@ -9,6 +9,7 @@ With ``bias="profiled"`` (the paper's L(e, w)) b is replaced by its closed-form 
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 
@@ -16,11 +17,13 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.custom_derivatives import SymbolicZero
 from jaxtyping import Array, Float
 
 from popdyn import _validate
 from popdyn.exact import bisect, binary_kernel, entropy_rate, unigram_loss
 from popdyn.problem import Overlay, Problem, Theta
+from popdyn.tasks._leaves import all_float, floats, leaf
 
 W_SADDLE = -1.0 / math.sqrt(2.0)
 """c(w) = 0 at w = −1/√2: the saddle (0, −1/√2) of §4.1."""
@@ -44,16 +47,103 @@ def s(w):
     return w**2 + jnp.sign(w) * jnp.log(jnp.abs(w))
 
 
+# XLA on CPU reads subnormal floats as zero, so ln p and p/(p+q) of a subnormal p in (0, 1) would give −inf or
+# 0/0; its integer mantissa (a bitcast, no float arithmetic) gives both exactly.
+def _subnormal(x):
+    """(is x subnormal or zero, its mantissa as a float) for x ≥ 0, by bit pattern."""
+    x = jnp.asarray(x)
+    fi = jnp.finfo(x.dtype)
+    bits = jax.lax.bitcast_convert_type(jax.lax.stop_gradient(x), jnp.int64 if fi.bits == 64 else jnp.int32)
+    return (bits >> fi.nmant) == 0, (bits & ((1 << fi.nmant) - 1)).astype(x.dtype)
+
+
+def _log(x):
+    """ln x for x > 0 (jnp), exact also for subnormal x: ln(mantissa) + (minexp − nmant) ln 2 there."""
+    x = jnp.asarray(x)
+    fi = jnp.finfo(x.dtype)
+    sub, mant = _subnormal(x)
+    tiny = jnp.log(jnp.where(sub, mant, 1.0)) + (int(fi.minexp) - int(fi.nmant)) * math.log(2.0)
+    return jnp.where(sub, tiny, jnp.log(jnp.where(sub, 1.0, x)))
+
+
+def _scaled(x):
+    """x·2^k for 0 ≤ x < 1 (jnp), exact also for subnormal x; k = nmant + |minexp|/2 keeps sums, differences and
+    ratios of scaled values normal. Not differentiated (its derivatives would overflow): for comparisons and for
+    the subnormal cases only."""
+    x = jax.lax.stop_gradient(jnp.asarray(x))
+    fi = jnp.finfo(x.dtype)
+    k = int(fi.nmant) - int(fi.minexp) // 2
+    sub, mant = _subnormal(x)
+    return jnp.where(sub, mant * 2.0 ** (k + int(fi.minexp) - int(fi.nmant)), x * 2.0**k)
+
+
+def _order_and_log_gap(p, q):
+    """(p > q, q > p, ln|p − q|) for p, q in (0, 1) (jnp; the log is 0 where p = q), exact also where p, q or
+    p − q is subnormal (compared and subtracted after ``_scaled``; the direct ln|p − q| everywhere else)."""
+    p, q = jnp.asarray(p), jnp.asarray(q)
+    fi = jnp.finfo(p.dtype)
+    k = int(fi.nmant) - int(fi.minexp) // 2
+    p_s, q_s = _scaled(p), _scaled(q)
+    d_s = p_s - q_s
+    small = 2.0**k * float(fi.tiny)  # the smallest normal number, scaled
+    normal = (p_s >= small) & (q_s >= small) & (jnp.abs(d_s) >= small)
+    direct = jnp.log(jnp.where(normal, jnp.abs(p - q), 1.0))
+    scaled = jnp.log(jnp.where(d_s == 0, 1.0, jnp.abs(d_s))) - k * math.log(2.0)
+    return d_s > 0, d_s < 0, jnp.where(normal, direct, jnp.where(d_s == 0, 0.0, scaled))
+
+
+def _pis(p, q):
+    """(π0, π1) = (q, p)/(p+q) (jnp), finite also for subnormal p and q (then from ``_scaled``, not differentiated)."""
+    p, q = jnp.asarray(p), jnp.asarray(q)
+    sub = _subnormal(p)[0] | _subnormal(q)[0]
+    p_s, q_s = _scaled(p), _scaled(q)
+    p, q = jnp.where(sub, 0.5, p), jnp.where(sub, 0.5, q)
+    return jnp.where(sub, q_s / (p_s + q_s), q / (p + q)), jnp.where(sub, p_s / (p_s + q_s), p / (p + q))
+
+
+def _h(t):
+    """Binary entropy h(t) in nats (jnp)."""
+    return -t * _log(t) - (1.0 - t) * jnp.log1p(-t)
+
+
+def binary_entropy_rate(p, q):
+    """H_rate = π0 h(p) + π1 h(q) of the (p, q) chain: a float for floats (``popdyn.exact``), else jnp."""
+    p, q = floats(p, q)
+    if all_float((p, q)):
+        return entropy_rate(binary_kernel(p, q))
+    pi0, pi1 = _pis(p, q)
+    return pi0 * _h(p) + pi1 * _h(q)
+
+
+def binary_unigram_loss(p, q):
+    """H_uni = h(π1) of the (p, q) chain: a float for floats (``popdyn.exact``), else jnp."""
+    p, q = floats(p, q)
+    if all_float((p, q)):
+        return unigram_loss(binary_kernel(p, q))
+    return _h(_pis(p, q)[1])
+
+
 @jax.custom_jvp
 def _profile_loss(prob: "Canonical", A):
     return prob._cross_entropy(*prob.profiled_logits(A))
 
 
-@_profile_loss.defjvp
+@functools.partial(_profile_loss.defjvp, symbolic_zeros=True)
 def _profile_loss_jvp(primals, tangents):
+    """Envelope theorem: at b* the derivative is the partial one at fixed logits (f0*, f1*), in A (``profile_slope``)
+    and in the data (p, q); the data part is skipped when the data do not move (the usual case: ∇ in θ only)."""
     prob, A = primals
-    _, dA = tangents
-    return _profile_loss(prob, A), prob.profile_slope(A) * dA
+    dprob, dA = tangents
+    f0, f1 = prob.profiled_logits(A)
+    value = prob._cross_entropy(f0, f1)
+    out = jnp.zeros_like(value)
+    if not isinstance(dA, SymbolicZero):
+        out = out + prob._slope(f1) * dA
+    if not all(isinstance(t, SymbolicZero) for t in jax.tree_util.tree_leaves(dprob)):
+        dprob = jax.tree_util.tree_map(
+            lambda t: jnp.zeros(t.shape, t.dtype) if isinstance(t, SymbolicZero) else t, dprob)
+        out = out + jax.jvp(lambda pr: pr._cross_entropy(f0, f1), (prob,), (dprob,))[1]
+    return value, out
 
 
 class Canonical(Problem):
@@ -62,48 +152,55 @@ class Canonical(Problem):
     θ = {"e", "w"} (``bias="profiled"``, b = b*(e, w) in closed form, §2.2) or {"e", "w", "b"}
     (``bias="trained"``, §2.3). p+q = 1 is allowed with a warning: A* = 0, the e-curvature on e = 0
     vanishes and Γ* merges with that line; the closed-form limits of §4.4 do not apply there.
+    p, q and init_std are 0-d array leaves (a new value compiles nothing; problems stack and vmap); the closed
+    forms for reports (``pi1``, ``entropy_rate()``, ``optimal_gap()``…) are Python floats outside transformations.
     """
 
-    p: float = eqx.field(static=True)
-    q: float = eqx.field(static=True)
+    p: Float[Array, ""]
+    q: Float[Array, ""]
+    init_std: Float[Array, ""]
     bias: str = eqx.field(static=True)
-    init_std: float = eqx.field(static=True)
 
     def __init__(self, p: float, q: float, bias: str = "profiled", init_std: float = 0.01):
-        self.p = _validate.open_unit("p", p)
-        self.q = _validate.open_unit("q", q)
+        p = _validate.open_unit("p", p)
+        q = _validate.open_unit("q", q)
         self.bias = _validate.choice("bias", bias, ("profiled", "trained"))
-        self.init_std = _validate.positive("init_std", init_std)
-        if abs(self.p + self.q - 1.0) < 1e-12:
+        init_std = _validate.positive("init_std", init_std)
+        if abs(p + q - 1.0) < 1e-12:
             warnings.warn(
-                f"p+q = {self.p + self.q:g}: the chain is i.i.d., A* = 0 and the landscape is flat to second "
+                f"p+q = {p + q:g}: the chain is i.i.d., A* = 0 and the landscape is flat to second "
                 "order on e = 0, where Γ* merges with the unigram line (the theorems assume p+q != 1)",
                 stacklevel=2,
             )
+        self.p, self.q, self.init_std = leaf(p), leaf(q), leaf(init_std)
 
     # ---- data statistics (§1.1) -------------------------------------------------------------
     @property
     def pi1(self) -> float:
         """Stationary probability of state 1, π1 = p/(p+q)."""
-        return self.p / (self.p + self.q)
+        p, q = floats(self.p, self.q)
+        return p / (p + q)
 
     @property
     def pi0(self) -> float:
         """Stationary probability of state 0, π0 = q/(p+q)."""
-        return self.q / (self.p + self.q)
+        p, q = floats(self.p, self.q)
+        return q / (p + q)
 
     def entropy_rate(self) -> float:
         """H_rate = π0 h(p) + π1 h(q): the global-minimum (bigram) loss."""
-        return entropy_rate(binary_kernel(self.p, self.q))
+        return binary_entropy_rate(self.p, self.q)
 
     def unigram_loss(self) -> float:
         """H_uni = h(π1): the loss on the line e = 0 (the bad local minimum)."""
-        return unigram_loss(binary_kernel(self.p, self.q))
+        return binary_unigram_loss(self.p, self.q)
 
     def optimal_gap(self) -> float:
         """A* = ln[(1−p)(1−q)/(pq)], the log-odds gap of the bigram predictor."""
-        p, q = self.p, self.q
-        return math.log1p(-p) + math.log1p(-q) - math.log(p) - math.log(q)  # no underflow of pq for tiny p, q
+        p, q = floats(self.p, self.q)
+        if all_float((p, q)):
+            return math.log1p(-p) + math.log1p(-q) - math.log(p) - math.log(q)  # no underflow of pq for tiny p, q
+        return jnp.log1p(-p) + jnp.log1p(-q) - _log(p) - _log(q)
 
     # ---- model --------------------------------------------------------------------------------
     def gap(self, theta: Theta) -> Float[Array, ""]:
@@ -113,16 +210,17 @@ class Canonical(Problem):
     def profiled_logits(self, A: Float[Array, ""]) -> tuple[Float[Array, ""], Float[Array, ""]]:
         """(f0*, f1*) at gap A: f0* = ln u, u the positive root of qK u² + (q−p)u − p = 0, K = e^A, and
         f1* = f0* + A (§2.2). Evaluated in log space (logaddexp), each in the branch where it needs no
-        cancellation against A, so both are accurate for every real A."""
+        cancellation against A, so both are accurate for every real A. Both branches are evaluated and
+        selected by p > q (traceable in p, q); each takes a safe argument off its side, so gradients stay finite."""
         p, q = self.p, self.q
-        log_4pq = math.log(4.0) + math.log(p) + math.log(q)  # no underflow of 4pq for tiny p, q
-        if p > q:
-            ld = math.log(p - q)
-            f1 = jnp.logaddexp(ld, 0.5 * jnp.logaddexp(2.0 * ld, log_4pq + A)) - math.log(2.0 * q)
-            return f1 - A, f1
-        ld = math.log(q - p) if q > p else -jnp.inf
-        f0 = math.log(2.0 * p) - jnp.logaddexp(ld, 0.5 * jnp.logaddexp(2.0 * ld, log_4pq + A))
-        return f0, f0 + A
+        log_p, log_q = _log(p), _log(q)
+        log_4pq = math.log(4.0) + log_p + log_q  # no underflow of 4pq for tiny p, q
+        p_big, q_big, log_gap = _order_and_log_gap(p, q)
+        ld = jnp.where(p_big, log_gap, 0.0)
+        f1 = jnp.logaddexp(ld, 0.5 * jnp.logaddexp(2.0 * ld, log_4pq + A)) - (math.log(2.0) + log_q)
+        ld = jnp.where(q_big, log_gap, -jnp.inf)
+        f0 = (math.log(2.0) + log_p) - jnp.logaddexp(ld, 0.5 * jnp.logaddexp(2.0 * ld, log_4pq + A))
+        return jnp.where(p_big, f1 - A, f0), jnp.where(p_big, f1, f0 + A)
 
     def profiled_f0(self, A: Float[Array, ""]) -> Float[Array, ""]:
         """f0*(A), the optimal logit after a 0 at gap A (see ``profiled_logits``)."""
@@ -141,7 +239,11 @@ class Canonical(Problem):
     def _cross_entropy(self, f0, f1):
         ls = jax.nn.log_sigmoid
         p, q = self.p, self.q
-        return -self.pi1 * ((1 - q) * ls(f1) + q * ls(-f1)) - self.pi0 * (p * ls(f0) + (1 - p) * ls(-f0))
+        pi0, pi1 = _pis(p, q)
+        return -pi1 * ((1 - q) * ls(f1) + q * ls(-f1)) - pi0 * (p * ls(f0) + (1 - p) * ls(-f0))
+
+    def _slope(self, f1):
+        return _pis(self.p, self.q)[1] * (jax.nn.sigmoid(f1) - (1.0 - self.q))
 
     def loss(self, theta: Theta) -> Float[Array, ""]:
         """Exact population cross-entropy (§3.2); profiled over b when ``bias="profiled"``, i.e. ℓ(c(w)e²)."""
@@ -159,7 +261,7 @@ class Canonical(Problem):
 
     def profile_slope(self, A: Float[Array, ""]) -> Float[Array, ""]:
         """ℓ'(A) = π1(σ(f1*(A)) − (1−q)), f1* = f0*(A) + A (§3.2)."""
-        return self.pi1 * (jax.nn.sigmoid(self.profiled_logits(A)[1]) - (1.0 - self.q))
+        return self._slope(self.profiled_logits(A)[1])
 
     def init(self, key: Array) -> Theta:
         """e, w ~ init_std·N(0, 1) and b = 0: the authors' Nov 2024 initialisation (§2.3), std 0.01."""
@@ -212,14 +314,20 @@ class Canonical(Problem):
         return jnp.asarray(out.reshape(np.shape(theta["e"])))
 
     def separatrix_w_range(self) -> tuple[float, float]:
-        """The separatrix branch that flows into the saddle: w < −1/√2 if p+q<1, −1/√2 < w < 0 if p+q>1."""
-        return (-math.inf, W_SADDLE) if self.p + self.q < 1 else (W_SADDLE, 0.0)
+        """The separatrix branch that flows into the saddle: w < −1/√2 if p+q<1, −1/√2 < w < 0 if p+q>1
+        (floats outside transformations, arrays inside)."""
+        p, q = floats(self.p, self.q)
+        if all_float((p, q)):
+            return (-math.inf, W_SADDLE) if p + q < 1 else (W_SADDLE, 0.0)
+        below = p + q < 1
+        return jnp.where(below, -jnp.inf, W_SADDLE), jnp.where(below, W_SADDLE, 0.0)
 
     def _theta_ew(self, theta: Theta) -> tuple[Array, Array]:
         return jnp.asarray(theta["e"], float), jnp.asarray(theta["w"], float)
 
     def _require_theorem_regime(self, what: str) -> None:
-        if self.p + self.q == 1.0:
+        p, q = floats(self.p, self.q)  # checked only on concrete values (a traced p+q = 1 gives no error)
+        if all_float((p, q)) and p + q == 1.0:
             raise ValueError(f"{what} needs p+q != 1 (got p+q = 1: A* = 0 and §4.4 does not apply)")
 
     def predicted_basin(self, theta0: Theta) -> Array:
@@ -230,10 +338,7 @@ class Canonical(Problem):
         E0 = e0**2 - s(w0)
         lo, hi = self.separatrix_w_range()
         on_branch = (w0 > lo) & (w0 < hi)
-        if self.p + self.q < 1:
-            local = on_branch & (E0 < E_SADDLE)
-        else:
-            local = (w0 >= 0) | (on_branch & (E0 < E_SADDLE))
+        local = (on_branch & (E0 < E_SADDLE)) | ((self.p + self.q >= 1) & (w0 >= 0))
         saddle = on_branch & (E0 == E_SADDLE)
         label = jnp.where(saddle, 2, jnp.where(local, 1, 0))
         # e0 = 0 is a fixed point: a local minimum, the saddle, or a local maximum (no attractor).
@@ -262,11 +367,9 @@ class Canonical(Problem):
         def root_in_log_w(residual, sign, z_lo, z_top):
             return sign * jnp.exp(bisect(lambda z: residual(sign * jnp.exp(z)), z_lo, z_top))
 
-        # global: the Γ* interval with the sign of w0
-        if A_star > 0:
-            neg_lo, neg_hi = _Z_MIN, z_mid  # (−1/√2, 0)
-        else:
-            neg_lo, neg_hi = z_mid, z_hi  # (−∞, −1/√2)
+        # global: the Γ* interval with the sign of w0: (−1/√2, 0) if A* > 0, else (−∞, −1/√2)
+        neg_lo = jnp.where(A_star > 0, _Z_MIN, z_mid)
+        neg_hi = jnp.where(A_star > 0, z_mid, z_hi)
         g_sign = jnp.where((w0 > 0) & (A_star > 0), 1.0, -1.0)
         g_lo = jnp.where(g_sign > 0, _Z_MIN, neg_lo)
         g_hi = jnp.where(g_sign > 0, z_hi, neg_hi)
@@ -278,7 +381,7 @@ class Canonical(Problem):
         l_hi = jnp.where((w0 > W_SADDLE) & (w0 < 0), z_mid, z_hi)
         w_loc = root_in_log_w(lambda w: s(w) + E0, l_sign, l_lo, l_hi)
         # invariant line w0 = 0: e² → A* if A* > 0, else e → 0
-        e_w0 = jnp.sign(e0) * math.sqrt(max(A_star, 0.0))
+        e_w0 = jnp.sign(e0) * jnp.sqrt(jnp.maximum(A_star, 0.0))
         e_inf = jnp.where(label == 0, e_glob, 0.0)
         w_inf = jnp.where(label == 0, w_glob, jnp.where(label == 1, w_loc, W_SADDLE))
         e_inf = jnp.where(w0 == 0, e_w0, e_inf)
@@ -304,8 +407,11 @@ class Canonical(Problem):
     def attractors(self):
         """Residuals vanishing on Γ* (logit error), on Γ_min (|e|, where (0, w) is a minimum) and at
         the saddle (distance)."""
-        f0_opt = math.log(self.p / (1 - self.p))
-        f1_opt = math.log((1 - self.q) / self.q)
+        p, q = floats(self.p, self.q)
+        if all_float((p, q)):
+            f0_opt, f1_opt = math.log(p / (1 - p)), math.log((1 - q) / q)
+        else:
+            f0_opt, f1_opt = _log(p) - jnp.log1p(-p), jnp.log1p(-q) - _log(q)
 
         def global_(theta):
             f0, f1 = self.logits(theta)

@@ -19,6 +19,7 @@ from popdyn import _validate
 from popdyn.exact import Chain, check_enumerable, expectation
 from popdyn.exact.enumeration import MAX_SEQUENCES
 from popdyn.problem import Problem, Theta
+from popdyn.tasks._leaves import leaf
 
 
 def _layernorm(x, g, b, eps=1e-5):
@@ -33,15 +34,16 @@ class Transformer(Problem):
     Parameters: ``e`` (d,) for V = 2 or ``E`` (V, d); ``pos`` (N, d); ``W_Q, W_K, W_V, W_O`` (d, d);
     ``W_1`` (4d, d); ``W_2`` (d, 4d); ``b`` () for V = 2 or (V,); untied heads add ``a`` (d,) / ``U``
     (V, d); ``layernorm=True`` adds gains/biases ``ln1_g … lnf_b``. Default init: GPT-2, N(0, 0.02²),
-    residual projections W_O, W_2 at 0.02/√2, biases 0 (§6.2).
+    residual projections W_O, W_2 at 0.02/√2, biases 0 (§6.2). init_std is a 0-d array leaf, like the chain (a new
+    value compiles nothing; problems of one shape stack and vmap); sizes and flags are static.
     """
 
     chain: Chain
+    init_std: Float[Array, ""]
     N: int = eqx.field(static=True)
     d: int = eqx.field(static=True)
     tie: bool = eqx.field(static=True)
     layernorm: bool = eqx.field(static=True)
-    init_std: float = eqx.field(static=True)
     chunk: int = eqx.field(static=True)
     max_sequences: int = eqx.field(static=True)
 
@@ -53,7 +55,7 @@ class Transformer(Problem):
         self.N = _validate.int_at_least("N", N, max(1, chain.order))
         self.d = _validate.int_at_least("d", d, 1)
         self.tie, self.layernorm = bool(tie), bool(layernorm)
-        self.init_std = _validate.positive("init_std", init_std)
+        self.init_std = leaf(_validate.positive("init_std", init_std))
         self.chunk = _validate.int_at_least("chunk", chunk, 1)
         self.max_sequences = _validate.int_at_least("max_sequences", max_sequences, 1)
         check_enumerable(chain.V, self.N, self.max_sequences)
