@@ -17,6 +17,7 @@ from jaxtyping import Array, Float, Int
 from popdyn import _validate
 from popdyn.exact.histograms import Histograms
 from popdyn.problem import Problem, Theta
+from popdyn.tasks._leaves import leaf
 from popdyn.tasks.decision_list.data import validate_lists, validate_perm, validate_sizes
 from popdyn.tasks.decision_list.reduced import is_column_structured, structured_total_loss
 
@@ -35,27 +36,29 @@ class DecisionList(Problem):
     θ = {"W", "V"} (``train="both"``, Theorem 2) or {"W"} with V = cP fixed (``train="W"``, Theorem 1).
     ``distribution`` is "distinct" (a uniform n-subset, the default) or "iid" — both [our choice], the
     paper's law being unknown (§2). ``init`` gives W₀ = 0 and V₀ = cP + U(−ε/2, ε/2) with ε = ``init_eps``.
+    c and init_eps are 0-d array leaves (a new value compiles nothing; problems of one list structure stack and
+    vmap); sizes, lists, perm and the flags are static.
     """
 
     table: Histograms
     list_pad: Int[Array, "L M"]
     perm_arr: Int[Array, " L"]
+    c: Float[Array, ""]
+    init_eps: Float[Array, ""]
     L: int = eqx.field(static=True)
     n: int = eqx.field(static=True)
     lists: tuple = eqx.field(static=True)
     perm: tuple = eqx.field(static=True)
     distribution: str = eqx.field(static=True)
-    c: float = eqx.field(static=True)
     train: str = eqx.field(static=True)
-    init_eps: float = eqx.field(static=True)
 
     def __init__(self, L: int, n: int, lists, perm, distribution: str = "distinct", c: float = 1.0,
                  train: str = "both", init_eps: float = 0.0, chunk: int = 8192):
         self.L, self.n, self.distribution = validate_sizes(L, n, distribution)
         self.lists, self.perm = validate_lists(lists, self.L), validate_perm(perm, self.L)
-        self.c = _validate.positive("c", c)
+        self.c = leaf(_validate.positive("c", c))
         self.train = _validate.choice("train", train, ("both", "W"))
-        self.init_eps = _validate.positive("init_eps", init_eps, allow_zero=True)
+        self.init_eps = leaf(_validate.positive("init_eps", init_eps, allow_zero=True))
         self.table = Histograms(self.L, self.n, distinct=self.distribution == "distinct", chunk=chunk)
         M = self.max_length
         pad = np.full((self.L, M), self.L, dtype=np.int32)  # index L = an always-absent token

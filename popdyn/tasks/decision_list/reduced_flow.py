@@ -16,6 +16,7 @@ from jaxtyping import Array, Float
 
 from popdyn import _validate
 from popdyn.problem import Problem, Theta
+from popdyn.tasks._leaves import leaf
 from popdyn.tasks.decision_list.classification import log_max_counts
 from popdyn.tasks.decision_list.data import validate_sizes
 from popdyn.tasks.decision_list.reduced import column_loss
@@ -27,12 +28,13 @@ def _key(m: int) -> str:
 
 class ReducedDecisionList(Problem):
     """θ = {"m1": (w_1, u), "m2": (w_1, w_2, u), …} for the list lengths in ``lengths`` (u absent when m = L);
-    loss = Σ_m ℒ_m(column), the loss of one column of each length (§3 C (F5) / the i.i.d. partition sum)."""
+    loss = Σ_m ℒ_m(column), the loss of one column of each length (§3 C (F5) / the i.i.d. partition sum).
+    c is a 0-d array leaf (a new value compiles nothing; problems of one shape stack and vmap); the rest is static."""
 
+    c: Float[Array, ""]
     L: int = eqx.field(static=True)
     n: int = eqx.field(static=True)
     lengths: tuple[int, ...] = eqx.field(static=True)
-    c: float = eqx.field(static=True)
     distribution: str = eqx.field(static=True)
 
     def __init__(self, L: int, n: int, lengths, c: float, distribution: str = "distinct"):
@@ -42,7 +44,7 @@ class ReducedDecisionList(Problem):
             raise ValueError(f"lengths={list(lengths)} is out of range: must be a non-empty set of list lengths in "
                              f"1..L={self.L}")
         self.lengths = tuple(sorted(set(lengths)))
-        self.c = _validate.positive("c", c)
+        self.c = leaf(_validate.positive("c", c))
 
     def column(self, theta: Theta, m: int) -> tuple[Float[Array, " m"], Float[Array, ""]]:
         """(w, ω) of the representative column of length m."""
