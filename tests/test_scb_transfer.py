@@ -28,7 +28,7 @@ def test_on_the_target_manifold_the_V_drift_is_order_one():
     red = Reduced2D.from_instance(SparseBigram(*random_instance(jax.random.PRNGKey(2), 6, 9, 3)))
     for aV in (-0.5, 0.0, 0.3):
         g = red.velocity({"alpha_V": np.float64(aV), "alpha_A": np.float64(1.0)})
-        assert float(g["alpha_V"]) == pytest.approx(red.qbar * (1 - aV), rel=1e-13)
+        assert float(g["alpha_V"]) == pytest.approx(float(red.qbar) * (1 - aV), rel=1e-13)
 
 
 def test_transfer_needs_matching_sizes():

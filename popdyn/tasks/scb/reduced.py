@@ -18,6 +18,7 @@ from jaxtyping import Array, Float
 
 from popdyn import _validate
 from popdyn.problem import Overlay, Problem, Theta
+from popdyn.tasks._leaves import all_float, floats, leaf
 from popdyn.tasks.scb.model import SparseBigram
 
 _ROUNDING = 1e-12
@@ -41,15 +42,18 @@ def _scalars(c, qbar, T, mu_sq) -> tuple[float, float, int, float]:
 
 
 class _Reduced(Problem):
-    """The scalars (c, q̄, T, ‖μ‖²) a reduced SCB system depends on (spec scb.md §4)."""
+    """The scalars (c, q̄, T, ‖μ‖²) a reduced SCB system depends on (spec scb.md §4). c, q̄ and ‖μ‖² are 0-d array
+    leaves (a new value compiles nothing; systems of one T stack and vmap); T is static. The closed forms for
+    reports (``L_star``, ``saddle()``, ``eigenvalues_at_minimum()``) are Python floats outside transformations."""
 
-    c: float = eqx.field(static=True)
-    qbar: float = eqx.field(static=True)
+    c: Float[Array, ""]
+    qbar: Float[Array, ""]
+    mu_sq: Float[Array, ""]
     T: int = eqx.field(static=True)
-    mu_sq: float = eqx.field(static=True)
 
     def __init__(self, c: float, qbar: float, T: int, mu_sq: float):
-        self.c, self.qbar, self.T, self.mu_sq = _scalars(c, qbar, T, mu_sq)
+        c, qbar, self.T, mu_sq = _scalars(c, qbar, T, mu_sq)
+        self.c, self.qbar, self.mu_sq = leaf(c), leaf(qbar), leaf(mu_sq)
 
     @classmethod
     def from_instance(cls, prob: SparseBigram):
@@ -66,7 +70,8 @@ class Reduced2D(_Reduced):
     @property
     def L_star(self) -> float:
         """L* = ½(1 − ‖μ‖² − q̄c) (§3)."""
-        return 0.5 * (1.0 - self.mu_sq - self.qbar * self.c)
+        c, qbar, mu_sq = floats(self.c, self.qbar, self.mu_sq)
+        return 0.5 * (1.0 - mu_sq - qbar * c)
 
     def loss(self, theta: Theta) -> Float[Array, ""]:
         """ℓ(α) = L* + (c/2)[(q̄ − 1/T)(1 − α_Vα_A)² + (1 − α_V)²/T]: the full loss on 𝓜 (§4)."""
@@ -96,14 +101,16 @@ class Reduced2D(_Reduced):
 
     def saddle(self) -> tuple[float, float]:
         """The saddle (0, −1/(Tq̄ − 1)) of the projected flow, det J = −c(q̄ − 1/T) < 0 (§4)."""
-        return 0.0, -1.0 / (self.T * self.qbar - 1.0)
+        (qbar,) = floats(self.qbar)
+        return 0.0, -1.0 / (self.T * qbar - 1.0)
 
     def eigenvalues_at_minimum(self) -> tuple[float, float]:
         """(λ_slow, λ_fast) of G^{-1}∇²ℓ at (1, 1): the roots of λ² − (q̄ + c)λ + c/T = 0 (§4); λ_slow via
         the product of the roots, free of cancellation."""
-        b = self.qbar + self.c
-        fast = 0.5 * (b + math.sqrt(b * b - 4.0 * self.c / self.T))
-        return self.c / (self.T * fast), fast
+        c, qbar = floats(self.c, self.qbar)
+        b = qbar + c
+        fast = 0.5 * (b + (math if all_float((c, qbar)) else jnp).sqrt(b * b - 4.0 * c / self.T))
+        return c / (self.T * fast), fast
 
     def attractors(self):
         """Distances to the minimum (1, 1) ("minimum") and to the saddle ("saddle") (§4)."""
