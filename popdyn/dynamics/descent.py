@@ -24,6 +24,7 @@ from jaxtyping import Array, Float
 from popdyn import _validate
 from popdyn.batching import apply_scales, as_batch, check_chunk_size, map_chunks, scale_tree
 from popdyn.dynamics import stopping
+from popdyn.dynamics.lanes import run_lanes
 from popdyn.dynamics.status import Status
 from popdyn.dynamics.trajectory import Trajectory, finish, frozen_scales
 from popdyn.problem import Problem, Theta
@@ -63,6 +64,8 @@ def gradient_descent(
     progress: bool = False,
     checkpoint: str | os.PathLike | None = None,
     until: Callable[[Theta], Array] | None = None,
+    lanes: int = 1024,
+    lane_steps: int = 64,
 ) -> Trajectory:
     """Run ``steps`` steps of GD (``optimizer=None``) or of an optax optimizer from θ0 (batched or not).
 
@@ -88,7 +91,11 @@ def gradient_descent(
     until(θ_k) ≤ 0: status REACHED, ``t_final`` = k exactly, θ frozen there. Status as for ``gradient_flow``.
 
     Batches run in chunks of ``chunk_size`` spread over all devices; ``checkpoint`` (a directory) saves each
-    finished chunk and resumes from them (``popdyn.batching.map_chunks``).
+    finished chunk and resumes from them (``popdyn.batching.map_chunks``). When only end points are recorded
+    (``record_every == steps``, no ``save_params`` or ``metrics``) and a chunk holds more than ``lanes`` points, it
+    runs through ``lanes`` vmapped lanes (``popdyn.dynamics.lanes``): a point stops at the first multiple of
+    ``lane_steps`` where it is steady, diverged or at its target, and its lane takes the next point; its record at
+    ``ts[1]`` is then that step.
     """
     steps = _validate.int_at_least("steps", steps, 1)
     momentum = _validate.positive("momentum", momentum, allow_zero=True)
@@ -119,10 +126,17 @@ def gradient_descent(
     opt = None if optimizer is None else _optimizer(optimizer, float(lrs[0]))
     lr_arr = jnp.asarray(lrs, dtype=jnp.result_type(float))
     keys = jax.random.split(jax.random.PRNGKey(seed), n)
-    hooks = (precondition, prox, gradient, metrics, until)
-    out = map_chunks(lambda b: _descend_batch(prob, *b, opt, hooks, cfg), (batch, lr_arr, keys),
-                     chunk_size, progress=progress, desc="gradient descent", checkpoint=checkpoint,
-                     depends_on=("gd", prob, opt, hooks, cfg))
+    gd = _GD(prob, opt, (precondition, prox, gradient, metrics, until), cfg)
+    lane_width = _validate.int_at_least("lanes", lanes, 1)
+    segment = _validate.int_at_least("lane_steps", lane_steps, 1)
+    if k == steps and not save_params and metrics is None and min(n, chunk_size or n) > lane_width:
+        run = lambda b: _descend_lanes(gd, *b, lane_width, segment)  # noqa: E731
+        how = ("lanes", lane_width, segment)
+    else:
+        run = lambda b: _descend_batch(gd, *b)  # noqa: E731
+        how = ("batch",)
+    out = map_chunks(run, (batch, lr_arr, keys), chunk_size, progress=progress, desc="gradient descent",
+                     checkpoint=checkpoint, depends_on=("gd", gd, how))
     return finish(prob, out, batched, saddle_tol, "step", rtol, atol)
 
 
@@ -166,22 +180,29 @@ class _DescentConfig:
     noise: float | tuple
 
 
-@eqx.filter_jit
-def _descend_batch(prob: Problem, batch: Theta, lrs, keys, opt, hooks, cfg: _DescentConfig) -> dict:
-    precondition, prox, gradient, metrics, until = hooks
-    scales = None if cfg.scales is None else dict(cfg.scales)
-    vg = jax.value_and_grad(prob.loss)
-    k, steps = cfg.record_every, cfg.steps
-    n_rec = steps // k
+class _GD(eqx.Module):
+    """One point's GD step, its noise-free direction (for the stopping rule) and its status bookkeeping; shared by
+    the recorded batch run and the lane run."""
 
-    def field(theta):  # the noise-free direction, −τ⊙P(∇L), for the stopping rule
-        g = jax.grad(prob.loss)(theta)
+    prob: Problem
+    opt: optax.GradientTransformation | None
+    hooks: tuple
+    cfg: _DescentConfig = eqx.field(static=True)
+
+    def field(self, theta):  # the noise-free direction, −τ⊙P(∇L), for the stopping rule
+        precondition = self.hooks[0]
+        g = jax.grad(self.prob.loss)(theta)
         return jax.tree_util.tree_map(jnp.negative, apply_scales(g if precondition is None else precondition(g),
-                                                                 scales))
+                                                                 self.scales()))
 
-    def direction(theta, key):
+    def scales(self):
+        return None if self.cfg.scales is None else dict(self.cfg.scales)
+
+    def direction(self, theta, key):
+        precondition, _, gradient, _, _ = self.hooks
+        cfg = self.cfg
         key, key_noise = jax.random.split(key)
-        d = jax.grad(prob.loss)(theta) if gradient is None else gradient(theta, key)
+        d = jax.grad(self.prob.loss)(theta) if gradient is None else gradient(theta, key)
         if precondition is not None:
             d = precondition(d)
         if cfg.noise:
@@ -195,52 +216,75 @@ def _descend_batch(prob: Problem, batch: Theta, lrs, keys, opt, hooks, cfg: _Des
             sig = tree.flatten_up_to(stds)
             d = jax.tree_util.tree_unflatten(
                 tree, [x + s_ * jax.random.normal(k_, x.shape, x.dtype) for x, s_, k_ in zip(leaves, sig, ks)])
-        return apply_scales(d, scales)
+        return apply_scales(d, self.scales())
 
-    def update(theta, state, lr, key):
-        new, state = _step(theta, state, lr, key)
+    def update(self, theta, state, lr, key):
+        prox = self.hooks[1]
+        g = self.direction(theta, key)
+        if self.opt is None and self.cfg.momentum:  # heavy ball: the state is the buffer b
+            state = jax.tree_util.tree_map(lambda b, d: self.cfg.momentum * b + d, state, g)
+            new = jax.tree_util.tree_map(lambda x, b: x - lr * b, theta, state)
+        elif self.opt is None:  # plain GD: no optimizer state
+            new = jax.tree_util.tree_map(lambda x, d: x - lr * d, theta, g)
+        else:
+            updates, state = self.opt.update(g, state, theta)
+            new = optax.apply_updates(theta, updates)
         return (new if prox is None else prox(new, lr)), state
 
-    def _step(theta, state, lr, key):
-        g = direction(theta, key)
-        if opt is None and cfg.momentum:  # heavy ball: the state is the buffer b
-            state = jax.tree_util.tree_map(lambda b, d: cfg.momentum * b + d, state, g)
-            return jax.tree_util.tree_map(lambda x, b: x - lr * b, theta, state), state
-        if opt is None:  # plain GD: no optimizer state
-            return jax.tree_util.tree_map(lambda x, d: x - lr * d, theta, g), state
-        updates, state = opt.update(g, state, theta)
-        return optax.apply_updates(theta, updates), state
+    def init_state(self, theta):
+        if self.opt is not None:
+            return self.opt.init(theta)
+        return jax.tree_util.tree_map(jnp.zeros_like, theta) if self.cfg.momentum else ()
 
-    def init_state(theta):
-        if opt is not None:
-            return opt.init(theta)
-        return jax.tree_util.tree_map(jnp.zeros_like, theta) if cfg.momentum else ()
+    def start_code(self, theta) -> Array:
+        """−2 when the target is met at step 0, else −1 (running). Codes: ≥ 0 a Status, −2 − k reached at step k."""
+        until = self.hooks[4]
+        hit = jnp.bool_(False) if until is None else until(theta) <= 0
+        return jnp.where(hit, jnp.int32(-2), jnp.int32(-1))
+
+    def step(self, carry, i, lr, key):
+        """Step i (θ_i → θ_{i+1}) unless the point is already frozen (diverged or reached its target)."""
+        until = self.hooks[4]
+        theta, state, bad = carry
+        new, new_state = self.update(theta, state, lr, jax.random.fold_in(key, i))
+        norm = optax.tree.norm(new)
+        blown = ~jnp.isfinite(norm) | (norm > self.cfg.diverge)
+        code = jnp.where(~jnp.isfinite(norm), int(Status.NAN), int(Status.DIVERGED))
+        if until is not None:  # a hit after step i (at θ_{i+1}) is the code −2 − (i + 1)
+            hit = jnp.isfinite(norm) & ~blown & (until(new) <= 0)
+            code = jnp.where(blown, code, -(i + 3))
+            blown = blown | hit
+        bad = jnp.where((bad == -1) & blown, code, bad).astype(jnp.int32)
+        keep = bad != -1  # frozen where it was once it diverged or reached the target
+        theta = jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), theta, new)
+        state = jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), state, new_state)
+        return theta, state, bad
+
+    def steady(self, theta, floor) -> Array:
+        cfg = self.cfg
+        return stopping.steady(self.field, theta, stopping.state_tol(theta, cfg.rtol, cfg.atol), floor, cfg.gtol)
+
+    def status(self, bad, finite, steady) -> Array:
+        return jnp.where(bad <= -2, int(Status.REACHED),
+                         jnp.where(bad >= 0, bad, jnp.where(~finite, int(Status.NAN),
+                                                            jnp.where(steady, int(Status.CONVERGED),
+                                                                      int(Status.MAX_STEPS)))))
+
+
+@eqx.filter_jit
+def _descend_batch(gd: _GD, batch: Theta, lrs, keys) -> dict:
+    cfg = gd.cfg
+    metrics = gd.hooks[3]
+    vg = jax.value_and_grad(gd.prob.loss)
+    k, steps = cfg.record_every, cfg.steps
+    n_rec = steps // k
 
     def run_one(theta, lr, key):
-        floor = stopping.speed_floor(optax.tree.norm(field(theta)))
-        start_hit = jnp.bool_(False) if until is None else until(theta) <= 0
-
-        def step(carry, i):
-            theta, state, bad = carry
-            new, new_state = update(theta, state, lr, jax.random.fold_in(key, i))
-            norm = optax.tree.norm(new)
-            blown = ~jnp.isfinite(norm) | (norm > cfg.diverge)
-            code = jnp.where(~jnp.isfinite(norm), int(Status.NAN), int(Status.DIVERGED))
-            if until is not None:  # a hit after step i (at θ_{i+1}) is the code −2 − (i + 1)
-                hit = jnp.isfinite(norm) & ~blown & (until(new) <= 0)
-                code = jnp.where(blown, code, -(i + 3))
-                blown = blown | hit
-            bad = jnp.where((bad == -1) & blown, code, bad).astype(jnp.int32)
-            keep = bad != -1  # frozen where it was once it diverged or reached the target
-            theta = jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), theta, new)
-            state = jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), state, new_state)
-            return (theta, state, bad), None
+        floor = stopping.speed_floor(optax.tree.norm(gd.field(theta)))
 
         def snapshot(theta):
             loss, g = vg(theta)
-            rec = {"loss": loss, "grad_norm": optax.tree.norm(g),
-                   "steady": stopping.steady(field, theta, stopping.state_tol(theta, cfg.rtol, cfg.atol), floor,
-                                             cfg.gtol)}
+            rec = {"loss": loss, "grad_norm": optax.tree.norm(g), "steady": gd.steady(theta, floor)}
             if cfg.save_params:
                 rec["params"] = theta
             if metrics is not None:
@@ -248,12 +292,11 @@ def _descend_batch(prob: Problem, batch: Theta, lrs, keys, opt, hooks, cfg: _Des
             return rec
 
         def block(carry, b):
-            carry, _ = jax.lax.scan(step, carry, b * k + jnp.arange(k))
+            carry, _ = jax.lax.scan(lambda c, i: (gd.step(c, i, lr, key), None), carry, b * k + jnp.arange(k))
             return carry, snapshot(carry[0])
 
-        state0 = init_state(theta)
-        bad0 = jnp.where(start_hit, jnp.int32(-2), jnp.int32(-1))  # reached at step 0: the code −2 − 0
-        (final, _, bad), recs = jax.lax.scan(block, (theta, state0, bad0), jnp.arange(n_rec))
+        (final, _, bad), recs = jax.lax.scan(block, (theta, gd.init_state(theta), gd.start_code(theta)),
+                                             jnp.arange(n_rec))
         recs = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), snapshot(theta), recs)
         ts = jnp.arange(n_rec + 1, dtype=jnp.result_type(float)) * k
         gn, below = recs["grad_norm"], recs.pop("steady")
@@ -261,16 +304,58 @@ def _descend_batch(prob: Problem, batch: Theta, lrs, keys, opt, hooks, cfg: _Des
         finite = jnp.isfinite(recs["loss"][-1]) & jnp.isfinite(gn[-1])
         reached = bad <= -2
         hit_step = (-bad - 2).astype(ts.dtype)
-        status = jnp.where(
-            reached, int(Status.REACHED),
-            jnp.where(bad >= 0, bad,
-                      jnp.where(~finite, int(Status.NAN),
-                                jnp.where(below[-1], int(Status.CONVERGED), int(Status.MAX_STEPS)))),
-        )
         return {
-            "final": final, "status": status, "t_final": jnp.where(reached, hit_step, first), "ts": ts,
-            "loss": recs["loss"], "grad_norm": gn, "params": recs.get("params"), "metrics": recs.get("metrics"),
-            "n_steps": jnp.where(reached, hit_step, steps).astype(jnp.int32),
+            "final": final, "status": gd.status(bad, finite, below[-1]), "t_final": jnp.where(reached, hit_step, first),
+            "ts": ts, "loss": recs["loss"], "grad_norm": gn, "params": recs.get("params"),
+            "metrics": recs.get("metrics"), "n_steps": jnp.where(reached, hit_step, steps).astype(jnp.int32),
         }
 
     return jax.vmap(run_one)(batch, lrs, keys)
+
+
+@eqx.filter_jit
+def _descend_lanes(gd: _GD, batch: Theta, lrs, keys, width: int, segment: int) -> dict:
+    """End points only, through ``width`` lanes of ``segment`` steps: a point stops at the first segment end where it
+    is steady (or diverged, or reached its target) and frees its lane."""
+    steps = gd.cfg.steps
+    vg = jax.value_and_grad(gd.prob.loss)
+
+    def start(point):
+        theta, lr, key = point
+        return {"theta": theta, "state": gd.init_state(theta), "bad": gd.start_code(theta), "lr": lr, "key": key,
+                "floor": stopping.speed_floor(optax.tree.norm(gd.field(theta))), "k": jnp.int32(0),
+                "seg": jnp.int32(0), "code": jnp.int32(-1)}
+
+    def advance(lane):
+        def body(c, i):
+            return jax.lax.cond(i < steps, lambda: gd.step(c, i, lane["lr"], lane["key"]), lambda: c), None
+
+        running = (lane["code"] == -1) & (lane["bad"] == -1)
+        (theta, state, bad), _ = jax.lax.scan(body, (lane["theta"], lane["state"], lane["bad"]),
+                                              lane["k"] + jnp.arange(segment))
+        k = jnp.minimum(lane["k"] + segment, steps)
+        loss, g = vg(theta)
+        finite = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(g))
+        steady = gd.steady(theta, lane["floor"])
+        code = gd.status(bad, finite, steady)
+        code = jnp.where((code == int(Status.MAX_STEPS)) & (k < steps), -1, code)
+        new = lane | {"theta": theta, "state": state, "bad": bad, "k": k, "seg": k - lane["k"],
+                      "code": code.astype(jnp.int32)}
+        done = lane | {"seg": jnp.int32(0), "code": gd.status(lane["bad"], jnp.bool_(True), jnp.bool_(False))
+                       .astype(jnp.int32)}
+        return jax.tree_util.tree_map(lambda a, b: jnp.where(running, a, b), new, done)
+
+    out, _ = run_lanes(start, advance, lambda lane: lane["code"] != -1, lambda lane: lane["seg"],
+                       (batch, lrs, keys), width)
+
+    def package(theta0, lane):
+        loss0, g0 = vg(theta0)
+        loss1, g1 = vg(lane["theta"])
+        reached = lane["bad"] <= -2
+        stop = jnp.where(reached, -lane["bad"] - 2, lane["k"]).astype(jnp.result_type(float))
+        return {"final": lane["theta"], "status": lane["code"], "t_final": stop,
+                "ts": jnp.stack([jnp.zeros_like(stop), stop]), "loss": jnp.stack([loss0, loss1]),
+                "grad_norm": jnp.stack([optax.tree.norm(g0), optax.tree.norm(g1)]), "params": None, "metrics": None,
+                "n_steps": stop.astype(jnp.int32)}
+
+    return jax.vmap(package)(batch, out)

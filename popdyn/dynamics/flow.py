@@ -24,6 +24,7 @@ from jaxtyping import Array, Float
 from popdyn import _validate
 from popdyn.batching import apply_scales, as_batch, check_chunk_size, map_chunks, scale_tree
 from popdyn.dynamics import stopping
+from popdyn.dynamics.lanes import run_lanes
 from popdyn.dynamics.status import Status, finite_tree
 from popdyn.dynamics.trajectory import Trajectory, finish, frozen_scales
 from popdyn.problem import Problem, Theta
@@ -72,6 +73,8 @@ def gradient_flow(
     progress: bool = False,
     checkpoint: str | os.PathLike | None = None,
     until: Callable[[Theta], Array] | None = None,
+    lanes: int = 1024,
+    lane_steps: int = 64,
 ) -> Trajectory:
     """Integrate θ̇ = −τ ⊙ P(∇L(θ)) from θ0 (one point, or a batch on a leading axis) up to ``t1``; P is
     ``precondition``, a gradient → direction map (default: the identity).
@@ -92,7 +95,10 @@ def gradient_flow(
     126/256 points unfinished at t = 1e4 with the I controller, 0/256 with PI, ≤ 160 steps each).
 
     Batches run in chunks of ``chunk_size`` spread over all devices; ``checkpoint`` (a directory) saves each
-    finished chunk and resumes from them (``popdyn.batching.map_chunks``).
+    finished chunk and resumes from them (``popdyn.batching.map_chunks``). When only end points are asked for
+    (``ts=None``, no ``save_params``) and a chunk holds more than ``lanes`` points, it runs through ``lanes``
+    vmapped lanes of ``lane_steps`` solver steps: a finished point frees its lane for the next one
+    (``popdyn.dynamics.lanes``; a point's solve restarts its step-size controller every ``lane_steps`` steps).
     """
     t1 = _validate.positive("t1", t1)
     for name, v in (("rtol", rtol), ("atol", atol), ("diverge", diverge)):
@@ -111,12 +117,21 @@ def gradient_flow(
     )
     if until is not None and not callable(until):
         raise ValueError(f"until={until!r} is invalid: must be a function θ -> real (reached when <= 0)")
+    lane_width = _validate.int_at_least("lanes", lanes, 1)
+    segment = _validate.int_at_least("lane_steps", lane_steps, 1)
     batch, batched = as_batch(prob, theta0)
     solver_ = _solver(solver)
-    horizon = (jnp.asarray(t1, dtype=jnp.result_type(float)), jnp.asarray(times, dtype=jnp.result_type(float)))
-    out = map_chunks(lambda b: _solve_batch(prob, b, *horizon, solver_, precondition, until, cfg), batch,
-                     chunk_size, progress=progress, desc="gradient flow", checkpoint=checkpoint,
-                     depends_on=("flow", prob, solver_, precondition, until, cfg, t1, times))
+    pieces = _Pieces(prob, precondition, until, cfg)
+    t1_ = jnp.asarray(t1, dtype=jnp.result_type(float))
+    n = jax.tree_util.tree_leaves(batch)[0].shape[0]
+    if ts is None and not save_params and min(n, chunk_size or n) > lane_width:
+        run = lambda b: _solve_lanes(pieces, b, t1_, solver_, lane_width, segment)  # noqa: E731
+        how = ("lanes", lane_width, segment)
+    else:
+        run = lambda b: _solve_batch(pieces, b, t1_, jnp.asarray(times, dtype=t1_.dtype), solver_)  # noqa: E731
+        how = ("batch",)
+    out = map_chunks(run, batch, chunk_size, progress=progress, desc="gradient flow", checkpoint=checkpoint,
+                     depends_on=("flow", prob, solver_, precondition, until, cfg, t1, times, how))
     return finish(prob, out, batched, saddle_tol, "time", rtol, atol)
 
 
@@ -136,28 +151,74 @@ class _FlowConfig:
     scales: tuple | None
 
 
-@eqx.filter_jit
-def _solve_batch(prob: Problem, batch: Theta, t1: Array, times: Float[Array, " K"], solver, precondition, until,
-                 cfg: _FlowConfig) -> dict:
-    scales = None if cfg.scales is None else dict(cfg.scales)
-    vg = jax.value_and_grad(prob.loss)
+class _Pieces(eqx.Module):
+    """The vector field, stopping events and controller of a flow run, shared by the batch and lane solvers."""
 
-    def field(t, y, args):
-        g = jax.grad(prob.loss)(y)
-        if precondition is not None:
-            g = precondition(g)
+    prob: Problem
+    precondition: Callable | None
+    until: Callable | None
+    cfg: _FlowConfig = eqx.field(static=True)
+
+    def field(self, t, y, args):
+        g = jax.grad(self.prob.loss)(y)
+        if self.precondition is not None:
+            g = self.precondition(g)
+        scales = None if self.cfg.scales is None else dict(self.cfg.scales)
         return jax.tree_util.tree_map(jnp.negative, apply_scales(g, scales))
 
-    def steady(t, y, args, **kwargs):  # args: the speed floor of this point
-        return stopping.steady(lambda z: field(t, z, None), y, stopping.state_tol(y, cfg.rtol, cfg.atol), args,
-                               cfg.gtol)
+    def floor(self, y0: Theta) -> Array:
+        return stopping.speed_floor(optax.tree.norm(self.field(0.0, y0, None)))
 
-    def blowup(t, y, args, **kwargs):
-        n = optax.tree.norm(y)
-        return (n > cfg.diverge) | ~jnp.isfinite(n)
+    def event(self) -> diffrax.Event:
+        cfg = self.cfg
 
-    def target(t, y, args, **kwargs):
-        return jnp.asarray(until(y), dtype=t1.dtype)
+        def steady(t, y, args, **kwargs):  # args: the speed floor of this point
+            return stopping.steady(lambda z: self.field(t, z, None), y, stopping.state_tol(y, cfg.rtol, cfg.atol),
+                                   args, cfg.gtol)
+
+        def blowup(t, y, args, **kwargs):
+            n = optax.tree.norm(y)
+            return (n > cfg.diverge) | ~jnp.isfinite(n)
+
+        def target(t, y, args, **kwargs):
+            return jnp.asarray(self.until(y), dtype=jnp.result_type(t, float))
+
+        if self.until is None:
+            return diffrax.Event((steady, blowup))
+        return diffrax.Event((steady, blowup, target), root_finder=optx.Newton(rtol=cfg.rtol * 1e-2,
+                                                                                atol=cfg.atol * 1e-2))
+
+    def solve(self, solver, y0, t0, t1, floor, saveat, max_steps: int):
+        cfg = self.cfg
+        return diffrax.diffeqsolve(
+            diffrax.ODETerm(self.field), solver, t0=t0, t1=t1, dt0=None, y0=y0, args=floor, saveat=saveat,
+            stepsize_controller=diffrax.PIDController(rtol=cfg.rtol, atol=cfg.atol, pcoeff=cfg.pcoeff,
+                                                      icoeff=cfg.icoeff),
+            event=self.event(), max_steps=max_steps, throw=False,
+        )
+
+    def at_start(self, y0) -> Array:
+        return jnp.bool_(False) if self.until is None else jnp.asarray(self.until(y0) <= 0)
+
+    def status(self, sol, final, at_start, running_code: int) -> Array:
+        """The status code after a solve; ``running_code`` where it stopped at its step budget."""
+        hit_steady, hit_blowup, *hit_target = sol.event_mask
+        fired = sol.result == diffrax.RESULTS.event_occurred
+        finite = finite_tree(*jax.tree_util.tree_leaves(final), self.prob.loss(final))
+        hit = at_start | (fired & hit_target[0]) if self.until is not None else at_start
+        return jnp.select(
+            [~finite, hit, fired & hit_steady, fired & hit_blowup, sol.result == diffrax.RESULTS.successful,
+             sol.result == diffrax.RESULTS.max_steps_reached],
+            [int(Status.NAN), int(Status.REACHED), int(Status.CONVERGED), int(Status.DIVERGED), int(Status.MAX_STEPS),
+             running_code],
+            default=int(Status.SOLVER_FAILED),
+        )
+
+
+@eqx.filter_jit
+def _solve_batch(pieces: _Pieces, batch: Theta, t1: Array, times: Float[Array, " K"], solver) -> dict:
+    cfg = pieces.cfg
+    vg = jax.value_and_grad(pieces.prob.loss)
 
     def record(t, y, args):
         loss, g = vg(y)
@@ -166,44 +227,65 @@ def _solve_batch(prob: Problem, batch: Theta, t1: Array, times: Float[Array, " K
             out["params"] = y
         return out
 
-    saveat = diffrax.SaveAt(
-        subs=[diffrax.SubSaveAt(t1=True), diffrax.SubSaveAt(ts=times, fn=record)]
-    )
-
-    conds = (steady, blowup) if until is None else (steady, blowup, target)
-    event = diffrax.Event(conds, root_finder=None if until is None else optx.Newton(rtol=cfg.rtol * 1e-2,
-                                                                                    atol=cfg.atol * 1e-2))
+    saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(t1=True), diffrax.SubSaveAt(ts=times, fn=record)])
 
     def solve_one(y0):
-        floor = stopping.speed_floor(optax.tree.norm(field(0.0, y0, None)))
-        sol = diffrax.diffeqsolve(
-            diffrax.ODETerm(field), solver, t0=0.0, t1=t1, dt0=None, y0=y0, args=floor, saveat=saveat,
-            stepsize_controller=diffrax.PIDController(rtol=cfg.rtol, atol=cfg.atol, pcoeff=cfg.pcoeff,
-                                                      icoeff=cfg.icoeff),
-            event=event, max_steps=cfg.max_steps, throw=False,
-        )
+        sol = pieces.solve(solver, y0, 0.0, t1, pieces.floor(y0), saveat, cfg.max_steps)
         final = jax.tree_util.tree_map(lambda x: x[0], sol.ys[0])
         rec_t = sol.ts[1]
         reached = jnp.isfinite(rec_t)  # diffrax pads records after an early stop with inf
         recs = jax.tree_util.tree_map(
             lambda x: jnp.where(reached.reshape((-1,) + (1,) * (x.ndim - 1)), x, jnp.nan), sol.ys[1]
         )
-        hit_steady, hit_blowup, *hit_target = sol.event_mask
-        fired = sol.result == diffrax.RESULTS.event_occurred
-        finite = finite_tree(*jax.tree_util.tree_leaves(final), prob.loss(final))
-        at_start = jnp.bool_(False) if until is None else jnp.asarray(until(y0) <= 0)
-        hit = at_start | (fired & hit_target[0]) if until is not None else at_start
+        at_start = pieces.at_start(y0)
+        status = pieces.status(sol, final, at_start, int(Status.MAX_STEPS))
         final = jax.tree_util.tree_map(lambda a, b: jnp.where(at_start, a, b), y0, final)
-        status = jnp.select(
-            [~finite, hit, fired & hit_steady, fired & hit_blowup,
-             (sol.result == diffrax.RESULTS.successful) | (sol.result == diffrax.RESULTS.max_steps_reached)],
-            [int(Status.NAN), int(Status.REACHED), int(Status.CONVERGED), int(Status.DIVERGED), int(Status.MAX_STEPS)],
-            default=int(Status.SOLVER_FAILED),
-        )
         return {
-            "final": final, "status": status, "t_final": jnp.where(at_start, 0.0, sol.ts[0][0]), "ts": jnp.where(reached, rec_t, jnp.nan),
-            "loss": recs["loss"], "grad_norm": recs["grad_norm"], "params": recs.get("params"),
-            "n_steps": sol.stats["num_steps"],
+            "final": final, "status": status, "t_final": jnp.where(at_start, 0.0, sol.ts[0][0]),
+            "ts": jnp.where(reached, rec_t, jnp.nan), "loss": recs["loss"], "grad_norm": recs["grad_norm"],
+            "params": recs.get("params"), "n_steps": sol.stats["num_steps"],
         }
 
     return jax.vmap(solve_one)(batch)
+
+
+@eqx.filter_jit
+def _solve_lanes(pieces: _Pieces, batch: Theta, t1: Array, solver, width: int, segment: int) -> dict:
+    """End points only (no records between 0 and t1), through ``width`` lanes of ``segment`` solver steps each."""
+    cfg = pieces.cfg
+    vg = jax.value_and_grad(pieces.prob.loss)
+    running = -1
+
+    def start(y0):
+        at_start = pieces.at_start(y0)
+        return {"y": y0, "t": jnp.zeros((), t1.dtype), "floor": pieces.floor(y0), "steps": jnp.int32(0),
+                "seg": jnp.int32(0), "code": jnp.where(at_start, int(Status.REACHED), running).astype(jnp.int32)}
+
+    def advance(lane):
+        sol = pieces.solve(solver, lane["y"], lane["t"], t1, lane["floor"], diffrax.SaveAt(t1=True), segment)
+        y = jax.tree_util.tree_map(lambda x: x[0], sol.ys)
+        seg = jnp.asarray(sol.stats["num_steps"]).astype(jnp.int32)
+        steps = lane["steps"] + seg
+        code = pieces.status(sol, y, jnp.bool_(False), running)
+        code = jnp.where((code == running) & (steps >= cfg.max_steps), int(Status.MAX_STEPS), code)
+        new = {"y": y, "t": sol.ts[0], "floor": lane["floor"], "steps": steps, "seg": seg,
+               "code": code.astype(jnp.int32)}
+        return jax.tree_util.tree_map(lambda a, b: jnp.where(lane["code"] == running, a, b), new,
+                                      lane | {"seg": jnp.int32(0)})
+
+    out, _ = run_lanes(start, advance, lambda lane: lane["code"] != running, lambda lane: lane["seg"], batch,
+                             width)
+
+    def package(y0, lane):
+        loss0, g0 = vg(y0)
+        loss1, g1 = vg(lane["y"])
+        at_t1 = lane["code"] == int(Status.MAX_STEPS)
+        at_t1 = at_t1 & (lane["t"] >= t1)
+        nan = jnp.full((), jnp.nan, loss0.dtype)
+        return {"final": lane["y"], "status": lane["code"], "t_final": lane["t"],
+                "ts": jnp.stack([jnp.zeros((), t1.dtype), jnp.where(at_t1, t1, nan)]),
+                "loss": jnp.stack([loss0, jnp.where(at_t1, loss1, nan)]),
+                "grad_norm": jnp.stack([optax.tree.norm(g0), jnp.where(at_t1, optax.tree.norm(g1), nan)]),
+                "params": None, "n_steps": lane["steps"]}
+
+    return jax.vmap(package)(batch, out)
