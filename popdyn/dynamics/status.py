@@ -11,9 +11,10 @@ from jaxtyping import Array, Bool, Int
 class Status(enum.IntEnum):
     """Outcome of one initialisation. Nothing is ever dropped: every point gets exactly one code.
 
-    CONVERGED: ‖∇L‖ fell below ``gtol`` at a point whose Hessian has no negative eigenvalue.
-    SADDLE: ‖∇L‖ < gtol, but the Hessian has a negative eigenvalue (λ_min < −saddle_tol).
-    MAX_STEPS: the budget (t1, max_steps or GD steps) ran out before ‖∇L‖ < gtol.
+    CONVERGED: the point became steady (the scale-aware rule of ``popdyn.dynamics.stopping``, or ‖∇L‖ < ``gtol``
+    when given) where the Hessian has no negative eigenvalue.
+    SADDLE: steady, but the Hessian has a negative eigenvalue (λ_min < −saddle_tol·max(1, |λ_max|)).
+    MAX_STEPS: the budget (t1, max_steps or GD steps) ran out before the point was steady.
     DIVERGED: ‖θ‖ exceeded the divergence bound.
     NAN: the loss, gradient or parameters became NaN/inf.
     SOLVER_FAILED: the ODE solver stopped for another reason (e.g. step size collapse).
