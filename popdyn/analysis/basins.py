@@ -253,25 +253,11 @@ def basin_fractions(
                           status=np.asarray(traj.status), final=final)
 
 
-def basin_map(
-    prob: Problem,
-    grid: Grid,
-    method: str = "flow",
-    *,
-    t1: float = 1e4,
-    lr: float = 0.1,
-    steps: int = 2000,
-    tol: float = 1e-3,
-    use_theory: bool = True,
-    features: str | Callable[[Theta], jax.Array] = "level",
-    cluster_radius: float = 1e-2,
-    chunk_size: int | None = 16384,
-    progress: bool = False,
-    checkpoint: str | os.PathLike | None = None,
-    **dynamics_kwargs,
-) -> BasinMap:
+def basin_map(prob: Problem, grid: Grid, method: str = "flow", **options) -> BasinMap:
     """Label every initialisation of ``grid`` (a 2-D slice through any two coordinates of θ) by the attractor it
-    reaches: ``basin_fractions`` on ``grid.points(prob)``, every per-point array shaped like the grid.
+    reaches: ``basin_fractions(prob, grid.points(prob), method, **options)`` (same options: t1, lr, steps, tol,
+    use_theory, features, cluster_radius, chunk_size, progress, checkpoint and those of the dynamics), every
+    per-point array shaped like the grid.
 
     The grid runs in chunks of ``chunk_size`` points, each spread over all of ``jax.devices()`` (several
     hosts: call ``jax.distributed.initialize()`` first). ``checkpoint`` names a directory where each
@@ -282,10 +268,9 @@ def basin_map(
     """
     if not isinstance(grid, Grid):
         raise ValueError(f"grid={grid!r} is invalid: must be a popdyn.Grid")
-    _check(method, tol, cluster_radius, features, chunk_size)
-    bf = basin_fractions(prob, grid.points(prob), method, t1=t1, lr=lr, steps=steps, tol=tol, use_theory=use_theory,
-                         features=features, cluster_radius=cluster_radius, chunk_size=chunk_size, progress=progress,
-                         checkpoint=checkpoint, **dynamics_kwargs)
+    if "seed" in options:
+        raise ValueError("seed is not an option of basin_map: its initialisations are the grid's points")
+    bf = basin_fractions(prob, grid.points(prob), method, **options)
     shape = grid.shape
     final = jax.tree_util.tree_map(lambda v: v.reshape(shape + v.shape[1:]), bf.final)
     return BasinMap(method=method, labels=bf.labels.reshape(shape), attractors=bf.attractors,
