@@ -210,16 +210,17 @@ class Canonical(Problem):
     def profiled_logits(self, A: Float[Array, ""]) -> tuple[Float[Array, ""], Float[Array, ""]]:
         """(f0*, f1*) at gap A: f0* = ln u, u the positive root of qK u² + (q−p)u − p = 0, K = e^A, and
         f1* = f0* + A (§2.2). Evaluated in log space (logaddexp), each in the branch where it needs no
-        cancellation against A, so both are accurate for every real A. Both branches are evaluated and
-        selected by p > q (traceable in p, q); each takes a safe argument off its side, so gradients stay finite."""
+        cancellation against A, so both are accurate for every real A: with
+        Z = ln(|p−q| + sqrt((p−q)² + 4pqK)), f1* = Z − ln 2q if p > q, else f0* = ln 2p − Z. Z is shared, and the
+        branch is a jnp.where on p > q (traceable in p, q, so problems vmap; one Z per point either way)."""
         p, q = self.p, self.q
         log_p, log_q = _log(p), _log(q)
         log_4pq = math.log(4.0) + log_p + log_q  # no underflow of 4pq for tiny p, q
         p_big, q_big, log_gap = _order_and_log_gap(p, q)
-        ld = jnp.where(p_big, log_gap, 0.0)
-        f1 = jnp.logaddexp(ld, 0.5 * jnp.logaddexp(2.0 * ld, log_4pq + A)) - (math.log(2.0) + log_q)
-        ld = jnp.where(q_big, log_gap, -jnp.inf)
-        f0 = (math.log(2.0) + log_p) - jnp.logaddexp(ld, 0.5 * jnp.logaddexp(2.0 * ld, log_4pq + A))
+        ld = jnp.where(p_big | q_big, log_gap, -jnp.inf)  # ln|p − q|, −inf at p = q
+        Z = jnp.logaddexp(ld, 0.5 * jnp.logaddexp(2.0 * ld, log_4pq + A))
+        f1 = Z - (math.log(2.0) + log_q)
+        f0 = (math.log(2.0) + log_p) - Z
         return jnp.where(p_big, f1 - A, f0), jnp.where(p_big, f1, f0 + A)
 
     def profiled_f0(self, A: Float[Array, ""]) -> Float[Array, ""]:
