@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
@@ -99,6 +100,32 @@ def _pis(p, q):
     p_s, q_s = _scaled(p), _scaled(q)
     p, q = jnp.where(sub, 0.5, p), jnp.where(sub, 0.5, q)
     return jnp.where(sub, q_s / (p_s + q_s), q / (p + q)), jnp.where(sub, p_s / (p_s + q_s), p / (p + q))
+
+
+class _Terms(NamedTuple):
+    """The numbers of the (p, q) chain the loss uses, exact also for subnormal p, q."""
+
+    p_big: Array  # p > q
+    ld: Array  # ln|p − q|, −inf at p = q
+    two_ld: Array  # 2 ln|p − q|
+    log_4pq: Array  # ln 4pq without underflow of 4pq for tiny p, q
+    log_2p: Array
+    log_2q: Array
+    pi0: Array
+    pi1: Array
+    one_minus_p: Array
+    one_minus_q: Array
+
+
+@jax.jit
+def _chain_terms(p, q) -> _Terms:
+    """``_Terms`` of the (p, q) chain, in one compiled call: an eager loss evaluation dispatches these scalar steps
+    once instead of one by one, and under jit it is inlined."""
+    p_big, q_big, log_gap = _order_and_log_gap(p, q)
+    ld = jnp.where(p_big | q_big, log_gap, -jnp.inf)
+    log_p, log_q = _log(p), _log(q)
+    return _Terms(p_big, ld, 2.0 * ld, math.log(4.0) + log_p + log_q, math.log(2.0) + log_p, math.log(2.0) + log_q,
+                  *_pis(p, q), 1.0 - p, 1.0 - q)
 
 
 def _h(t):
@@ -213,15 +240,11 @@ class Canonical(Problem):
         cancellation against A, so both are accurate for every real A: with
         Z = ln(|p−q| + sqrt((p−q)² + 4pqK)), f1* = Z − ln 2q if p > q, else f0* = ln 2p − Z. Z is shared, and the
         branch is a jnp.where on p > q (traceable in p, q, so problems vmap; one Z per point either way)."""
-        p, q = self.p, self.q
-        log_p, log_q = _log(p), _log(q)
-        log_4pq = math.log(4.0) + log_p + log_q  # no underflow of 4pq for tiny p, q
-        p_big, q_big, log_gap = _order_and_log_gap(p, q)
-        ld = jnp.where(p_big | q_big, log_gap, -jnp.inf)  # ln|p − q|, −inf at p = q
-        Z = jnp.logaddexp(ld, 0.5 * jnp.logaddexp(2.0 * ld, log_4pq + A))
-        f1 = Z - (math.log(2.0) + log_q)
-        f0 = (math.log(2.0) + log_p) - Z
-        return jnp.where(p_big, f1 - A, f0), jnp.where(p_big, f1, f0 + A)
+        t = _chain_terms(self.p, self.q)
+        Z = jnp.logaddexp(t.ld, 0.5 * jnp.logaddexp(t.two_ld, t.log_4pq + A))
+        f1 = Z - t.log_2q
+        f0 = t.log_2p - Z
+        return jnp.where(t.p_big, f1 - A, f0), jnp.where(t.p_big, f1, f0 + A)
 
     def profiled_f0(self, A: Float[Array, ""]) -> Float[Array, ""]:
         """f0*(A), the optimal logit after a 0 at gap A (see ``profiled_logits``)."""
@@ -239,12 +262,12 @@ class Canonical(Problem):
 
     def _cross_entropy(self, f0, f1):
         ls = jax.nn.log_sigmoid
-        p, q = self.p, self.q
-        pi0, pi1 = _pis(p, q)
-        return -pi1 * ((1 - q) * ls(f1) + q * ls(-f1)) - pi0 * (p * ls(f0) + (1 - p) * ls(-f0))
+        p, q, t = self.p, self.q, _chain_terms(self.p, self.q)
+        return -t.pi1 * (t.one_minus_q * ls(f1) + q * ls(-f1)) - t.pi0 * (p * ls(f0) + t.one_minus_p * ls(-f0))
 
     def _slope(self, f1):
-        return _pis(self.p, self.q)[1] * (jax.nn.sigmoid(f1) - (1.0 - self.q))
+        t = _chain_terms(self.p, self.q)
+        return t.pi1 * (jax.nn.sigmoid(f1) - t.one_minus_q)
 
     def loss(self, theta: Theta) -> Float[Array, ""]:
         """Exact population cross-entropy (§3.2); profiled over b when ``bias="profiled"``, i.e. ℓ(c(w)e²)."""
