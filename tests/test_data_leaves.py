@@ -199,5 +199,7 @@ def test_fingerprints_tell_data_values_apart():
     assert fingerprint(Canonical(0.2, 0.3)) != fingerprint(Canonical(0.2, 0.35))
     assert fingerprint(Canonical(0.2, 0.3)) != fingerprint(Canonical(0.2, 0.3, init_std=0.02))
     assert fingerprint(Reduced2D(0.5, 0.6, 3, 0.4)) != fingerprint(Reduced2D(0.5, 0.6, 3, 0.41))
-    assert fingerprint(DecisionList(L, N_TOK, LISTS, PERM, c=1.0)) != fingerprint(DecisionList(L, N_TOK, LISTS, PERM, c=2.0))
-    assert fingerprint(ReducedDecisionList(L, N_TOK, (1,), 1.0)) != fingerprint(ReducedDecisionList(L, N_TOK, (1,), 1.5))
+    lists = [DecisionList(L, N_TOK, LISTS, PERM, c=c) for c in (1.0, 2.0)]
+    assert fingerprint(lists[0]) != fingerprint(lists[1])
+    reduced = [ReducedDecisionList(L, N_TOK, (1,), c) for c in (1.0, 1.5)]
+    assert fingerprint(reduced[0]) != fingerprint(reduced[1])

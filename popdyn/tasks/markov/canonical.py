@@ -94,7 +94,7 @@ def _order_and_log_gap(p, q):
 
 
 def _pis(p, q):
-    """(π0, π1) = (q, p)/(p+q) (jnp), finite also for subnormal p and q (then from ``_scaled``, not differentiated)."""
+    """(π0, π1) = (q, p)/(p+q) (jnp), finite also for subnormal p, q (then from ``_scaled``, not differentiated)."""
     p, q = jnp.asarray(p), jnp.asarray(q)
     sub = _subnormal(p)[0] | _subnormal(q)[0]
     p_s, q_s = _scaled(p), _scaled(q)
