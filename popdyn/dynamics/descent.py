@@ -85,9 +85,9 @@ def gradient_descent(
     ``prox`` (θ, η) → θ' runs after every step (proximal GD, e.g. ``L1Prox``). ``metrics`` θ → {name: scalar}
     is recorded with the loss (``Trajectory.metrics``): quantities along a run too large to keep θ for.
     ``time_scales`` multiplies each parameter block's direction (per-block learning rates). Records at
-    steps 0, k, 2k, …; ``t_final`` is the first recorded step where the point is steady (or ``steps``): by the
-    scale-aware rule of ``popdyn.dynamics.stopping`` with δ = atol + rtol‖θ‖ on the noise-free direction, or
-    ‖∇L‖ < ``gtol`` when given. With ``until`` (θ → real), a point stops at the first step k with
+    steps 0, k, 2k, …; the status comes from the scale-aware rule of ``popdyn.dynamics.stopping`` at the end point
+    (δ = atol + rtol‖θ‖ on the noise-free direction f), or ‖f‖ < ``gtol`` when given; ``t_final`` is the first
+    recorded step where ‖f‖ ≤ δ·R with δ and R (the curvature along f) taken at the end point (or ``steps``). With ``until`` (θ → real), a point stops at the first step k with
     until(θ_k) ≤ 0: status REACHED, ``t_final`` = k exactly, θ frozen there. Status as for ``gradient_flow``.
 
     Batches run in chunks of ``chunk_size`` spread over all devices; ``checkpoint`` (a directory) saves each
@@ -190,19 +190,25 @@ class _GD(eqx.Module):
     cfg: _DescentConfig = eqx.field(static=True)
 
     def field(self, theta):  # the noise-free direction, −τ⊙P(∇L), for the stopping rule
+        return self.field_from(jax.grad(self.prob.loss)(theta))
+
+    def field_from(self, g):
         precondition = self.hooks[0]
-        g = jax.grad(self.prob.loss)(theta)
         return jax.tree_util.tree_map(jnp.negative, apply_scales(g if precondition is None else precondition(g),
                                                                  self.scales()))
 
     def scales(self):
         return None if self.cfg.scales is None else dict(self.cfg.scales)
 
-    def direction(self, theta, key):
+    def direction(self, theta, key, g=None):
+        """d = P(∇L or the ``gradient`` hook) + noise, scaled; ``g`` is ∇L(θ) when the caller already has it."""
         precondition, _, gradient, _, _ = self.hooks
         cfg = self.cfg
         key, key_noise = jax.random.split(key)
-        d = jax.grad(self.prob.loss)(theta) if gradient is None else gradient(theta, key)
+        if gradient is not None:
+            d = gradient(theta, key)
+        else:
+            d = jax.grad(self.prob.loss)(theta) if g is None else g
         if precondition is not None:
             d = precondition(d)
         if cfg.noise:
@@ -218,9 +224,9 @@ class _GD(eqx.Module):
                 tree, [x + s_ * jax.random.normal(k_, x.shape, x.dtype) for x, s_, k_ in zip(leaves, sig, ks)])
         return apply_scales(d, self.scales())
 
-    def update(self, theta, state, lr, key):
+    def update(self, theta, state, lr, key, g=None):
         prox = self.hooks[1]
-        g = self.direction(theta, key)
+        g = self.direction(theta, key, g)
         if self.opt is None and self.cfg.momentum:  # heavy ball: the state is the buffer b
             state = jax.tree_util.tree_map(lambda b, d: self.cfg.momentum * b + d, state, g)
             new = jax.tree_util.tree_map(lambda x, b: x - lr * b, theta, state)
@@ -242,11 +248,17 @@ class _GD(eqx.Module):
         hit = jnp.bool_(False) if until is None else until(theta) <= 0
         return jnp.where(hit, jnp.int32(-2), jnp.int32(-1))
 
+    def carries_gradient(self) -> bool:
+        """Plain gradients (no ``gradient`` hook): each step's (L, ∇L) at the new point is carried to the next step
+        and to the records, so a step costs one value-and-gradient."""
+        return self.hooks[2] is None
+
     def step(self, carry, i, lr, key):
-        """Step i (θ_i → θ_{i+1}) unless the point is already frozen (diverged or reached its target)."""
+        """Step i (θ_i → θ_{i+1}) unless the point is already frozen (diverged or reached its target). The carry is
+        (θ, optimizer state, code) or, with ``carries_gradient``, (θ, state, code, (L(θ), ∇L(θ)))."""
         until = self.hooks[4]
-        theta, state, bad = carry
-        new, new_state = self.update(theta, state, lr, jax.random.fold_in(key, i))
+        theta, state, bad, *lg = carry
+        new, new_state = self.update(theta, state, lr, jax.random.fold_in(key, i), lg[0][1] if lg else None)
         norm = optax.tree.norm(new)
         blown = ~jnp.isfinite(norm) | (norm > self.cfg.diverge)
         code = jnp.where(~jnp.isfinite(norm), int(Status.NAN), int(Status.DIVERGED))
@@ -258,7 +270,10 @@ class _GD(eqx.Module):
         keep = bad != -1  # frozen where it was once it diverged or reached the target
         theta = jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), theta, new)
         state = jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), state, new_state)
-        return theta, state, bad
+        if not lg:
+            return theta, state, bad
+        return theta, state, bad, jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), lg[0],
+                                                         jax.value_and_grad(self.prob.loss)(new))
 
     def steady(self, theta, floor) -> Array:
         cfg = self.cfg
@@ -282,9 +297,11 @@ def _descend_batch(gd: _GD, batch: Theta, lrs, keys) -> dict:
     def run_one(theta, lr, key):
         floor = stopping.speed_floor(optax.tree.norm(gd.field(theta)))
 
-        def snapshot(theta):
-            loss, g = vg(theta)
-            rec = {"loss": loss, "grad_norm": optax.tree.norm(g), "steady": gd.steady(theta, floor)}
+        def snapshot(theta, lg):
+            loss, g = vg(theta) if lg is None else lg
+            gn = optax.tree.norm(g)
+            plain = gd.hooks[0] is None and cfg.scales is None  # then f = −∇L
+            rec = {"loss": loss, "grad_norm": gn, "speed": gn if plain else optax.tree.norm(gd.field_from(g))}
             if cfg.save_params:
                 rec["params"] = theta
             if metrics is not None:
@@ -292,14 +309,23 @@ def _descend_batch(gd: _GD, batch: Theta, lrs, keys) -> dict:
             return rec
 
         def block(carry, b):
-            carry, _ = jax.lax.scan(lambda c, i: (gd.step(c, i, lr, key), None), carry, b * k + jnp.arange(k))
-            return carry, snapshot(carry[0])
+            if k == 1:
+                carry = gd.step(carry, b, lr, key)
+            else:
+                carry, _ = jax.lax.scan(lambda c, i: (gd.step(c, i, lr, key), None), carry, b * k + jnp.arange(k))
+            return carry, snapshot(carry[0], carry[3] if len(carry) == 4 else None)
 
-        (final, _, bad), recs = jax.lax.scan(block, (theta, gd.init_state(theta), gd.start_code(theta)),
-                                             jnp.arange(n_rec))
-        recs = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), snapshot(theta), recs)
+        lg0 = vg(theta) if gd.carries_gradient() else None
+        carry0 = (theta, gd.init_state(theta), gd.start_code(theta)) + ((lg0,) if lg0 is not None else ())
+        (final, _, bad, *_), recs = jax.lax.scan(block, carry0, jnp.arange(n_rec))
+        recs = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), snapshot(theta, lg0), recs)
         ts = jnp.arange(n_rec + 1, dtype=jnp.result_type(float)) * k
-        gn, below = recs["grad_norm"], recs.pop("steady")
+        gn, speed = recs["grad_norm"], recs.pop("speed")
+        if cfg.gtol is not None:
+            below = speed < cfg.gtol
+        else:  # the rule with the curvature along f and δ at the end point: exact at the last record, one JVP a point
+            tol = stopping.state_tol(final, cfg.rtol, cfg.atol)
+            below = stopping.rule(speed, stopping.along(gd.field, final)[1], tol, floor)
         first = jnp.where(jnp.any(below), ts[jnp.argmax(below)], float(steps))
         finite = jnp.isfinite(recs["loss"][-1]) & jnp.isfinite(gn[-1])
         reached = bad <= -2

@@ -3,7 +3,7 @@
 
 With the flow's field f = −τ⊙P(∇L) and its Jacobian J, the quadratic model along f puts the nearest
 critical point at distance ‖f‖³/(−fᵀJf) = ‖f‖/R from θ (R the curvature along f). A point is steady when
-that distance is within the state tolerance δ = atol + rtol‖θ‖ — ‖f‖³ ≤ δ·(−fᵀJf) — or when ‖f‖ has fallen to round-off relative
+that distance is within the state tolerance δ = atol + rtol‖θ‖ — ‖f‖ ≤ δ·R — or when ‖f‖ has fallen to round-off relative
 to its start, ‖f‖ ≤ ROUNDOFF·ε·‖f(θ0)‖. Both are invariant under rescaling L, unlike ‖∇L‖ < gtol: a
 steep minimum is not missed because its gradient floor (curvature × solver error) sits above an
 absolute threshold, and a flat landscape is not called converged because its gradient is small.
@@ -30,16 +30,24 @@ def speed_floor(speed0: Float[Array, ""]) -> Float[Array, ""]:
     return ROUNDOFF * jnp.finfo(speed0.dtype).eps * speed0
 
 
-def steady(field: Callable[[Theta], Theta], y: Theta, tol: Float[Array, ""], floor: Float[Array, ""],
-           gtol: float | None = None) -> Bool[Array, ""]:
-    """The stopping rule at θ = ``y``: ‖f‖³ ≤ tol·(−fᵀJf) or ‖f‖ ≤ floor; with ``gtol`` the absolute ‖f‖ < gtol."""
-    if gtol is not None:
-        return optax.tree.norm(field(y)) < gtol
+def along(field: Callable[[Theta], Theta], y: Theta) -> tuple[Float[Array, ""], Float[Array, ""]]:
+    """(‖f‖, R) at θ = ``y``: the speed and the curvature along f, R = −fᵀJf/‖f‖² (one Jacobian-vector product)."""
     f, jf = jax.jvp(field, (y,), (field(y),))
     speed2 = optax.tree.vdot(f, f)
-    curvature = -optax.tree.vdot(f, jf)
-    speed = jnp.sqrt(speed2)
-    return (speed2 * speed <= tol * curvature) | (speed <= floor)
+    return jnp.sqrt(speed2), -optax.tree.vdot(f, jf) / jnp.maximum(speed2, jnp.finfo(speed2.dtype).tiny)
+
+
+def rule(speed: Array, curvature: Array, tol: Array, floor: Array) -> Bool[Array, "..."]:
+    """The rule from its parts: ‖f‖ ≤ tol·R (that is ‖f‖³ ≤ tol·(−fᵀJf)) or ‖f‖ ≤ floor."""
+    return (speed <= tol * curvature) | (speed <= floor)
+
+
+def steady(field: Callable[[Theta], Theta], y: Theta, tol: Float[Array, ""], floor: Float[Array, ""],
+           gtol: float | None = None) -> Bool[Array, ""]:
+    """The stopping rule at θ = ``y``; with ``gtol`` the absolute ‖f‖ < gtol instead."""
+    if gtol is not None:
+        return optax.tree.norm(field(y)) < gtol
+    return rule(*along(field, y), tol, floor)
 
 
 def state_tol(y: Theta, rtol: float, atol: float) -> Float[Array, ""]:
