@@ -294,6 +294,25 @@ def hand_gd(grad, steps: int, lr: float):
     return run
 
 
+def hand_gd_traced(prob, steps: int, lr: float):
+    """``hand_gd`` with ∇L = jax.grad(prob.loss) where the problem is an argument of the jitted function (its array
+    leaves, e.g. data p and q, are traced values, as in the engine's ``eqx.filter_jit(prob, …)``) instead of constants
+    closed over."""
+
+    @jax.jit
+    def run(pr, batch):
+        grad = jax.grad(pr.loss)
+
+        def one(theta):
+            def body(t, _):
+                g = grad(t)
+                return {k: t[k] - lr * g[k] for k in t}, None
+            return jax.lax.scan(body, theta, None, length=steps)[0]
+        return jax.vmap(one)(batch)
+
+    return lambda batch: run(prob, batch)
+
+
 def hand_gd_records(prob, steps: int, lr: float):
     """The same scan recording (L, ‖∇L‖) at steps 0..steps from the value_and_grad each step needs anyway (one
     more at the end point): the engine's ``record_every=1`` output, one gradient per step."""
@@ -451,17 +470,20 @@ def gd_replica(prob, steps: int, k: int, lr: float, *, rule: str, div=True, keye
 # ---------------------------------------------------------------------------------------------------------------
 # Flow kernels
 # ---------------------------------------------------------------------------------------------------------------
-def flow_replica(prob, grad, *, event="norm", blowup=True, saveat="t1", t1=1e4, times=None):
+def flow_replica(prob, grad, *, event="norm", blowup=True, saveat="t1", t1=1e4, times=None, traced=False):
     """jit(vmap(diffeqsolve)) of θ̇ = −∇L(θ) as popdyn's HEAD engine: Tsit5, PID(rtol, atol, 0.3, 0.4), dt0=None,
     throw=False. ``event``: "norm" (‖f‖ < atol + rtol‖θ‖, HEAD's steady state), "curvature" (field + jvp rule,
     per-point floor as args), "oracle" (t ≥ the per-point stop time passed as args: the same steps as the run that
     produced it, no field evaluation in the event), "none"; ``blowup`` adds ‖θ‖ > 1e8 or non-finite; ``saveat``
-    "t1" or "subs" (the engine's SubSaveAt(t1) + SubSaveAt(ts=times, fn=(L, ‖∇L‖))). Returns (end points, num_steps,
-    event time t_final)."""
+    "t1" or "subs" (the engine's SubSaveAt(t1) + SubSaveAt(ts=times, fn=(L, ‖∇L‖))); ``traced``: ∇L =
+    jax.grad(problem.loss) with the problem an argument of the jitted function (its data leaves traced, as the
+    engine's), ``grad`` unused. Returns (end points, num_steps, event time t_final)."""
     vg = jax.value_and_grad(prob.loss)
 
+    current = {"grad": grad}  # the gradient in use while tracing (the traced problem's, when ``traced``)
+
     def field(t, y, args):
-        return jax.tree_util.tree_map(jnp.negative, grad(y))
+        return jax.tree_util.tree_map(jnp.negative, current["grad"](y))
 
     def steady_norm(t, y, args, **kw):
         return optax.tree.norm(field(t, y, args)) < ATOL + RTOL * optax.tree.norm(y)
@@ -486,7 +508,9 @@ def flow_replica(prob, grad, *, event="norm", blowup=True, saveat="t1", t1=1e4, 
     times = jnp.asarray([0.0, t1] if times is None else times)
 
     @jax.jit
-    def run(batch, args):
+    def run_with(pr, batch, args):
+        if traced:
+            current["grad"] = jax.grad(pr.loss)
         sa = (diffrax.SaveAt(subs=[diffrax.SubSaveAt(t1=True), diffrax.SubSaveAt(ts=times, fn=record)])
               if saveat == "subs" else diffrax.SaveAt(t1=True))
 
@@ -501,6 +525,9 @@ def flow_replica(prob, grad, *, event="norm", blowup=True, saveat="t1", t1=1e4, 
             return jax.tree_util.tree_map(lambda x: x[0], ys), sol.stats["num_steps"], tt[0]
 
         return jax.vmap(one)(batch, args)
+
+    def run(batch, args):
+        return run_with(prob if traced else None, batch, args)
 
     return run
 
@@ -607,6 +634,10 @@ def gd_group(prob, theta0, args, rec_every: int, checks: list) -> dict:
         base_name = "hand_closed: scan, closed-form gradient"
         variants[base_name] = lambda: closed(batch)
         variants["hand_autodiff: scan, jax.grad(prob.loss)"] = lambda: auto(batch)
+        if jax.tree_util.tree_leaves(prob):  # data as array leaves: the cost of tracing them, as the engine does
+            traced = hand_gd_traced(prob, steps, lr)
+            info["traced_problem_vs_engine_maxdiff"] = maxdiff(traced(batch), traj.final)
+            variants["hand_autodiff, problem a traced argument (its data leaves traced)"] = lambda: traced(batch)
         ng = naive_grad(prob)
         if ng is not None:
             naive = hand_gd(ng, steps, lr)
@@ -695,6 +726,8 @@ def flow_group(prob, theta0, args, checks: list) -> dict:
         f"hand: Tsit5+PID, Event({rule} steady, blow-up), SaveAt(t1), jax.grad": (
             flow_replica(prob, g_auto, t1=t1, event=rule), dummy),
         "hand, closed-form gradient": (flow_replica(prob, g_closed, t1=t1, event=rule), dummy),
+        "hand, problem a traced argument (its data leaves traced, as the engine's)": (
+            flow_replica(prob, None, t1=t1, event=rule, traced=True), dummy),
         "hand + engine's record SaveAt (subs: t1, ts=[0, t1] fn)": (
             flow_replica(prob, g_auto, t1=t1, event=rule, saveat="subs"), dummy),
         "hand, no blow-up test": (flow_replica(prob, g_auto, t1=t1, event=rule, blowup=False), dummy),
