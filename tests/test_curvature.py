@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import popdyn
-from popdyn.analysis.curvature import extreme_eigenvalues, hessian_matrix, lanczos_extremes
+from popdyn.curvature import extreme_eigenvalues, hessian_matrix, lanczos_extremes
 from popdyn.tasks.markov import Canonical
 
 N = 40

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 
 import popdyn
-from popdyn.analysis.curvature import hessian_matrix
+from popdyn.curvature import hessian_matrix
 from popdyn.tasks.scb import Reduced2D, SparseBigram, Whitened, random_instance
 from popdyn.tasks.scb.jobs import stepsize_scb
 from popdyn.tasks.scb.training import preconditioner

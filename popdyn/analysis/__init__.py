@@ -4,7 +4,7 @@ from popdyn.analysis.basins import (
     UNRESOLVED, BasinFractions, BasinMap, basin_fractions, basin_map, label_end_points, morse_index,
 )
 from popdyn.analysis.cluster import cluster_points
-from popdyn.analysis.curvature import extreme_eigenvalues, hessian_matrix, hessian_spectrum, lambda_max, lambda_min
+from popdyn.curvature import extreme_eigenvalues, hessian_matrix, hessian_spectrum, lambda_max, lambda_min
 from popdyn.analysis.grid import Grid
 from popdyn.analysis.stepsize import StepSizeAudit, step_size_audit
 from popdyn.analysis.times import (

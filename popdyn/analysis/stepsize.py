@@ -12,7 +12,7 @@ import jax
 import numpy as np
 
 from popdyn import _validate
-from popdyn.analysis.curvature import lambda_max
+from popdyn.curvature import lambda_max
 from popdyn.dynamics import Status, Trajectory
 from popdyn.dynamics.status import AT_MINIMUM
 from popdyn.problem import Problem

@@ -12,7 +12,7 @@ import optax
 from jaxtyping import Array, Float
 
 from popdyn import _validate
-from popdyn.analysis.curvature import hessian_spectrum
+from popdyn.curvature import hessian_spectrum
 from popdyn.dynamics import Status, gradient_descent, gradient_flow
 from popdyn.dynamics.status import count
 from popdyn.problem import Problem, Theta

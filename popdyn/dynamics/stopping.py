@@ -19,7 +19,8 @@ import jax.numpy as jnp
 import optax
 from jaxtyping import Array, Bool, Float
 
-from popdyn.problem import Theta
+from popdyn.curvature import EXACT_MAX_DIM, hessian_matrix
+from popdyn.problem import Problem, Theta
 
 ROUNDOFF = 1e3
 """The speed floor, in units of the dtype's ε times the starting speed: 1e3·ε ≈ 2e-13 in float64."""
@@ -58,32 +59,23 @@ def state_tol(y: Theta, rtol: float, atol: float) -> Float[Array, ""]:
 LATE_FACTOR = 10.0
 """A point at the end of its budget counts as converged late when its Newton distance is ≤ LATE_FACTOR·δ."""
 
-DENSE_MAX_DIM = 512
-"""The Newton test forms the full Hessian up to this many parameters; above, it uses the rule along ∇L."""
-
-
-def newton_distance(loss: Callable[[Theta], Array], y: Theta) -> tuple[Array, Array, Array]:
+def newton_distance(prob: Problem, y: Theta) -> tuple[Array, Array, Array]:
     """(d, λ_min, λ_max): d = ‖H⁺∇L‖ is the Newton step to the nearest critical point of the quadratic model at θ,
     with eigenvalues below 1e-8·λ_max counted as that cut-off (a gradient along a flat direction is a long
-    way to go, not none); λ_min, λ_max the extreme Hessian eigenvalues. Dense: for up to ``DENSE_MAX_DIM`` parameters."""
-    flat, unravel = jax.flatten_util.ravel_pytree(y)
-    f = lambda x: loss(unravel(x))  # noqa: E731
-    g = jax.grad(f)(flat)
-    H = jax.hessian(f)(flat)
-    lam, V = jnp.linalg.eigh(0.5 * (H + H.T))
+    way to go, not none); λ_min, λ_max the extreme Hessian eigenvalues. Dense: for up to ``EXACT_MAX_DIM`` parameters."""
+    g = jax.flatten_util.ravel_pytree(jax.grad(prob.loss)(y))[0]
+    lam, V = jnp.linalg.eigh(hessian_matrix(prob, y))
     cut = jnp.maximum(1e-8 * jnp.abs(lam[-1]), jnp.finfo(lam.dtype).tiny)
     c = V.T @ g
     return jnp.linalg.norm(c / jnp.maximum(lam, cut)), lam[0], lam[-1]
 
 
-def converged_late(loss: Callable[[Theta], Array], y: Theta, rtol: float, atol: float,
-                   saddle_tol: float) -> Bool[Array, ""]:
+def converged_late(prob: Problem, y: Theta, rtol: float, atol: float, saddle_tol: float) -> Bool[Array, ""]:
     """Whether a point whose budget ran out sits at a minimum after all: no curvature below
     −saddle_tol·max(1, |λ_max|) and Newton distance ≤ LATE_FACTOR·(atol + rtol‖θ‖)."""
     tol = LATE_FACTOR * state_tol(y, rtol, atol)
-    n = sum(x.size for x in jax.tree_util.tree_leaves(y))
-    if n > DENSE_MAX_DIM:  # the rule along −∇L with the looser tolerance; no dense Hessian
-        field = lambda z: jax.tree_util.tree_map(jnp.negative, jax.grad(loss)(z))  # noqa: E731
+    if prob.n_params() > EXACT_MAX_DIM:  # the rule along −∇L with the looser tolerance; no dense Hessian
+        field = lambda z: jax.tree_util.tree_map(jnp.negative, jax.grad(prob.loss)(z))  # noqa: E731
         return steady(field, y, tol, jnp.zeros(()))
-    d, lam_min, lam_max = newton_distance(loss, y)
+    d, lam_min, lam_max = newton_distance(prob, y)
     return (d <= tol) & (lam_min >= -saddle_tol * jnp.maximum(1.0, jnp.abs(lam_max)))

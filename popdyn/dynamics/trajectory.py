@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from popdyn.analysis.curvature import extreme_eigenvalues
+from popdyn.curvature import extreme_eigenvalues
 from popdyn.batching import unbatch
 from popdyn.dynamics import stopping
 from popdyn.dynamics.status import STATUS_NAMES, Status, count, refine_saddles
@@ -60,7 +60,7 @@ def _losses(prob: Problem, batch: Theta) -> Float[Array, " B"]:
 
 @eqx.filter_jit
 def _late(prob: Problem, batch: Theta, rtol: float, atol: float, saddle_tol: float) -> Array:
-    return jax.vmap(lambda t: stopping.converged_late(prob.loss, t, rtol, atol, saddle_tol))(batch)
+    return jax.vmap(lambda t: stopping.converged_late(prob, t, rtol, atol, saddle_tol))(batch)
 
 
 def finish(prob: Problem, out: dict, batched: bool, saddle_tol: float, time_unit: str, rtol: float,

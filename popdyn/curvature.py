@@ -1,4 +1,5 @@
-"""Hessian curvature of the exact population loss: exact spectra and Lanczos extremes.
+"""Hessian curvature of the exact population loss: exact spectra and Lanczos extremes (re-exported by
+``popdyn.analysis``; below ``popdyn.dynamics`` so its stopping tests and saddle checks use it too).
 
 For small problems the Hessian of L on the flattened parameter vector is formed exactly,
 symmetrised, and diagonalised (eigvalsh). For large ones, Lanczos with full reorthogonalisation on
