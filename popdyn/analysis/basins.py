@@ -23,7 +23,7 @@ from jax.flatten_util import ravel_pytree
 
 from popdyn import _validate
 from popdyn.analysis.cluster import cluster_points
-from popdyn.analysis.curvature import EXACT_MAX_DIM, extreme_eigenvalues, hessian_spectrum
+from popdyn.curvature import EXACT_MAX_DIM, extreme_eigenvalues, hessian_spectrum
 from popdyn.analysis.grid import Grid
 from popdyn.batching import as_batch, check_chunk_size
 from popdyn.dynamics import Status, Trajectory, gradient_descent, gradient_flow
@@ -111,11 +111,6 @@ def _theory_labels(prob: Problem, final, ok: np.ndarray, tol: float) -> tuple[np
     return np.where(ok & hit, best, -1), names
 
 
-@eqx.filter_jit
-def _losses(prob: Problem, batch: Theta) -> jax.Array:
-    return jax.vmap(prob.loss)(batch)
-
-
 def morse_index(prob: Problem, theta: Theta, saddle_tol: float = 1e-7) -> np.ndarray:
     """Number of Hessian eigenvalues below −saddle_tol·max(1, |λ_max|) at each point of a batch (exact spectrum up
     to ``EXACT_MAX_DIM`` parameters; above, 0 or 1 from Lanczos λ_min)."""
@@ -127,14 +122,15 @@ def morse_index(prob: Problem, theta: Theta, saddle_tol: float = 1e-7) -> np.nda
     return (lo < -saddle_tol * np.maximum(1.0, np.abs(hi))).astype(int)
 
 
-def _level_labels(prob: Problem, final, todo: np.ndarray, start: int) -> tuple[np.ndarray, tuple[str, ...]]:
+def _level_labels(prob: Problem, final, final_loss, todo: np.ndarray,
+                  start: int) -> tuple[np.ndarray, tuple[str, ...]]:
     """Label the points in ``todo`` by (Morse index, loss level): names "min L=…", "saddle(k) L=…"."""
     labels = np.full(len(todo), -1)
     idx = np.flatnonzero(todo)
     if idx.size == 0:
         return labels, ()
     sub = jax.tree_util.tree_map(lambda x: x[idx], final)
-    loss = np.asarray(_losses(prob, sub))
+    loss = np.asarray(final_loss)[idx]
     index = morse_index(prob, sub)
     names: list[str] = []
     for k in np.unique(index):
@@ -176,7 +172,7 @@ def label_end_points(prob: Problem, traj: Trajectory, *, tol: float = 1e-3, use_
     todo = ok & (labels < 0)
     if todo.any():
         if features == "level":
-            extra, extra_names = _level_labels(prob, traj.final, todo, len(names))
+            extra, extra_names = _level_labels(prob, traj.final, traj.final_loss, todo, len(names))
         else:
             fn = (lambda t: ravel_pytree(t)[0]) if features == "position" else features
             pts = np.asarray(jax.vmap(lambda t: jnp.atleast_1d(jnp.ravel(fn(t))))(traj.final))
