@@ -190,7 +190,7 @@ def gpu_note() -> str:
     gpus = [d for d in jax.devices() if d.platform != "cpu"]
     if gpus:
         return f"GPU run on {', '.join(sorted({d.device_kind for d in gpus}))} ({len(gpus)} device(s))."
-    return ("No GPU: `jax.devices()` lists only CPU devices (no GPU machine was lent to this session), so there is no "
+    return ("No GPU: `jax.devices()` lists only CPU devices, so there is no "
             "GPU table.")
 
 

@@ -1,4 +1,4 @@
-"""Shared pieces of the hypothesis property suites ``test_properties_*.py`` (issue 8, item 5, "Hardened inputs").
+"""Shared pieces of the hypothesis property suites ``test_properties_*.py``.
 
 Invalid-value strategies for each kind of parameter, and the two checks every suite makes: a bad value raises a
 ``ValueError`` whose message names the parameter (before any JAX work), and a run reports every point as finite

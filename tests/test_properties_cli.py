@@ -1,4 +1,4 @@
-"""Property tests of the ``popdyn`` command line (issue 8, item 5): for every command and every option it takes, an
+"""Property tests of the ``popdyn`` command line: for every command and every option it takes, an
 invalid value makes ``cli.main`` return 2 with exactly one stderr line ``popdyn: error: …`` naming the option,
 nothing on stdout, no ``--out`` folder and no JAX compilation (validation comes before any work).
 

@@ -1,4 +1,4 @@
-"""Property tests of the decision-list task's constructors and builders (issue 8, item 5): every invalid value
+"""Property tests of the decision-list task's constructors and builders: every invalid value
 raises a ValueError naming its parameter before any JAX work; every valid instance gives a finite loss and
 gradient at random points. (A GD run of this loss compiles for 8-11 s, so the per-point status of GD runs is
 checked on cheaper problems in test_properties_dynamics.py.)

@@ -1,4 +1,4 @@
-"""Property tests of the generic dynamics entry points (issue 8, item 5): gradient_descent, gradient_flow,
+"""Property tests of the generic dynamics entry points: gradient_descent, gradient_flow,
 basin_map and Grid refuse every invalid option with a ValueError naming it, before any JAX work; a basin map over
 any valid grid labels every point (an attractor, or −1 with a non-OK status) and never raises.
 

@@ -1,4 +1,4 @@
-"""Property tests of the Markov task's constructors (issue 8, item 5): every invalid value raises a ValueError
+"""Property tests of the Markov task's constructors: every invalid value raises a ValueError
 naming its parameter before any JAX work; every valid value gives a finite loss and gradient, and a short GD run
 reports every point as finite or with a non-OK status.
 

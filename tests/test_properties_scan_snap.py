@@ -1,4 +1,4 @@
-"""Property tests of the Scan-and-Snap task's builders (issue 8, item 5): every invalid value raises a ValueError
+"""Property tests of the Scan-and-Snap task's builders: every invalid value raises a ValueError
 naming its parameter before any JAX work; every valid class set gives a finite T → ∞ loss and gradient at random
 (Y, Z). ScanSnap's class data are array leaves, so one compiled loss serves every class set of one shape.
 """

@@ -1,4 +1,4 @@
-"""Property tests of the sparse-contextual-bigram task's constructors (issue 8, item 5): every invalid value raises
+"""Property tests of the sparse-contextual-bigram task's constructors: every invalid value raises
 a ValueError naming its parameter before any JAX work; every valid instance gives a finite loss and gradient at
 random points, and a short GD run reports every point as finite or with a non-OK status. SparseBigram's (P, Qm, μ)
 are array leaves, so one compiled loss (and one compiled GD loop) serves every instance of one shape.

@@ -1,4 +1,4 @@
-"""Property tests of the bilinear-teacher task's builders and constructors (issue 8, item 5): every invalid value
+"""Property tests of the bilinear-teacher task's builders and constructors: every invalid value
 raises a ValueError naming its parameter before any JAX work; every valid teacher gives a finite loss and gradient
 at random (W, A). BilinearTeacher's S*, V*, α, σ_x, σ_ε are array leaves, so one compiled loss serves every teacher
 of one shape and support size K (the zero-init convention, also static, takes three).
