@@ -156,3 +156,22 @@ def test_flow_input_validation():
         popdyn.gradient_flow(prob, {"e": jnp.ones(3), "w": jnp.ones(4)})
     with pytest.raises(ValueError, match=r"theta\['w'\] has shape \(3, 2\)"):
         popdyn.gradient_flow(prob, {"e": jnp.ones(3), "w": jnp.ones((3, 2))})
+
+
+def test_points_stopped_at_the_start_keep_their_records_and_leave_the_others_alone():
+    """A start that is already steady (or already at its target) is CONVERGED (REACHED) at t = 0 with no steps and
+    no records after 0, inside a recorded batch, and every other point's results are those of a run without it."""
+    prob = popdyn.Problem.from_loss(lambda th: 0.5 * jnp.sum(jnp.array([1.0, 3.0]) * th**2), init=jnp.zeros(2))
+    moving = jnp.array([[1.0, -0.5], [0.2, 2.0]])
+    batch = jnp.concatenate([moving, jnp.zeros((1, 2))])
+    alone = popdyn.gradient_flow(prob, moving, t1=50.0, ts=8)
+    with_start = popdyn.gradient_flow(prob, batch, t1=50.0, ts=8)
+    assert int(with_start.status[2]) == Status.CONVERGED
+    assert float(with_start.t_final[2]) == 0.0 and int(with_start.n_steps[2]) == 0
+    assert np.isfinite(with_start.loss[2, 0]) and np.all(np.isnan(with_start.loss[2, 1:]))
+    for name in ("status", "t_final", "n_steps", "loss", "final_loss"):
+        np.testing.assert_array_equal(np.asarray(getattr(with_start, name))[:2], np.asarray(getattr(alone, name)))
+    reached = popdyn.gradient_flow(prob, batch, t1=50.0, ts=8, until=lambda th: jnp.sum(th**2) - 1e-2)
+    assert int(reached.status[2]) == Status.REACHED and float(reached.t_final[2]) == 0.0
+    assert np.all(np.isnan(reached.loss[2, 1:]))
+    assert np.all(np.asarray(reached.status[:2]) == Status.REACHED) and np.all(np.asarray(reached.t_final[:2]) > 0)

@@ -166,32 +166,45 @@ class _Pieces(eqx.Module):
         scales = None if self.cfg.scales is None else dict(self.cfg.scales)
         return jax.tree_util.tree_map(jnp.negative, apply_scales(g, scales))
 
+    def steady(self, t, y: Theta, floor: Array) -> Array:
+        """The stopping rule at θ = ``y`` (``popdyn.dynamics.stopping.steady``)."""
+        cfg = self.cfg
+        return stopping.steady(lambda z: self.field(t, z, None), y, stopping.state_tol(y, cfg.rtol, cfg.atol),
+                               floor, cfg.gtol)
+
     def floor(self, y0: Theta) -> Array:
         return stopping.speed_floor(optax.tree.norm(self.field(0.0, y0, None)))
 
     def event(self) -> diffrax.Event:
         cfg = self.cfg
 
-        def steady(t, y, args, **kwargs):  # args: the speed floor of this point
-            return stopping.steady(lambda z: self.field(t, z, None), y, stopping.state_tol(y, cfg.rtol, cfg.atol),
-                                   args, cfg.gtol)
+        def steady(t, y, args, **kwargs):  # args: (the speed floor of this point, whether it moves)
+            return self.steady(t, y, args[0]) & args[1]
 
         def blowup(t, y, args, **kwargs):
             n = optax.tree.norm(y)
             return (n > cfg.diverge) | ~jnp.isfinite(n)
 
         def target(t, y, args, **kwargs):
-            return jnp.asarray(self.until(y), dtype=jnp.result_type(t, float))
+            return jnp.where(args[1], jnp.asarray(self.until(y), dtype=jnp.result_type(t, float)), 1.0)
 
         if self.until is None:
             return diffrax.Event((steady, blowup))
         return diffrax.Event((steady, blowup, target), root_finder=optx.Newton(rtol=cfg.rtol * 1e-2,
                                                                                 atol=cfg.atol * 1e-2))
 
-    def solve(self, solver, y0, t0, t1, floor, saveat, max_steps: int):
+    def solve(self, solver, y0, t0, t1, floor, saveat, max_steps: int, moves=True):
+        """diffeqsolve from (t0, y0); with ``moves`` False the field is zero and no event fires, so the point stays
+        at y0 to t1 in a few growing steps (a point already stopped at t0 keeps a vmapped batch cheap: frozen by
+        an event at t0 instead, its lane would re-save all pending records inside each later step)."""
         cfg = self.cfg
+
+        def term(t, y, args):
+            return jax.tree_util.tree_map(lambda f: jnp.where(args[1], f, 0.0), self.field(t, y, None))
+
         return diffrax.diffeqsolve(
-            diffrax.ODETerm(self.field), solver, t0=t0, t1=t1, dt0=None, y0=y0, args=floor, saveat=saveat,
+            diffrax.ODETerm(term), solver, t0=t0, t1=t1, dt0=None, y0=y0, args=(floor, jnp.asarray(moves)),
+            saveat=saveat,
             stepsize_controller=diffrax.PIDController(rtol=cfg.rtol, atol=cfg.atol, pcoeff=cfg.pcoeff,
                                                       icoeff=cfg.icoeff),
             event=self.event(), max_steps=max_steps, throw=False,
@@ -230,20 +243,24 @@ def _solve_batch(pieces: _Pieces, batch: Theta, t1: Array, times: Float[Array, "
     saveat = diffrax.SaveAt(subs=[diffrax.SubSaveAt(t1=True), diffrax.SubSaveAt(ts=times, fn=record)])
 
     def solve_one(y0):
-        sol = pieces.solve(solver, y0, 0.0, t1, pieces.floor(y0), saveat, cfg.max_steps)
+        floor = pieces.floor(y0)
+        at_start = pieces.at_start(y0)
+        steady0 = pieces.steady(0.0, y0, floor)
+        stop0 = at_start | steady0
+        sol = pieces.solve(solver, y0, 0.0, t1, floor, saveat, cfg.max_steps, moves=~stop0)
         final = jax.tree_util.tree_map(lambda x: x[0], sol.ys[0])
         rec_t = sol.ts[1]
-        reached = jnp.isfinite(rec_t)  # diffrax pads records after an early stop with inf
+        reached = jnp.isfinite(rec_t) & ~(stop0 & (times > 0))  # diffrax pads records after an early stop with inf
         recs = jax.tree_util.tree_map(
             lambda x: jnp.where(reached.reshape((-1,) + (1,) * (x.ndim - 1)), x, jnp.nan), sol.ys[1]
         )
-        at_start = pieces.at_start(y0)
         status = pieces.status(sol, final, at_start, int(Status.MAX_STEPS))
-        final = jax.tree_util.tree_map(lambda a, b: jnp.where(at_start, a, b), y0, final)
+        status = jnp.where(steady0 & ~at_start & (status != int(Status.NAN)), int(Status.CONVERGED), status)
+        final = jax.tree_util.tree_map(lambda a, b: jnp.where(stop0, a, b), y0, final)
         return {
-            "final": final, "status": status, "t_final": jnp.where(at_start, 0.0, sol.ts[0][0]),
+            "final": final, "status": status, "t_final": jnp.where(stop0, 0.0, sol.ts[0][0]),
             "ts": jnp.where(reached, rec_t, jnp.nan), "loss": recs["loss"], "grad_norm": recs["grad_norm"],
-            "params": recs.get("params"), "n_steps": sol.stats["num_steps"],
+            "params": recs.get("params"), "n_steps": jnp.where(stop0, 0, sol.stats["num_steps"]),
         }
 
     return jax.vmap(solve_one)(batch)
