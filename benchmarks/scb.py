@@ -46,7 +46,8 @@ from _common import (  # noqa: E402
     peak_rss_gb, publish, run_header,
 )
 
-from popdyn.tasks.scb import SparseBigram, gradient_variance, per_sample_loss, random_instance  # noqa: E402
+from popdyn.jobs.scb import gradient_variance  # noqa: E402
+from popdyn.tasks.scb import SparseBigram, per_sample_loss, random_instance  # noqa: E402
 
 HEADING = "## Sparse contextual bigrams: one exact step at Fig. 5 scale"
 ETA = 0.5

@@ -3,7 +3,7 @@ Carlo at equal precision, and the paper's online SGD (written in NumPy) against 
 
 What it measures (float64 throughout, default JAX backend = the CPU here)
 ------------------------------------------------------------------------
-The problem is ``popdyn.tasks.teacher.jobs.build(--teacher, activation=--activation)``: by default the CNN +
+The problem is ``popdyn.tasks.teacher.builders.build(--teacher, activation=--activation)``: by default the CNN +
 average-pooling teacher at the paper's synthetic size (D = 36 positions, K = 4, d = 4 features, M = 4 channels,
 V* with N(0, 1) entries from PRNGKey(0)) with ReLU, σ_x = 1, σ_ε = 0. The loss ½E‖Y − σ(WXS)‖²_F over Gaussian X
 is exact in closed form (arc-cosine kernels, spec §3).
@@ -63,7 +63,7 @@ import numpy as np  # noqa: E402
 
 import popdyn  # noqa: E402
 from popdyn.tasks.teacher import TEACHERS, BilinearTeacher  # noqa: E402
-from popdyn.tasks.teacher.jobs import build  # noqa: E402
+from popdyn.tasks.teacher.builders import build  # noqa: E402
 from popdyn.tasks.teacher.online import OnlineGradient  # noqa: E402
 from benchmarks._common import (  # noqa: E402
     MC_DEFINITION, check_text, equal_precision, finish_section, fmt_ratio, fmt_time, grad_check_line, headline_row,

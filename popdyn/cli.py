@@ -177,7 +177,7 @@ def _main(args) -> int:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    from popdyn import commands
+    from popdyn.jobs.markov import commands
 
     try:
         if args.command in ("basins", "converge", "stepsize"):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import popdyn
-from popdyn import commands
+from popdyn.jobs.markov import commands
 from popdyn.io import write_results
 from popdyn.tasks.markov import Canonical
 from popdyn.tasks.registry import check_task

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from popdyn.commands import converge_markov
+from popdyn.jobs.markov.commands import converge_markov
 from popdyn.tasks.markov import Canonical
 from popdyn.tasks.markov.canonical import c
 

@@ -11,10 +11,10 @@ from popdyn import gradient_flow
 from popdyn.analysis import first_passage
 from popdyn.tasks.decision_list import random_perm
 from popdyn.tasks.decision_list.classification import pc_slacks
-from popdyn.tasks.decision_list.jobs import RULE_ORDERS, basins_decision_list, plane_to_column, rule_order
+from popdyn.jobs.decision_list.commands import RULE_ORDERS, basins_decision_list, plane_to_column, rule_order
 from popdyn.tasks.decision_list.model import DecisionList
 from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
-from popdyn.tasks.decision_list.theorem1 import theorem1_run
+from popdyn.jobs.decision_list.theorem1 import theorem1_run
 
 
 def test_plane_coordinates():

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from popdyn.tasks.decision_list import theorem2 as t2
-from popdyn.tasks.decision_list.theorem2 import ROUNDING, theorem2_run
+from popdyn.jobs.decision_list.theorem2 import ROUNDING, theorem2_run
 from popdyn.tasks.decision_list.theorems import theorem2_A_range, theorem2_instance, theorem2_T_range
 
 # 32 Lanczos steps for λ_max(θ₀): they agree with 64 and 128 to ~1e-15 here, at half the cost.

@@ -8,12 +8,12 @@ import pytest
 
 import popdyn
 from popdyn import Status
-from popdyn.dynamics.lanes import run_lanes
+from popdyn.dynamics.lanes import executed_work, run_lanes
 
 
 def test_run_lanes_runs_every_point_once_and_counts_the_work():
     """Toy lanes: point i needs need[i] unit steps, done 3 per segment. Every point ends with its own count, and the
-    work executed is rounds × width × the longest segment of each round (replayed here by hand)."""
+    work executed is rounds × width × the longest segment of each round, as ``executed_work`` replays it."""
     need = jnp.array([1, 9, 2, 2, 7, 3, 1, 1, 4, 8], dtype=jnp.int32)
     start = lambda n: {"left": n, "did": jnp.int32(0), "seg": jnp.int32(0)}  # noqa: E731
     three = jnp.int32(3)
@@ -25,16 +25,26 @@ def test_run_lanes_runs_every_point_once_and_counts_the_work():
     out, executed = jax.jit(lambda p: run_lanes(start, advance, lambda s: s["left"] == 0, lambda s: s["seg"], p, 3))(
         need)
     np.testing.assert_array_equal(out["did"], need)
-    # replay the schedule: lanes take points in order as they free up
-    queue, lanes, total = list(np.asarray(need)), [], 0
-    lanes = [queue.pop(0) for _ in range(3)]
-    while any(x is not None for x in lanes):
-        segs = [min(3, x) if x is not None else 0 for x in lanes]
-        total += 3 * max(segs)
-        lanes = [None if x is None else x - s for x, s in zip(lanes, segs)]
-        lanes = [(queue.pop(0) if queue else None) if x == 0 else x for x in lanes]
-    assert int(executed) == total
+    total = executed_work(need, 3, 3)
+    assert int(executed) == total == 3 * (3 + 3 + 3 + 1 + 3 + 3 + 2)  # the longest segment of each of 7 rounds
     assert total < len(need) * 3 * 3  # less than every point running as long as the slowest (9 → 3 segments)
+
+
+@pytest.mark.parametrize("width, segment", [(1, 2), (4, 3), (7, 5), (20, 4)])
+def test_executed_work_replays_the_lane_schedule(width, segment):
+    """``executed_work`` from the per-point step counts equals the work ``run_lanes`` counts, zero-step points
+    included (they take one round)."""
+    need = jnp.asarray(np.random.default_rng(width).integers(0, 23, size=17), dtype=jnp.int32)
+    seg_ = jnp.int32(segment)
+    start = lambda n: {"left": n, "seg": jnp.int32(0), "begun": jnp.bool_(False)}  # noqa: E731
+
+    def advance(s):
+        seg = jnp.minimum(seg_, s["left"])
+        return {"left": s["left"] - seg, "seg": seg, "begun": jnp.bool_(True)}
+
+    _, executed = jax.jit(lambda p: run_lanes(start, advance, lambda s: s["begun"] & (s["left"] == 0),
+                                              lambda s: s["seg"], p, width))(need)
+    assert int(executed) == executed_work(need, width, segment)
 
 
 PROB = popdyn.tasks.markov.Canonical(0.9, 0.9)

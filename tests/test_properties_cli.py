@@ -17,7 +17,8 @@ from _props import examples, names, no_compilation
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from popdyn import cli, commands  # noqa: F401  (imported up front: the first example must not pay for imports)
+from popdyn import cli
+from popdyn.jobs.markov import commands  # noqa: F401  (imported up front: the first example must not pay for imports)
 from popdyn.figures import FIGURES
 from popdyn.tasks.registry import TASKS
 

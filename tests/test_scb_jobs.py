@@ -4,7 +4,7 @@ import json
 
 import numpy as np
 
-from popdyn.tasks.scb.jobs import converge_scb
+from popdyn.jobs.scb.commands import converge_scb
 
 
 def test_converge_scb_stage1_and_late_contraction():

@@ -12,8 +12,8 @@ import numpy as np
 import popdyn
 from popdyn.curvature import hessian_matrix
 from popdyn.tasks.scb import Reduced2D, SparseBigram, Whitened, random_instance
-from popdyn.tasks.scb.jobs import stepsize_scb
-from popdyn.tasks.scb.training import preconditioner
+from popdyn.jobs.scb.commands import stepsize_scb
+from popdyn.jobs.scb.training import preconditioner
 
 PROB = SparseBigram(*random_instance(jax.random.PRNGKey(4), 4, 6, 2))
 

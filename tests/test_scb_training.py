@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from popdyn.tasks.scb import SparseBigram, random_instance
-from popdyn.tasks.scb.training import (
+from popdyn.jobs.scb.training import (
     gradient_variance, normalise, population_reference, stage1, stage1_threshold, surrogate_noise,
     trajectory_metrics,
 )
@@ -82,7 +82,7 @@ def test_with_reference_records_delta_without_storing_theta(setting):
     runs with saved parameters (deterministic case: ℓ1 prox, no noise)."""
     import popdyn
     from popdyn.dynamics import L1Prox
-    from popdyn.tasks.scb.training import WithReference, preconditioner
+    from popdyn.jobs.scb.training import WithReference, preconditioner
 
     prob, s1 = setting
     pair = WithReference(prob)

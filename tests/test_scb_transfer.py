@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from popdyn.tasks.scb import Reduced2D, SparseBigram, random_instance
-from popdyn.tasks.scb.transfer import transfer
+from popdyn.jobs.scb.transfer import transfer
 
 
 def test_shared_attention_skips_stage_1():

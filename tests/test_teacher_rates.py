@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from popdyn.tasks.teacher.jobs import PAPER_SIZES, build
-from popdyn.tasks.teacher.rates import rates
+from popdyn.tasks.teacher.builders import PAPER_SIZES, build
+from popdyn.jobs.teacher.rates import rates
 
 SMALL = {"cnn": (9, 3), "gcn": (9, 3), "sts": (9, 3), "gslp": (9, 1)}  # cnn, gcn, sts share one compilation
 
@@ -22,7 +22,7 @@ def test_late_constant_for_each_teacher(teacher, activation):
     to ηT = 1000 × late onset (measured: within 0.8%, slope within 0.011), through the reduced map that ``rates``
     uses (full GD equals it, below)."""
     from popdyn.tasks.teacher import TeacherReduced, late_constant
-    from popdyn.tasks.teacher.rates import reduced_records
+    from popdyn.jobs.teacher.rates import reduced_records
 
     prob = build(teacher, *SMALL[teacher], activation)
     red = TeacherReduced.from_teacher(prob)
@@ -68,7 +68,7 @@ def test_half_time_scales_like_T_star(activation, lo, hi):
     D ∈ {20, 40, 80} and a ×5 change of v (spec §5.3) — the poster's T* = Θ(KD²/(η‖V*‖²)). Measured (K = 4,
     η = 0.05): identity 1.06–1.22, ReLU 2.58–2.85 (lowest at D = 20 in both)."""
     from popdyn.tasks.teacher import TeacherReduced
-    from popdyn.tasks.teacher.rates import half_step, reduced_records
+    from popdyn.jobs.teacher.rates import half_step, reduced_records
 
     cs, t_star = [], 40_000  # η chosen so that T* is this many steps in every case: one compilation serves all
     for D in (20, 40, 80):

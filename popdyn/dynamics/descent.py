@@ -24,7 +24,7 @@ from jaxtyping import Array, Float
 from popdyn import _validate
 from popdyn.batching import apply_scales, as_batch, check_chunk_size, map_chunks, scale_tree
 from popdyn.dynamics import stopping
-from popdyn.dynamics.lanes import run_lanes
+from popdyn.dynamics.lanes import lane_width, run_lanes
 from popdyn.dynamics.status import Status
 from popdyn.dynamics.trajectory import Trajectory, finish, frozen_scales
 from popdyn.problem import Problem, Theta
@@ -64,7 +64,7 @@ def gradient_descent(
     progress: bool = False,
     checkpoint: str | os.PathLike | None = None,
     until: Callable[[Theta], Array] | None = None,
-    lanes: int = 1024,
+    lanes: int | None = None,
     lane_steps: int = 64,
 ) -> Trajectory:
     """Run ``steps`` steps of GD (``optimizer=None``) or of an optax optimizer from θ0 (batched or not).
@@ -92,9 +92,9 @@ def gradient_descent(
 
     Batches run in chunks of ``chunk_size`` spread over all devices; ``checkpoint`` (a directory) saves each
     finished chunk and resumes from them (``popdyn.batching.map_chunks``). When only end points are recorded
-    (``record_every == steps``, no ``save_params`` or ``metrics``) and a chunk holds more than ``lanes`` points, it
-    runs through ``lanes`` vmapped lanes (``popdyn.dynamics.lanes``): a point stops at the first multiple of
-    ``lane_steps`` where it is steady, diverged or at its target, and its lane takes the next point; its record at
+    (``record_every == steps``, no ``save_params`` or ``metrics``) and a chunk holds more points than
+    lanes (``lanes``; by default min(1024, max(64, ⌈chunk/4⌉))), it runs through vmapped lanes
+    (``popdyn.dynamics.lanes``): a point stops at the first multiple of ``lane_steps`` where it is steady, diverged or at its target, and its lane takes the next point; its record at
     ``ts[1]`` is then that step.
     """
     steps = _validate.int_at_least("steps", steps, 1)
@@ -127,11 +127,14 @@ def gradient_descent(
     lr_arr = jnp.asarray(lrs, dtype=jnp.result_type(float))
     keys = jax.random.split(jax.random.PRNGKey(seed), n)
     gd = _GD(prob, opt, (precondition, prox, gradient, metrics, until), cfg)
-    lane_width = _validate.int_at_least("lanes", lanes, 1)
+    if lanes is not None:
+        _validate.int_at_least("lanes", lanes, 1)
     segment = _validate.int_at_least("lane_steps", lane_steps, 1)
-    if k == steps and not save_params and metrics is None and min(n, chunk_size or n) > lane_width:
-        run = lambda b: _descend_lanes(gd, *b, lane_width, segment)  # noqa: E731
-        how = ("lanes", lane_width, segment)
+    m = min(n, chunk_size or n)
+    width = lane_width(lanes, m)
+    if k == steps and not save_params and metrics is None and m > width:
+        run = lambda b: _descend_lanes(gd, *b, width, segment)  # noqa: E731
+        how = ("lanes", width, segment)
     else:
         run = lambda b: _descend_batch(gd, *b)  # noqa: E731
         how = ("batch",)

@@ -24,7 +24,7 @@ from jaxtyping import Array, Float
 from popdyn import _validate
 from popdyn.batching import apply_scales, as_batch, check_chunk_size, map_chunks, scale_tree
 from popdyn.dynamics import stopping
-from popdyn.dynamics.lanes import run_lanes
+from popdyn.dynamics.lanes import lane_width, run_lanes
 from popdyn.dynamics.status import Status, finite_tree
 from popdyn.dynamics.trajectory import Trajectory, finish, frozen_scales
 from popdyn.problem import Problem, Theta
@@ -73,7 +73,7 @@ def gradient_flow(
     progress: bool = False,
     checkpoint: str | os.PathLike | None = None,
     until: Callable[[Theta], Array] | None = None,
-    lanes: int = 1024,
+    lanes: int | None = None,
     lane_steps: int = 64,
 ) -> Trajectory:
     """Integrate θ̇ = −τ ⊙ P(∇L(θ)) from θ0 (one point, or a batch on a leading axis) up to ``t1``; P is
@@ -96,9 +96,10 @@ def gradient_flow(
 
     Batches run in chunks of ``chunk_size`` spread over all devices; ``checkpoint`` (a directory) saves each
     finished chunk and resumes from them (``popdyn.batching.map_chunks``). When only end points are asked for
-    (``ts=None``, no ``save_params``) and a chunk holds more than ``lanes`` points, it runs through ``lanes``
-    vmapped lanes of ``lane_steps`` solver steps: a finished point frees its lane for the next one
-    (``popdyn.dynamics.lanes``; a point's solve restarts its step-size controller every ``lane_steps`` steps).
+    (``ts=None``, no ``save_params``) and a chunk holds more points than lanes (``lanes``; by default
+    min(1024, max(64, ⌈chunk/4⌉))), it runs through vmapped lanes in segments of ``lane_steps`` solver steps: a
+    finished point frees its lane for the next one (``popdyn.dynamics.lanes``; a point's solve restarts its
+    step-size controller every ``lane_steps`` steps).
     """
     t1 = _validate.positive("t1", t1)
     for name, v in (("rtol", rtol), ("atol", atol), ("diverge", diverge)):
@@ -117,16 +118,19 @@ def gradient_flow(
     )
     if until is not None and not callable(until):
         raise ValueError(f"until={until!r} is invalid: must be a function θ -> real (reached when <= 0)")
-    lane_width = _validate.int_at_least("lanes", lanes, 1)
+    if lanes is not None:
+        _validate.int_at_least("lanes", lanes, 1)
     segment = _validate.int_at_least("lane_steps", lane_steps, 1)
     batch, batched = as_batch(prob, theta0)
     solver_ = _solver(solver)
     pieces = _Pieces(prob, precondition, until, cfg)
     t1_ = jnp.asarray(t1, dtype=jnp.result_type(float))
     n = jax.tree_util.tree_leaves(batch)[0].shape[0]
-    if ts is None and not save_params and min(n, chunk_size or n) > lane_width:
-        run = lambda b: _solve_lanes(pieces, b, t1_, solver_, lane_width, segment)  # noqa: E731
-        how = ("lanes", lane_width, segment)
+    m = min(n, chunk_size or n)
+    width = lane_width(lanes, m)
+    if ts is None and not save_params and m > width:
+        run = lambda b: _solve_lanes(pieces, b, t1_, solver_, width, segment)  # noqa: E731
+        how = ("lanes", width, segment)
     else:
         run = lambda b: _solve_batch(pieces, b, t1_, jnp.asarray(times, dtype=t1_.dtype), solver_)  # noqa: E731
         how = ("batch",)

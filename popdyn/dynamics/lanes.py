@@ -15,6 +15,7 @@ from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Int, PyTree
 
 
@@ -69,3 +70,30 @@ def run_lanes(
     carry = (state, lane, jnp.asarray(w), out, jnp.zeros((), jnp.int64 if jax.config.jax_enable_x64 else jnp.int32))
     _, _, _, out, executed = jax.lax.while_loop(cond, body, carry)
     return out, executed
+
+
+MAX_WIDTH = 1024
+
+
+def lane_width(lanes: int | None, n: int) -> int:
+    """The number of lanes for a chunk of n points: ``lanes`` when given, else min(1024, max(64, ⌈n/4⌉)), so that
+    every lane refills a few times (one width for all chunks of n points; benchmarks/RESULTS.md, "Lanes")."""
+    return lanes if lanes is not None else min(MAX_WIDTH, max(64, -(-n // 4)))
+
+
+def executed_work(needed, width: int, segment: int) -> int:
+    """The steps ``run_lanes`` executes for points that need ``needed[i]`` steps each, run ``segment`` at a time
+    through ``width`` lanes: Σ over rounds of width × the longest segment of the round (a point takes
+    max(1, ⌈needed/segment⌉) rounds; freed lanes take the next points in lane order). For a benchmark's
+    executed ÷ needed ratio from the per-point step counts a run reports (``Trajectory.n_steps``)."""
+    needed = [int(x) for x in np.asarray(needed).ravel()]
+    w = min(width, len(needed))
+    queue = iter(needed)
+    lanes = [next(queue) for _ in range(w)]
+    total = 0
+    while any(x is not None for x in lanes):
+        segs = [0 if x is None else min(segment, x) for x in lanes]
+        total += w * max(segs)
+        lanes = [None if x is None else x - s for x, s in zip(lanes, segs)]
+        lanes = [next(queue, None) if x == 0 else x for x in lanes]
+    return total

@@ -17,7 +17,7 @@ from popdyn import _validate
 from popdyn.dynamics import L1Prox, gradient_descent
 from popdyn.io import Result
 from popdyn.tasks.scb import SparseBigram, random_instance
-from popdyn.tasks.scb.training import (
+from popdyn.jobs.scb.training import (
     BATCH, ETA2, ETA2_SMALL, LAMBDA_A, WithReference, gradient_variance, normalise, population_reference, stage1,
     stage2, surrogate_noise, trajectory_metrics,
 )

@@ -13,9 +13,9 @@ from matplotlib.figure import Figure
 
 from popdyn.dynamics import gradient_descent
 from popdyn.io import Result
-from popdyn.tasks.teacher.jobs import PAPER_SIZES, build
+from popdyn.tasks.teacher.builders import PAPER_SIZES, build
 from popdyn.tasks.teacher.online import OnlineGradient, cosine
-from popdyn.tasks.teacher.rates import default_steps, rates, reduced_records
+from popdyn.jobs.teacher.rates import default_steps, rates, reduced_records
 from popdyn.tasks.teacher.reduced import TeacherReduced, embed
 
 # the six synthetic settings (§8): CNN and GCN with ReLU and leaky ReLU; STS and GSLP are linear maps (§1.1)

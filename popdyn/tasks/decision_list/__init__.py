@@ -8,8 +8,6 @@ from popdyn.tasks.decision_list.data import (
 from popdyn.tasks.decision_list.model import DecisionList, permutation_matrix
 from popdyn.tasks.decision_list.reduced import column_loss, is_column_structured, structured_total_loss
 from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
-from popdyn.tasks.decision_list.theorem1 import theorem1_run
-from popdyn.tasks.decision_list.theorem2 import theorem2_run
 from popdyn.tasks.decision_list.theorems import (
     delta_gamma, theorem1_bounds, theorem1_c, theorem2_c, theorem2_feasible, theorem2_instance,
 )
@@ -17,6 +15,6 @@ from popdyn.tasks.decision_list.theorems import (
 __all__ = [
     "DISTRIBUTIONS", "DecisionList", "ReducedDecisionList", "brute_force_loss", "brute_force_margin", "column_loss",
     "delta_gamma", "is_column_structured", "loss_weights", "pc_closed_form", "pc_slacks", "permutation_matrix",
-    "random_lists", "random_perm", "rule_probabilities", "structured_total_loss", "theorem1_bounds", "theorem1_c", "theorem1_run",
-    "theorem2_c", "theorem2_feasible", "theorem2_instance", "theorem2_run", "validate_lists", "validate_perm",
+    "random_lists", "random_perm", "rule_probabilities", "structured_total_loss", "theorem1_bounds", "theorem1_c",
+    "theorem2_c", "theorem2_feasible", "theorem2_instance", "validate_lists", "validate_perm",
 ]

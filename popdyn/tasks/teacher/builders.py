@@ -97,3 +97,21 @@ def make_teacher(name: str, D: int, K: int | None = None, *, d: int, M: int | No
             S = cnn_pooling(D, K) if name == "cnn" else cycle_gcn(D, K)
             V = random_V(key, M, d, v_norm)
     return BilinearTeacher(S, V, activation, alpha, sigma_x=sigma_x, sigma_eps=sigma_eps, zero_init=zero_init)
+
+
+PAPER_SIZES = {"cnn": (36, 4), "gcn": (20, 3), "sts": (20, 4), "gslp": (20, 1)}  # (D, K) of the synthetic runs
+DEFAULT_d, DEFAULT_M = 4, 4  # [our choice]: the paper's d, M are unknown
+
+
+def build(teacher: str, D: int | None = None, K: int | None = None, activation: str = "relu",
+          alpha: float | None = None, d: int = DEFAULT_d, M: int | None = None, seed: int = 0) -> BilinearTeacher:
+    """The named teacher at the paper's synthetic (D, K) unless given; V* ~ N(0, 1) entries from PRNGKey(seed)
+    (cnn, gcn: M × d, default 4 × 4; gslp: 1 × d; sts: V* = I_d)."""
+    _validate.choice("teacher", teacher, TEACHERS)
+    D0, K0 = PAPER_SIZES[teacher]
+    D = D0 if D is None else D
+    K = (K0 if K is None else K) if teacher != "gslp" else K
+    if M is None and teacher in ("cnn", "gcn"):
+        M = DEFAULT_M
+    return make_teacher(teacher, D, K, d=d, M=M, key=jax.random.PRNGKey(_validate.seed("seed", seed)),
+                        activation=activation, alpha=alpha)

@@ -14,7 +14,7 @@ from popdyn import _validate
 from popdyn.dynamics import gradient_descent
 from popdyn.problem import Theta
 from popdyn.tasks.scb.model import SparseBigram
-from popdyn.tasks.scb.training import ETA1, preconditioner, stage1_threshold
+from popdyn.jobs.scb.training import ETA1, preconditioner, stage1_threshold
 
 
 def _first(mask: np.ndarray) -> int | None:

@@ -22,7 +22,7 @@ from popdyn.tasks.scb.instance import random_instance
 from popdyn.tasks.scb.model import SparseBigram
 from popdyn.tasks.scb.reduced import Reduced2D
 from popdyn.tasks.scb.stepsize import Whitened
-from popdyn.tasks.scb.training import stage1
+from popdyn.jobs.scb.training import stage1
 
 
 def _instance(N: int, T: int, Q: int, seed: int) -> tuple[SparseBigram, Reduced2D, dict]:

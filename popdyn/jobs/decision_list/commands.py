@@ -14,7 +14,7 @@ from popdyn.io import Result
 from popdyn.tasks.decision_list.data import validate_sizes
 from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
 from popdyn.tasks.decision_list.theorems import theorem1_c
-from popdyn.tasks.decision_list.theorem1 import theorem1_run
+from popdyn.jobs.decision_list.theorem1 import theorem1_run
 
 
 def converge_decision_list(L: int, n: int, M: int, c: float | None = None, distribution: str = "distinct",
@@ -151,7 +151,7 @@ def stepsize_decision_list(L: int, n: int, M: int, seed: int = 0, lr: float | No
     """Theorem 2 (§6): exact GD on (W, V) from the theorem's initialisation at η = 1/λ_max(θ₀), with the
     step-size audit, the T-range, ‖V_t − cP‖ and the feasibility condition n·ℒ₀² > 162m. An infeasible
     instance is reported as such and not run."""
-    from popdyn.tasks.decision_list.theorem2 import theorem2_run
+    from popdyn.jobs.decision_list.theorem2 import theorem2_run
 
     run = theorem2_run(L, n, M, seed=seed, lr=lr, max_steps=max_steps)
     inputs = {"task": "decision-list", "L": L, "n": n, "M": M, "seed": seed, "lr": lr, "max_steps": max_steps}

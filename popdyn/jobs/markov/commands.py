@@ -167,13 +167,13 @@ def _require_job(command: str, task: str) -> None:
 def basins(args, out: Path) -> list[str]:
     _require_job("basins", args.task)
     if args.task == "decision-list":
-        from popdyn.tasks.decision_list.jobs import basins_decision_list
+        from popdyn.jobs.decision_list.commands import basins_decision_list
 
         res, wall = _timed(basins_decision_list, args.L, args.n, args.c, 32 if args.grid is None else args.grid,
                            *args.range, 100.0 if args.t1 is None else args.t1, args.distribution, chunk=args.chunk,
                            checkpoint=args.checkpoint)
     elif args.task == "scb":
-        from popdyn.tasks.scb.jobs import basins_scb
+        from popdyn.jobs.scb.commands import basins_scb
 
         res, wall = _timed(basins_scb, args.N, args.T, args.Q, args.seed,
                            64 if args.grid is None else args.grid, *args.range, 2e4 if args.t1 is None else args.t1,
@@ -189,17 +189,17 @@ def basins(args, out: Path) -> list[str]:
 def converge(args, out: Path) -> list[str]:
     _require_job("converge", args.task)
     if args.task == "decision-list":
-        from popdyn.tasks.decision_list.jobs import converge_decision_list
+        from popdyn.jobs.decision_list.commands import converge_decision_list
 
         res, wall = _timed(converge_decision_list, args.L, args.n, 3 if args.M is None else args.M, args.c,
                            args.distribution, args.delta, args.gamma, args.t1)
     elif args.task == "scb":
-        from popdyn.tasks.scb.jobs import converge_scb
+        from popdyn.jobs.scb.commands import converge_scb
 
         res, wall = _timed(converge_scb, args.N, args.T, args.Q, args.seed, 0.5 if args.lr is None else args.lr,
                            0.01 if args.eps is None else args.eps)
     elif args.task == "teacher":
-        from popdyn.tasks.teacher.jobs import converge_teacher
+        from popdyn.jobs.teacher.commands import converge_teacher
 
         res, wall = _timed(converge_teacher, args.teacher, args.D, args.K, args.activation, args.alpha, args.d,
                            args.M, args.seed, args.lr, args.steps)
@@ -213,12 +213,12 @@ def converge(args, out: Path) -> list[str]:
 def stepsize(args, out: Path) -> list[str]:
     _require_job("stepsize", args.task)
     if args.task == "scb":
-        from popdyn.tasks.scb.jobs import stepsize_scb
+        from popdyn.jobs.scb.commands import stepsize_scb
 
         res, wall = _timed(stepsize_scb, args.N, args.T, args.Q, args.seed, args.lr,
                            400 if args.steps is None else args.steps)
     elif args.task == "decision-list":
-        from popdyn.tasks.decision_list.jobs import stepsize_decision_list
+        from popdyn.jobs.decision_list.commands import stepsize_decision_list
 
         if args.lr is not None and len(args.lr) != 1:
             raise ValueError(f"lr={args.lr} is invalid: decision-list takes one learning rate")
