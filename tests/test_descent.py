@@ -186,3 +186,21 @@ def test_metrics_hook_records_user_quantities():
     tb = popdyn.gradient_descent(prob, batch, lr=0.3, steps=12, record_every=3, metrics=metrics)
     assert tb.metrics["ew"].shape == (2, 5) and tb.params is None
     np.testing.assert_allclose(tb.metrics["ew"][0], traj.metrics["ew"], rtol=1e-15)
+
+
+@pytest.mark.parametrize("lanes", [None, 1])
+def test_gd_reaching_its_target_stops_at_the_step_that_met_it(lanes):
+    """With ``until``, the end point of a REACHED run is θ_k at its t_final = k (the first step with until ≤ 0), in
+    the recorded batch path and through lanes: x_k = (1 − η)^k x_0 on ½x², so the end loss is at the target level
+    and one step earlier it was above it."""
+    prob = popdyn.Problem.from_loss(lambda x: 0.5 * jnp.sum(x**2), init=jnp.ones(2))
+    x0 = np.array([[1.0, 0.0], [2.0, 0.0], [0.0, 3.0]])
+    level = 1e-2
+    traj = popdyn.gradient_descent(prob, x0, lr=0.1, steps=100, record_every=100, lanes=lanes, lane_steps=4,
+                                   until=popdyn.LossBelow(prob, level))
+    k = np.asarray(traj.t_final)
+    assert np.all(np.asarray(traj.status) == Status.REACHED)
+    end = 0.5 * np.sum(x0**2, axis=1) * 0.81**k  # ½|x_0|²(1 − η)^(2k)
+    np.testing.assert_allclose(np.asarray(traj.final), x0 * 0.9 ** k[:, None], rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(traj.final_loss), end, rtol=1e-12)
+    assert np.all(end <= level) and np.all(end / 0.81 > level)

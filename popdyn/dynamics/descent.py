@@ -269,8 +269,10 @@ class _GD(eqx.Module):
             hit = jnp.isfinite(norm) & ~blown & (until(new) <= 0)
             code = jnp.where(blown, code, -(i + 3))
             blown = blown | hit
-        bad = jnp.where((bad == -1) & blown, code, bad).astype(jnp.int32)
-        keep = bad != -1  # frozen where it was once it diverged or reached the target
+        running = bad == -1
+        bad = jnp.where(running & blown, code, bad).astype(jnp.int32)
+        # frozen once it diverged (at θ_i, the last finite point) or reached the target (at θ_{i+1}, where it was met)
+        keep = (bad != -1) & ~(running & (bad <= -2))
         theta = jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), theta, new)
         state = jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), state, new_state)
         if not lg:
