@@ -3,6 +3,8 @@
 import os
 
 os.environ.setdefault("POPDYN_NOTEBOOK_SMALL", "1")
+# the command line's persistent compilation cache stays off in tests (its own test turns it on in a temporary folder)
+os.environ.setdefault("POPDYN_CACHE_DIR", "off")
 
 import jax  # noqa: E402
 from hypothesis import settings  # noqa: E402

@@ -1,4 +1,5 @@
-"""The ``popdyn`` command: demo, basins, converge, stepsize (DESIGN.md, "The command line").
+"""The ``popdyn`` command: demo, basins, converge, stepsize, sweep, reproduce, generated from the job registry
+(``popdyn.jobs.registry``; docs/jobs.md).
 
 Every subcommand validates its inputs first, computes, then writes ``summary.json``, ``.npz`` arrays
 and ``.png`` figures into ``--out`` atomically. Bad input prints one line ``popdyn: error: …`` and
@@ -8,14 +9,13 @@ exits with code 2, leaving nothing behind.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
 import time
 import warnings
 from pathlib import Path
-
-from popdyn import _validate
 
 DEFAULT_OUT = Path("popdyn-out")
 
@@ -32,87 +32,77 @@ class _Parser(argparse.ArgumentParser):
     missing argument) is one line ``popdyn: error: …`` on stderr and exit code 2, like every other bad input."""
 
     def error(self, message: str):
+        import re
+
+        bad = re.match(r"argument TASK: invalid choice: '(.*?)'", message)
+        if bad:  # name the job registry's tasks for this command, and the user-model form
+            from popdyn.jobs.registry import tasks_for
+
+            command = self.prog.split()[-1]
+            message = (f"task={bad.group(1)!r} has no {command} job: available for {', '.join(tasks_for(command))}, "
+                       "or your own model as module.path:factory")
         print(f"popdyn: error: {' '.join(message.split())}", file=sys.stderr)
         raise SystemExit(2)
 
 
-def _parser() -> argparse.ArgumentParser:
-    ap = _Parser(prog="popdyn", description="Exact population dynamics of small transformers.")
-    sub = ap.add_subparsers(dest="command", required=True)
+def _add_job(tsub, job) -> None:
+    """The subparser of one (command, task) job: its own options only, each with its default and range."""
+    p = tsub.add_parser(job.task, help=job.help, description=job.help)
+    p.add_argument("--out", type=Path, default=None, help=f"output folder (default: {DEFAULT_OUT}/<command>-<task>)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars or summary table")
+    if job.takes_checkpoint:
+        p.add_argument("--checkpoint", type=Path, default=None, metavar="DIR",
+                       help="save each finished chunk in DIR; rerunning the same command resumes from them")
+    for o in job.options:
+        extend = o.nargs in ("*", "+")
+        p.add_argument(o.flag, type=o.type, default=None, help=o.help_text(), nargs=o.nargs, choices=o.choices,
+                       metavar=o.metavar, action="extend" if extend else "store")
 
-    def common(p, task=True):
-        if task:
-            p.add_argument("task", help="markov | decision-list | scan-snap | scb | teacher")
-        p.add_argument("--out", type=Path, default=None, help="output folder (default: popdyn-out/<command>-<task>)")
-        p.add_argument("--quiet", action="store_true", help="no progress bars or summary table")
-        m = p.add_argument_group("markov")
-        m.add_argument("--p", type=float, default=0.1, help="P(next=1 | current=0), in (0,1)")
-        m.add_argument("--q", type=float, default=0.1, help="P(next=0 | current=1), in (0,1)")
-        dl = p.add_argument_group("decision-list")
-        dl.add_argument("--L", type=int, default=10, help="number of tokens")
-        dl.add_argument("--n", type=int, default=3, help="sequence length (<= L for distinct tokens)")
-        dl.add_argument("--M", type=int, default=None,
-                        help="decision-list: longest list, lists of every length 1..M (3); teacher: channels (4)")
-        dl.add_argument("--c", type=float, default=None, help="V = cP scale (default: the theorem's)")
-        dl.add_argument("--distribution", default="distinct", help="distinct | iid (popdyn's choice, spec §2)")
-        sb = p.add_argument_group("scb")
-        sb.add_argument("--N", type=int, default=10, help="vocabulary size")
-        sb.add_argument("--T", type=int, default=50, help="context length")
-        sb.add_argument("--Q", type=int, default=2, help="sparsity: nonzeros per attention column")
-        tc = p.add_argument_group("teacher")
-        tc.add_argument("--teacher", default="cnn", help="cnn | gcn | sts | gslp")
-        tc.add_argument("--D", type=int, default=None, help="tokens (default: the paper's, cnn 36, others 20)")
-        tc.add_argument("--K", type=int, default=None, help="support per column of S* (cnn 4, gcn 3, sts 4, gslp 1)")
-        tc.add_argument("--activation", default="relu", help="relu | leaky | linear")
-        tc.add_argument("--alpha", type=float, default=None, help="leaky slope in [0, 1) (default 0.1)")
-        tc.add_argument("--d", type=int, default=4, help="features per token (teacher; M uses --M, default 4)")
+
+def _parser() -> argparse.ArgumentParser:
+    from popdyn.jobs.registry import COMMANDS, REGISTRY, tasks_for
+
+    ap = _Parser(prog="popdyn", description="Exact population dynamics of small transformers.")
+    sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     d = sub.add_parser("demo", help="Markov (e,w) basin maps for p+q<1 and p+q>1, convergence table, step-size audit")
     d.add_argument("--out", type=Path, default=None)
     d.add_argument("--quiet", action="store_true")
-    d.add_argument("--grid", type=int, default=96, help="grid resolution of the basin maps")
+    d.add_argument("--grid", type=int, default=96, help="grid resolution of the basin maps (default 96)")
 
-    b = sub.add_parser("basins", help="basin-of-attraction map and fractions over the (w, e) plane")
-    common(b)
-    b.add_argument("--grid", type=int, default=None, help="points per axis (>= 2; markov 128, decision-list 32)")
-    b.add_argument("--range", type=float, nargs=2, default=(-3.0, 3.0), metavar=("LO", "HI"))
-    b.add_argument("--method", default="flow", help="flow | gd")
-    b.add_argument("--t1", type=float, default=None, help="flow horizon (markov 1e4, decision-list 100)")
-    b.add_argument("--lr", type=float, default=0.5, help="GD learning rate")
-    b.add_argument("--steps", type=int, default=2000, help="GD steps")
-    b.add_argument("--chunk", type=int, default=16384, help="initialisations per compiled chunk")
-    b.add_argument("--checkpoint", type=Path, default=None, metavar="DIR",
-                   help="save each finished chunk in DIR; rerunning the same command resumes from them")
-    b.add_argument("--seed", type=int, default=0, help="scb: the random instance")
+    about = {"basins": "basin-of-attraction map and fractions", "converge": "convergence and hitting times against "
+             "the theory", "stepsize": "λ_max along GD against 1/η and 2/η", "sweep": "phase diagrams over data "
+             "parameters: basin fractions, times and λ_max"}
+    for command in COMMANDS:
+        cp = sub.add_parser(command, help=about[command], description=about[command] + ". TASK is a built-in task "
+                            "or your own model as module.path:factory (see `popdyn " + command + " model --help`).")
+        tsub = cp.add_subparsers(dest="task", required=True, metavar="TASK", parser_class=_Parser)
+        for task in tasks_for(command):
+            _add_job(tsub, REGISTRY[(command, task)])
 
-    c = sub.add_parser("converge", help="time to reach an ε-ball around the limit vs the local-rate prediction")
-    common(c)
-    c.add_argument("--n-init", type=int, default=8, help="number of random initialisations")
-    c.add_argument("--std", type=float, default=1.0, help="std of the Gaussian initialisations")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--eps", type=float, default=None, help="target accuracy (markov 1e-6, scb 0.01)")
-    c.add_argument("--lr", type=float, default=None,
-                   help="scb: step size of the exact preconditioned GD (0.5); teacher: GD step (1/λ_max at the teacher)")
-    c.add_argument("--steps", type=int, default=None, help="teacher: GD steps (default: to ηT = 300 × late onset)")
-    c.add_argument("--t1", type=float, default=None, help="flow horizon (markov: 1e4; decision-list: 10× the bound)")
-    c.add_argument("--delta", type=float, default=None, help="decision-list: override δ (default: spec §5's)")
-    c.add_argument("--gamma", type=float, default=None, help="decision-list: override γ (default: δ/L-type, §5)")
-
-    s = sub.add_parser("stepsize", help="λ_max along GD trajectories against 1/η and 2/η")
-    common(s)
-    s.add_argument("--e0", type=float, default=1.0)
-    s.add_argument("--w0", type=float, default=0.5)
-    s.add_argument("--lr", type=float, nargs="+", default=None,
-                   help="one or more learning rates (markov: 0.5 2 3; decision-list: one, default 1/λ_max(θ0); "
-                        "scb: 0.5 and 0.9, 1.1 times 2/λ* at (P, Qm))")
-    s.add_argument("--steps", type=int, default=None, help="GD steps (markov 400, decision-list 20, scb 400)")
-    s.add_argument("--seed", type=int, default=0, help="decision-list: lists, π and V0's perturbation; scb: instance")
     r = sub.add_parser("reproduce", help="regenerate a paper figure from exact dynamics (--list)")
     r.add_argument("figure", nargs="?", help="figure name, e.g. markov-fig1")
     r.add_argument("--list", action="store_true", help="list the figures")
     r.add_argument("--out", type=Path, default=None)
     r.add_argument("--quiet", action="store_true")
     return ap
+
+
+def _user_task(argv: list[str]) -> list[str]:
+    """``COMMAND module.path:factory …`` (or a ``popdyn.tasks`` entry point's name) → ``COMMAND model --factory …``."""
+    from popdyn.jobs.registry import COMMANDS, MODEL, REGISTRY
+
+    if len(argv) < 2 or argv[0] not in COMMANDS or (argv[0], argv[1]) in REGISTRY:
+        return argv
+    spec = argv[1]
+    if ":" not in spec:
+        from importlib.metadata import entry_points
+
+        found = [ep.value for ep in entry_points(group="popdyn.tasks") if ep.name == spec]
+        if not found:
+            return argv
+        spec = found[0]
+    return [argv[0], MODEL, "--factory", spec, *argv[2:]]
 
 
 def _out_dir(args, name: str) -> Path:
@@ -129,13 +119,20 @@ def _check_path(name: str, path: Path) -> None:
             return
 
 
-def _check_task_args(args) -> None:
-    from popdyn.tasks.registry import check_task
+def _compilation_cache() -> None:
+    """JAX's persistent compilation cache in a per-user folder, so a second run of a command compiles nothing:
+    ``$POPDYN_CACHE_DIR``, else ``$XDG_CACHE_HOME/popdyn/jax`` (``~/.cache/popdyn/jax``); ``POPDYN_CACHE_DIR=off``
+    turns it off (docs/jobs.md, "A fast command line")."""
+    import jax
 
-    check_task(args.task)
-    if args.task == "markov":
-        _validate.open_unit("p", args.p)
-        _validate.open_unit("q", args.q)
+    where = os.environ.get("POPDYN_CACHE_DIR")
+    if where is not None and where.lower() in ("off", "0", "none", ""):
+        return
+    if where is None:
+        where = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "popdyn" / "jax"
+    jax.config.update("jax_compilation_cache_dir", str(where))
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
 class _Terminated(KeyboardInterrupt):
@@ -153,8 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     written to ``--out``, and with ``--checkpoint`` the chunks finished so far stay there for a rerun. A
     signal takes effect when the running chunk's computation returns control to Python.
     """
+    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        args = _parser().parse_args(argv)
+        args = _parser().parse_args(_user_task(argv))
     except SystemExit as exc:  # a usage error (one line already printed, code 2) or --help (code 0)
         return exc.code if isinstance(exc.code, int) else 2
     _one_line_warnings()
@@ -177,21 +175,14 @@ def _main(args) -> int:
     import jax
 
     jax.config.update("jax_enable_x64", True)
-    from popdyn.jobs.markov import commands
-
+    _compilation_cache()
     try:
-        if args.command in ("basins", "converge", "stepsize"):
-            _check_task_args(args)
-        run = {"demo": commands.demo, "basins": commands.basins, "converge": commands.converge,
-               "stepsize": commands.stepsize, "reproduce": commands.reproduce}[args.command]
-        name = {"demo": "demo", "reproduce": f"reproduce-{getattr(args, 'figure', None)}"}.get(
-            args.command, f"{args.command}-{getattr(args, 'task', '')}")
-        out = _out_dir(args, name)
+        out = _out_dir(args, _out_name(args))
         _check_path("out", out)
         if getattr(args, "checkpoint", None) is not None:
             _check_path("checkpoint", args.checkpoint)
         t0 = time.perf_counter()
-        lines = run(args, out)
+        lines = _run(args, out)
     except ValueError as err:
         print(f"popdyn: error: {err}", file=sys.stderr)
         return 2
@@ -199,6 +190,39 @@ def _main(args) -> int:
         print("\n".join(lines))
         print(f"done in {time.perf_counter() - t0:.1f} s")
     return 0
+
+
+def _out_name(args) -> str:
+    if args.command == "demo":
+        return "demo"
+    if args.command == "reproduce":
+        return f"reproduce-{args.figure}"
+    task = args.factory.split(":")[-1] if getattr(args, "factory", None) else args.task
+    return f"{args.command}-{task}"
+
+
+def _run(args, out: Path) -> list[str]:
+    """Run the job ``args`` names and write its Result into ``out``; return its summary lines."""
+    if args.command == "demo":
+        from popdyn.jobs.demo import demo
+
+        return demo(out, args.grid, progress=not args.quiet)
+    if args.command == "reproduce":
+        from popdyn.figures import FIGURES, get_figure
+
+        if args.list or args.figure is None:
+            return [f"{name:<14s} {text}" for name, (_, text) in FIGURES.items()]
+        job, kwargs = get_figure(args.figure), {"progress": not args.quiet}
+    else:
+        from popdyn.jobs.registry import lookup
+
+        spec = lookup(args.command, args.task)
+        kwargs = spec.keywords(vars(args), progress=not args.quiet, checkpoint=getattr(args, "checkpoint", None))
+        job = spec.function()
+    t0 = time.perf_counter()
+    res = job(**kwargs)
+    res.write(out, args.command, time.perf_counter() - t0)
+    return res.lines
 
 
 if __name__ == "__main__":

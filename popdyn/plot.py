@@ -95,3 +95,16 @@ def plot_convergence(ts: np.ndarray, dist: np.ndarray, rates: np.ndarray, eps: f
            title="convergence to the limit (dashed: predicted local rate)")
     ax.legend(fontsize=7)
     return fig
+
+
+def plot_times(times: np.ndarray, title: str) -> Figure:
+    """Hitting times of a batch of runs, sorted (log scale); runs that never reached the target are counted in
+    the title, not drawn."""
+    fig = Figure(figsize=(6, 4), layout="constrained")
+    ax = fig.subplots()
+    t = np.sort(np.asarray(times, dtype=float)[np.isfinite(times)])
+    ax.plot(np.arange(1, t.size + 1), t, "o", ms=3)
+    missed = int(np.size(times) - t.size)
+    ax.set(xlabel="run (sorted by time)", ylabel="time", yscale="log" if t.size and t.min() > 0 else "linear",
+           title=title + (f" ({missed} never reached)" if missed else ""))
+    return fig

@@ -15,7 +15,6 @@ import popdyn
 from popdyn.jobs.markov import commands
 from popdyn.io import write_results
 from popdyn.tasks.markov import Canonical
-from popdyn.tasks.registry import check_task
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,8 +24,7 @@ BAD = {  # name: (argv, text naming the parameter in the error line)
     "grid": (["basins", "markov", "--grid", "1"], "grid"),
     "range": (["basins", "markov", "--range", "3", "-3"], "range"),
     "task": (["basins", "teacherz"], "teacherz"),
-    "unimplemented": (["basins", "scan-snap"], "scan-snap"),
-    "no-job": (["basins", "teacher"], "task='teacher' has no basins job"),
+    "no-job": (["sweep", "decision-list"], "task='decision-list' has no sweep job"),
     "lr": (["stepsize", "markov", "--lr", "-1"], "lr"),
     "eps": (["converge", "markov", "--eps", "0"], "eps"),
 }
@@ -199,8 +197,6 @@ def test_stepsize_command_writes_results(cli):
         (lambda: Canonical(p=0.1, q=1.0), "q="),
         (lambda: popdyn.Grid.square("w", "e", -3.0, 3.0, 1), "grid"),
         (lambda: popdyn.Grid.square("w", "e", 3.0, -3.0, 8), "range"),
-        (lambda: check_task("teacherz"), "teacherz"),
-        (lambda: check_task("scan-snap"), "scan-snap"),
         (lambda: commands.basins_markov(0.1, 0.1, n=1), "grid"),
         (lambda: commands.basins_markov(0.1, 0.1, n=8, lo=3.0, hi=-3.0), "range"),
         (lambda: commands.basins_markov(1.5, 0.1, n=8), "p="),
@@ -218,7 +214,6 @@ def test_api_allows_p_plus_q_equal_one_with_a_warning():
     with pytest.warns(UserWarning, match="flat"):
         prob = Canonical(0.5, 0.5)
     assert prob.optimal_gap() == 0.0
-    assert check_task("markov") == "markov"
 
 
 # ---- write_results is atomic --------------------------------------------------------------------

@@ -11,7 +11,7 @@ import popdyn
 ROOT = Path(popdyn.__file__).parent
 RANK = {"core": 0, "tasks": 1, "dynamics": 1, "analysis": 2, "plot": 3, "jobs": 4, "cli": 5}
 GROUP = {"_validate": "core", "io": "core", "problem": "core", "exact": "core", "curvature": "core",
-         "batching": "core", "checkpoint": "core", "sharding": "core", "tasks": "tasks", "dynamics": "dynamics",
+         "batching": "core", "checkpoint": "core", "sharding": "core", "distributed": "core", "tasks": "tasks", "dynamics": "dynamics",
          "analysis": "analysis", "plot": "plot", "jobs": "jobs", "figures": "jobs", "cli": "cli"}
 
 

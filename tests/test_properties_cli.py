@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from popdyn import cli
 from popdyn.jobs.markov import commands  # noqa: F401  (imported up front: the first example must not pay for imports)
 from popdyn.figures import FIGURES
-from popdyn.tasks.registry import TASKS
+from popdyn.jobs.registry import TASKS
 
 # ---- bad option values, as argv strings -----------------------------------------------------------------
 JUNK = st.sampled_from(["abc", "", "1,5", "0x1p3", "one", "[1]", "--", "-x", "1 2"])
@@ -152,8 +152,7 @@ def test_unknown_tasks_and_figures_are_refused(command, data):
         figure = data.draw(bad_word(tuple(FIGURES)).filter(lambda w: not w.startswith("-")), label="figure")
         assert_one_line_error(["reproduce", figure], "figure")
         return
-    task = data.draw(st.one_of(bad_word(TASKS), st.just("scan-snap")).filter(lambda w: not w.startswith("-")),
-                     label="task")
+    task = data.draw(bad_word((*TASKS, "model")).filter(lambda w: not w.startswith("-") and ":" not in w), label="task")
     assert_one_line_error([command, task], "task")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 import jax
+import numpy as np
 
 _SYNTAX = re.compile(r"""^(?:[A-Za-z_]\w*)?(?:\[(?:\s*\d+(?:\s*,\s*\d+)*\s*|'[^'\[\]]*'|"[^"\[\]]*")\])*$""")
 _INDEX = re.compile(r"\[\s*(\d+(?:\s*,\s*\d+)*)\s*\]$")
@@ -53,3 +54,18 @@ def resolve(template, name: str, label: str = "axis") -> tuple[int, tuple[int, .
             return i, idx
         known.append(_aliases(path, len(leaves))[-1] + ("" if not leaf.shape else f"[…] of shape {tuple(leaf.shape)}"))
     raise ValueError(f"{label} {name!r} names no parameter: allowed {known}")
+
+
+def names(template) -> list[str]:
+    """Every scalar coordinate of θ by name, in ``tree_leaves`` order, row-major within a leaf: ``"e"``,
+    ``"W[0,1]"``, ``"[3]"`` for a flat θ (the first names are the defaults of a 2-D slice)."""
+    leaves = jax.tree_util.tree_flatten_with_path(template)[0]
+    out = []
+    for path, leaf in leaves:
+        alias = _aliases(path, len(leaves))[-1] if path else ""
+        shape = tuple(leaf.shape)
+        if not shape:
+            out.append(alias or "theta")
+        else:
+            out += [f"{alias}[{','.join(map(str, idx))}]" for idx in np.ndindex(*shape)]
+    return out

@@ -147,14 +147,15 @@ def basins_decision_list(L: int, n: int, c: float | None = None, grid: int = 32,
 
 
 def stepsize_decision_list(L: int, n: int, M: int, seed: int = 0, lr: float | None = None,
-                           max_steps: int = 20) -> Result:
+                           steps: int = 20) -> Result:
     """Theorem 2 (§6): exact GD on (W, V) from the theorem's initialisation at η = 1/λ_max(θ₀), with the
     step-size audit, the T-range, ‖V_t − cP‖ and the feasibility condition n·ℒ₀² > 162m. An infeasible
     instance is reported as such and not run."""
     from popdyn.jobs.decision_list.theorem2 import theorem2_run
 
-    run = theorem2_run(L, n, M, seed=seed, lr=lr, max_steps=max_steps)
-    inputs = {"task": "decision-list", "L": L, "n": n, "M": M, "seed": seed, "lr": lr, "max_steps": max_steps}
+    steps = _validate.int_at_least("steps", steps, 1)
+    run = theorem2_run(L, n, M, seed=seed, lr=lr, max_steps=steps)
+    inputs = {"task": "decision-list", "L": L, "n": n, "M": M, "seed": seed, "lr": lr, "steps": steps}
     head = (f"stepsize decision-list  L={L}, n={n}, m=M={M}: Theorem 2, c = {run['c']:.6g}, ε = {run['eps']:.4g}, "
             f"ℒ0 = {run['L0']:.6g} (at the perturbed V0), n·ℒ0² = {n * run['L0'] ** 2:.4g} vs 162m = {162 * M}")
     if not run["feasible"]:

@@ -1,10 +1,7 @@
-"""The jobs behind the ``popdyn`` subcommands: each computes, writes its results atomically and
-returns the lines of its human summary. Inputs are validated before anything is written."""
+"""Markov-chain jobs (docs/jobs.md): basin maps against the closed-form partition, convergence against the
+local rate and step-size audits. Each validates its inputs first and returns a ``popdyn.io.Result``."""
 
 from __future__ import annotations
-
-import time
-from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -19,22 +16,17 @@ from popdyn.plot import plot_basin_map, plot_convergence, plot_step_size_audit
 from popdyn.tasks.markov import ATTRACTORS, Canonical
 
 
-def _timed(job, *a, **k) -> tuple[Result, float]:
-    t0 = time.perf_counter()
-    res = job(*a, **k)
-    return res, time.perf_counter() - t0
-
-
 # ---- basins ---------------------------------------------------------------------------------------
 def basins_markov(p, q, n=128, lo=-3.0, hi=3.0, method="flow", t1=1e4, lr=0.5, steps=2000, chunk=16384,
                   progress=True, checkpoint=None) -> Result:
     """Basin map of the profiled (e, w) model over [lo, hi]², checked against the closed form (§4.4);
     ``checkpoint``: a directory to save finished chunks in and resume from (``basin_map``)."""
-    prob = Canonical(p, q)
     n = _validate.int_at_least("grid", n, 2)
     lo, hi = _validate.interval("range", (lo, hi))
     _validate.choice("method", method, ("flow", "gd"))
     _validate.int_at_least("chunk", chunk, 1)
+    _validate.positive("t1", t1), _validate.positive("lr", lr), _validate.int_at_least("steps", steps, 1)
+    prob = Canonical(p, q)
     grid = Grid.square("w", "e", lo, hi, n)
     bm = basin_map(prob, grid, method, t1=t1, lr=lr, steps=steps, chunk_size=chunk, progress=progress,
                    checkpoint=checkpoint)
@@ -75,12 +67,13 @@ def basins_markov(p, q, n=128, lo=-3.0, hi=3.0, method="flow", t1=1e4, lr=0.5, s
 def converge_markov(p, q, n_init=8, std=1.0, seed=0, eps=1e-6, t1=1e4) -> Result:
     """Time for the profiled flow to enter the ε-ball around its closed-form limit, against the local
     rate λ (the nonzero Hessian eigenvalue at the limit, §4.6): T_pred = T(1e-2) + ln(1e-2/ε)/λ."""
-    prob = Canonical(p, q)
     n_init = _validate.int_at_least("n-init", n_init, 1)
     std = _validate.positive("std", std)
     eps = _validate.positive("eps", eps)
     t1 = _validate.positive("t1", t1)
-    key = jax.random.PRNGKey(_validate.seed("seed", seed))
+    seed = _validate.seed("seed", seed)
+    prob = Canonical(p, q)
+    key = jax.random.PRNGKey(seed)
     z = std * jax.random.normal(key, (n_init, 2))
     theta0 = {"e": z[:, 0], "w": z[:, 1]}
     ts = np.concatenate([[0.0], np.geomspace(1e-3, t1, 600)])
@@ -126,10 +119,10 @@ def converge_markov(p, q, n_init=8, std=1.0, seed=0, eps=1e-6, t1=1e4) -> Result
 # ---- stepsize -------------------------------------------------------------------------------------
 def stepsize_markov(p, q, e0=1.0, w0=0.5, lrs=(0.5, 2.0, 3.0), steps=400) -> Result:
     """GD from (e0, w0) at each η, with λ_max(∇²L(θ_t)) audited against 1/η and 2/η."""
-    prob = Canonical(p, q)
     e0, w0 = _validate.finite("e0", e0), _validate.finite("w0", w0)
     lrs = [_validate.positive("lr", lr) for lr in lrs]
     steps = _validate.int_at_least("steps", steps, 1)
+    prob = Canonical(p, q)
     theta0 = {"e": jnp.asarray(e0), "w": jnp.asarray(w0)}
     audits, losses, rows = [], [], []
     for lr in lrs:
@@ -150,113 +143,3 @@ def stepsize_markov(p, q, e0=1.0, w0=0.5, lrs=(0.5, 2.0, 3.0), steps=400) -> Res
         res.lines.append(f"  η = {r['lr']:<6g} {audit.verdict()}; final loss {r['final_loss']:.6g} "
                          f"(H_rate {r['entropy_rate']:.6f}), {r['status']}")
     return res
-
-
-# ---- CLI adapters -----------------------------------------------------------------------------------
-JOBS = {"basins": ("markov", "decision-list", "scb"), "converge": ("markov", "decision-list", "scb", "teacher"),
-        "stepsize": ("markov", "decision-list", "scb")}
-
-
-def _require_job(command: str, task: str) -> None:
-    """ValueError when ``task`` (a known, built task) has no ``command`` job."""
-    if task not in JOBS[command]:
-        extra = "; its step-size audit is part of 'popdyn converge teacher'" if task == "teacher" else ""
-        raise ValueError(f"task={task!r} has no {command} job: available for {', '.join(JOBS[command])}{extra}")
-
-
-def basins(args, out: Path) -> list[str]:
-    _require_job("basins", args.task)
-    if args.task == "decision-list":
-        from popdyn.jobs.decision_list.commands import basins_decision_list
-
-        res, wall = _timed(basins_decision_list, args.L, args.n, args.c, 32 if args.grid is None else args.grid,
-                           *args.range, 100.0 if args.t1 is None else args.t1, args.distribution, chunk=args.chunk,
-                           checkpoint=args.checkpoint)
-    elif args.task == "scb":
-        from popdyn.jobs.scb.commands import basins_scb
-
-        res, wall = _timed(basins_scb, args.N, args.T, args.Q, args.seed,
-                           64 if args.grid is None else args.grid, *args.range, 2e4 if args.t1 is None else args.t1,
-                           progress=not args.quiet, chunk=args.chunk, checkpoint=args.checkpoint)
-    else:
-        res, wall = _timed(basins_markov, args.p, args.q, 128 if args.grid is None else args.grid, *args.range,
-                           args.method, 1e4 if args.t1 is None else args.t1, args.lr, args.steps, args.chunk,
-                           progress=not args.quiet, checkpoint=args.checkpoint)
-    res.write(out, "basins", wall)
-    return res.lines
-
-
-def converge(args, out: Path) -> list[str]:
-    _require_job("converge", args.task)
-    if args.task == "decision-list":
-        from popdyn.jobs.decision_list.commands import converge_decision_list
-
-        res, wall = _timed(converge_decision_list, args.L, args.n, 3 if args.M is None else args.M, args.c,
-                           args.distribution, args.delta, args.gamma, args.t1)
-    elif args.task == "scb":
-        from popdyn.jobs.scb.commands import converge_scb
-
-        res, wall = _timed(converge_scb, args.N, args.T, args.Q, args.seed, 0.5 if args.lr is None else args.lr,
-                           0.01 if args.eps is None else args.eps)
-    elif args.task == "teacher":
-        from popdyn.jobs.teacher.commands import converge_teacher
-
-        res, wall = _timed(converge_teacher, args.teacher, args.D, args.K, args.activation, args.alpha, args.d,
-                           args.M, args.seed, args.lr, args.steps)
-    else:
-        res, wall = _timed(converge_markov, args.p, args.q, args.n_init, args.std, args.seed,
-                           1e-6 if args.eps is None else args.eps, 1e4 if args.t1 is None else args.t1)
-    res.write(out, "converge", wall)
-    return res.lines
-
-
-def stepsize(args, out: Path) -> list[str]:
-    _require_job("stepsize", args.task)
-    if args.task == "scb":
-        from popdyn.jobs.scb.commands import stepsize_scb
-
-        res, wall = _timed(stepsize_scb, args.N, args.T, args.Q, args.seed, args.lr,
-                           400 if args.steps is None else args.steps)
-    elif args.task == "decision-list":
-        from popdyn.jobs.decision_list.commands import stepsize_decision_list
-
-        if args.lr is not None and len(args.lr) != 1:
-            raise ValueError(f"lr={args.lr} is invalid: decision-list takes one learning rate")
-        if args.steps is not None:  # the job calls it max_steps
-            _validate.int_at_least("steps", args.steps, 1)
-        res, wall = _timed(stepsize_decision_list, args.L, args.n, 3 if args.M is None else args.M, args.seed,
-                           None if args.lr is None else args.lr[0], 20 if args.steps is None else args.steps)
-    else:
-        res, wall = _timed(stepsize_markov, args.p, args.q, args.e0, args.w0,
-                           (0.5, 2.0, 3.0) if args.lr is None else args.lr, 400 if args.steps is None else args.steps)
-    res.write(out, "stepsize", wall)
-    return res.lines
-
-
-def demo(args, out: Path) -> list[str]:
-    """The main job: basin maps for p+q<1 and p+q>1, a convergence table and a step-size audit."""
-    n = _validate.int_at_least("grid", args.grid, 2)
-    jobs = [
-        ("basins-pq-lt-1", "basins", lambda: basins_markov(0.1, 0.1, n, progress=not args.quiet)),
-        ("basins-pq-gt-1", "basins", lambda: basins_markov(0.9, 0.9, n, progress=not args.quiet)),
-        ("converge", "converge", lambda: converge_markov(0.1, 0.1, n_init=6)),
-        ("stepsize", "stepsize", lambda: stepsize_markov(0.1, 0.1)),
-    ]
-    lines = []
-    for name, command, job in jobs:
-        res, wall = _timed(job)
-        res.write(out / name, command, wall)
-        lines += res.lines + [""]
-    return lines
-
-
-def reproduce(args, out: Path) -> list[str]:
-    """``popdyn reproduce FIGURE`` (or ``--list``)."""
-    from popdyn.figures import FIGURES, get_figure
-
-    if args.list or args.figure is None:
-        return [f"{name:<14s} {text}" for name, (_, text) in FIGURES.items()]
-    job = get_figure(args.figure)
-    res, wall = _timed(job, progress=not args.quiet)
-    res.write(out, "reproduce", wall)
-    return res.lines

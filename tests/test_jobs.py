@@ -1,0 +1,146 @@
+"""The job layer (docs/jobs.md): every (command, task) job declares its options once in the registry, the CLI
+is generated from it (per-task --help, an option a job does not use refused), a user's own model runs through
+all four commands from a module path, and sweeps over data parameters compile once and match closed forms."""
+
+import json
+import logging
+import re
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import pytest
+
+from popdyn.jobs.registry import COMMANDS, JOBS, MODEL, REGISTRY
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+ALL_FLAGS = sorted({o.flag for j in JOBS for o in j.options})
+
+
+@pytest.mark.parametrize("job", JOBS, ids=lambda j: f"{j.command}-{j.task}")
+def test_every_option_is_a_parameter_of_its_job_and_every_parameter_an_option(job):
+    assert job.declared_params() == job.signature_params()
+    flags = [o.flag for o in job.options]
+    assert len(flags) == len(set(flags))
+
+
+@pytest.mark.parametrize("job", JOBS, ids=lambda j: f"{j.command}-{j.task}")
+def test_help_lists_the_jobs_own_options_only(job, run_cli):
+    code, out, _ = run_cli(job.command, job.task, "--help")
+    assert code == 0
+    listed = set(re.findall(r"^\s+(--[A-Za-z][\w-]*)", out, flags=re.M))
+    assert listed == {o.flag for o in job.options} | {"--out", "--quiet"} | (
+        {"--checkpoint"} if job.takes_checkpoint else set())
+    for o in job.options:
+        if o.default is not None:
+            assert "default" in " ".join(out.split()).split(o.flag, 1)[1][:400]
+
+
+@pytest.mark.parametrize("job", JOBS, ids=lambda j: f"{j.command}-{j.task}")
+def test_an_option_the_job_does_not_use_is_refused(job, run_cli, tmp_path):
+    own = {o.flag for o in job.options}
+    foreign = next(f for f in ALL_FLAGS if f not in own)
+    code, out, err = run_cli(job.command, job.task, foreign, "1", "--out", str(tmp_path / "o"))
+    assert code == 2 and len(err.strip().splitlines()) == 1 and foreign in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_a_method_specific_option_with_the_other_method_is_refused(run_cli, tmp_path):
+    code, _, err = run_cli("basins", "markov", "--lr", "0.1", "--grid", "4", "--out", str(tmp_path / "o"))
+    assert code == 2 and "--lr applies only with --method gd" in err
+    code, _, err = run_cli("basins", "markov", "--method", "gd", "--t1", "5", "--out", str(tmp_path / "o"))
+    assert code == 2 and "--t1 applies only with --method flow" in err
+
+
+def test_every_command_has_markov_and_the_user_model():
+    for command in COMMANDS:
+        assert (command, "markov") in REGISTRY and (command, MODEL) in REGISTRY
+
+
+def _readme_model(tmp_path, monkeypatch):
+    """The README's model file, importable from tmp_path, and its commands."""
+    text = README.read_text(encoding="utf-8")
+    section = re.search(r"^## Your own model on the command line\s*$(.*?)(?=^## )", text, flags=re.M | re.S).group(1)
+    code = re.findall(r"^```python\n(.*?)^```", section, flags=re.M | re.S)[0]
+    commands = [line.split("#")[0].split() for line in
+                re.findall(r"^```bash\n(.*?)^```", section, flags=re.M | re.S)[0].strip().splitlines()]
+    (tmp_path / "double_well.py").write_text(code)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("double_well", None)
+    return commands
+
+
+def test_the_readme_user_model_runs_through_all_four_commands(tmp_path, monkeypatch, run_cli):
+    commands = _readme_model(tmp_path, monkeypatch)
+    assert [c[1] for c in commands] == ["basins", "converge", "stepsize", "sweep"]
+    import double_well
+
+    for argv in commands:
+        out = tmp_path / argv[1]
+        code, _, err = run_cli(*argv[1:], "--out", str(out), "--quiet")
+        assert code == 0, err
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["command"] == argv[1] and summary["inputs"]["task"] == "double_well:double_well"
+        assert (out / f"{argv[1]}.png").read_bytes()[:4] == b"\x89PNG"
+        assert (out / f"{argv[1]}.npz").is_file()
+        results = summary["results"]
+        if argv[1] == "basins":  # symmetric wells at x = ±√2, the boundary x = 0 between grid columns: half each
+            assert results["fractions"]["right"] == results["fractions"]["left"] == 0.5
+        elif argv[1] == "converge":
+            assert results["reached"] == 8
+        elif argv[1] == "stepsize":  # λ_max at the end (the right well, L'' = 3x² − c = 2): 1/η = 10 held
+            assert results["runs"][0]["verdict"] == "held" and results["runs"][1]["verdict"] == "diverged"
+        else:  # the basins of the x-flow split at the middle root of x³ − x + tilt = 0
+            inits = jax.vmap(double_well.double_well().init)(jax.random.split(jax.random.PRNGKey(0), 64))
+            x0 = np.asarray(inits["x"])
+            for point in results["points"]:
+                tilt = point["values"]["tilt"]
+                roots = np.sort(np.roots([1.0, 0.0, -1.0, tilt]).real)
+                assert point["fractions"]["right"] == pytest.approx(np.mean(x0 > roots[1]))
+
+
+def test_a_factory_that_is_not_a_problem_or_takes_other_keywords_is_refused(tmp_path, monkeypatch, run_cli):
+    _readme_model(tmp_path, monkeypatch)
+    code, _, err = run_cli("basins", "double_well:loss", "--grid", "4", "--out", str(tmp_path / "o"))
+    assert code == 2 and "double_well:loss" in err
+    code, _, err = run_cli("basins", "double_well:double_well", "--param", "width=3", "--out", str(tmp_path / "o"))
+    assert code == 2 and "'width' is not a keyword" in err
+    code, _, err = run_cli("basins", "nowhere_module:f", "--out", str(tmp_path / "o"))
+    assert code == 2 and "cannot import" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_markov_sweep_shows_the_p_plus_q_transition_and_compiles_once(caplog):
+    """Off the line p + q = 1 the fractions of resolved starts equal the closed-form partition (§4.4) of the same
+    starts, on both sides of it, and the flow's batch solver compiles once for all (p, q)."""
+    from popdyn.jobs.sweep import sweep_markov
+
+    with jax.log_compiles(), caplog.at_level(logging.WARNING, logger="jax"):
+        res = sweep_markov(p_lo=0.1, p_hi=0.9, q_lo=0.1, q_hi=0.9, points=3, grid=8, chunk=64)
+    compiles = [r for r in caplog.records if "Finished XLA compilation of jit(_solve_batch)" in r.getMessage()]
+    assert len(compiles) <= 1
+    sides = set()
+    for point in res.results["points"]:
+        p, q = point["values"]["p"], point["values"]["q"]
+        if point["predicted_fractions"] is None:
+            assert abs(p + q - 1) < 1e-9
+            continue
+        sides.add(p + q > 1)
+        assert point["resolved_fraction"] == 1.0
+        for name, f in point["predicted_fractions"].items():
+            assert point["fractions"][name] == pytest.approx(f, abs=1.5 / 64)
+    assert sides == {True, False}
+    below = [pt for pt in res.results["points"] if pt["values"]["p"] + pt["values"]["q"] < 1]
+    above = [pt for pt in res.results["points"] if pt["values"]["p"] + pt["values"]["q"] > 1]
+    assert max(pt["fractions"]["local"] for pt in below) < min(pt["fractions"]["local"] for pt in above)
+
+
+def test_vary_is_checked():
+    from popdyn.jobs.sweep import parse_vary
+
+    for bad, match in (("c", "NAME=LO:HI:N"), ("c=1:0:3", "vary c"), ("c=0:1:1", "vary c N"), ("c=a:1:3", "numbers")):
+        with pytest.raises(ValueError, match=re.escape(match)):
+            parse_vary([bad])
+    with pytest.raises(ValueError, match="two distinct"):
+        parse_vary(["c=0:1:3", "c=0:1:3"])
