@@ -3,7 +3,8 @@
 A batch is a parameter pytree whose every leaf has one extra leading axis compared with the
 problem's ``template()``. Chunks have a fixed size (the last one is padded by repeating its first
 point and trimmed afterwards) so each function compiles once per shape and memory stays bounded; each
-chunk is spread over all devices, and finished chunks can be checkpointed to disk to resume a long run.
+chunk is spread over the process's devices, several processes take turns at the chunks (docs/distributed.md),
+and finished chunks can be checkpointed to disk to resume a long run.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from tqdm.auto import tqdm
 
-from popdyn import _validate, sharding
+from popdyn import _validate, distributed, sharding
 from popdyn.checkpoint import ChunkStore, fingerprint
 from popdyn.problem import Problem, Theta, check_problem
 
@@ -97,42 +98,96 @@ def map_chunks(
 ):
     """Apply ``fn`` (a jitted function of a batch) to fixed-size chunks of ``theta``; concatenate outputs.
 
-    Each chunk is split over all devices (``popdyn.sharding``); its size is ``chunk_size`` (all of ``theta``
-    when None) rounded up to a multiple of the device count. With ``checkpoint`` (a directory), finished
+    Each chunk is split over the process's devices (``popdyn.sharding``); its size is ``chunk_size`` (all of
+    ``theta`` when None) rounded up to a multiple of the device count. With ``checkpoint`` (a directory), finished
     chunks are saved there and, on a later call with the same inputs, loaded instead of recomputed; the
     directory's fingerprint covers ``theta``, the chunk size and ``depends_on`` (everything else ``fn``'s
-    outputs depend on: the problem, the method and its settings), see ``popdyn.checkpoint``.
+    outputs depend on: the problem, the method and its settings), see ``popdyn.checkpoint``. With several
+    processes (``popdyn.distributed``), whole chunks are dealt out to the processes and every process returns
+    every output, bit for bit those of one process; process 0 alone writes the checkpoint (docs/distributed.md).
     """
     n = jax.tree_util.tree_leaves(theta)[0].shape[0]
     check_chunk_size(chunk_size)
-    if checkpoint is None and sharding.device_count() == 1 and (chunk_size is None or chunk_size >= n):
+    several = jax.process_count() > 1
+    if checkpoint is None and not several and sharding.device_count() == 1 and (chunk_size is None or chunk_size >= n):
         return fn(theta)
     size = sharding.padded_size(n if chunk_size is None else min(chunk_size, n))
-    starts = range(0, n, size)
+    rows = [min(size, n - start) for start in range(0, n, size)]
 
-    def chunk(start):
+    def chunk(i):
+        start = i * size
         idx = np.arange(start, start + size)
-        idx = np.where(idx < min(start + size, n), idx, start)  # pad by repeating the first point of the chunk
+        idx = np.where(idx < start + rows[i], idx, start)  # pad by repeating the first point of the chunk
         return jax.tree_util.tree_map(lambda x: x[idx], theta)
 
-    store = None
-    if checkpoint is not None:
-        fp = fingerprint(theta, size, depends_on)
-        store = ChunkStore(checkpoint, fp, jax.eval_shape(fn, chunk(0)),
-                           {"n_points": n, "chunk_size": size, "n_chunks": len(starts)})
-    outs = [store.load(i, min(size, n - start)) if store is not None and store.has(i) else None
-            for i, start in enumerate(starts)]
-    with tqdm(total=len(starts), initial=sum(o is not None for o in outs), desc=desc, disable=not progress,
+    def run(i):
+        """Chunk ``i``'s outputs as NumPy arrays, padding included."""
+        return sharding.gather(fn(sharding.place(chunk(i))))
+
+    expected = jax.eval_shape(fn, chunk(0)) if checkpoint is not None or several else None
+    info = {"n_points": n, "chunk_size": size, "n_chunks": len(rows)}
+    open_store = None if checkpoint is None else (
+        lambda: ChunkStore(checkpoint, fingerprint(theta, size, depends_on), expected, info))
+
+    if several:
+        store, outs = _resume_everywhere(rows, expected, open_store, fingerprint(theta, size))
+    else:
+        store = None if open_store is None else open_store()
+        outs = [store.load(i, r) if store is not None and store.has(i) else None for i, r in enumerate(rows)]
+    # the chunks still to compute go out in turns of one per process: todo[k] to process k mod count
+    me, count = jax.process_index(), jax.process_count()
+    todo = [i for i, out in enumerate(outs) if out is None]
+    idle = None if expected is None else jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), expected)
+    with tqdm(total=len(rows), initial=len(rows) - len(todo), desc=desc, disable=not progress or me > 0,
               leave=False) as bar:
-        for i, start in enumerate(starts):
-            if outs[i] is not None:
-                continue
-            out = sharding.gather(fn(sharding.place(chunk(start))))
-            outs[i] = jax.tree_util.tree_map(lambda x: x[: min(size, n - start)], out)
-            if store is not None:
-                store.save(i, outs[i])
-            bar.update(1)
+        for first in range(0, len(todo), count):
+            turn = todo[first:first + count]
+            every = sharding.from_every_process(run(turn[me]) if me < len(turn) else idle)
+            for p, i in enumerate(turn):
+                outs[i] = jax.tree_util.tree_map(lambda x: x[p, :rows[i]], every)
+                if store is not None:
+                    store.save(i, outs[i])
+                bar.update(1)
     return jax.tree_util.tree_map(lambda *xs: jnp.asarray(np.concatenate(xs)), *outs)
+
+
+def _resume_everywhere(rows: list[int], expected, open_store: Callable | None, inputs: str) -> tuple:
+    """(The checkpoint store on process 0, None elsewhere; per chunk its outputs held by the checkpoint, else None,
+    the same on every process) in a multi-process run (docs/distributed.md).
+
+    Process 0 alone opens the checkpoint (``open_store``), loads the chunks it holds and sends them to all, so
+    the other processes need not see its files. ``inputs`` (the fingerprint of θ and the chunk size) must agree on
+    every process; if it does not, or process 0 cannot use the checkpoint, every process raises ValueError.
+    """
+    store, held, refused = None, {}, None
+    if open_store is not None and distributed.is_writer():
+        try:
+            store = open_store()
+            held = {i: store.load(i, r) for i, r in enumerate(rows) if store.has(i)}
+        except (OSError, ValueError) as err:  # raised below, once every process knows to stop
+            refused = err
+    mask = np.zeros(len(rows), bool)
+    mask[list(held)] = True
+    every = sharding.from_every_process({"inputs": np.frombuffer(bytes.fromhex(inputs), np.uint8),
+                                         "held": mask, "refused": np.array([refused is not None])})
+    if not (every["inputs"] == every["inputs"][0]).all():
+        raise ValueError("the processes were given different initialisations, chunk sizes or package versions: every "
+                         "process must run the same program on the same inputs (docs/distributed.md)")
+    if refused is not None:
+        raise refused
+    if every["refused"].any():
+        raise ValueError("process 0 could not use the checkpoint directory; its error message says why "
+                         "(docs/distributed.md)")
+    outs: list = [None] * len(rows)
+    ids = np.flatnonzero(every["held"][0]).tolist()
+    if ids:  # copied from process 0, never recomputed
+        def stand_in(r: int):
+            return jax.tree_util.tree_map(lambda s: np.zeros((r, *s.shape[1:]), s.dtype), expected)
+
+        sent = sharding.from_every_process([held[i] if i in held else stand_in(rows[i]) for i in ids])
+        for i, tree in zip(ids, sent):
+            outs[i] = jax.tree_util.tree_map(lambda x: x[0], tree)
+    return store, outs
 
 
 def scale_tree(prob: Problem, scales) -> Theta | None:

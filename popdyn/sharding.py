@@ -1,14 +1,13 @@
-"""Spreading a chunk of initialisations over every JAX device (DESIGN.md, "Scale").
+"""Spreading a chunk of initialisations over this process's JAX devices (DESIGN.md, "Scale").
 
-The batch axis is split with JAX's own SPMD partitioning: a 1-D mesh ``Mesh(jax.devices(), ("batch",))`` and
+The batch axis is split with JAX's own SPMD partitioning: a 1-D mesh ``Mesh(jax.local_devices(), ("batch",))`` and
 ``NamedSharding(mesh, PartitionSpec("batch"))`` on the leading axis of every leaf, so one jitted call runs
 each device's share of the initialisations and no code changes between one device and many. Chunk sizes
 are rounded up to a multiple of the device count so the split is even.
 
-Several hosts: call ``jax.distributed.initialize()`` before popdyn computes anything; ``jax.devices()``
-then lists the devices of every host and the mesh spans them all. Every process must run the same
-program on the same inputs (the usual multi-controller JAX contract); each places only its own shards
-and results are gathered back on every process.
+Several processes (``popdyn.distributed.initialize``, docs/distributed.md): each process computes whole chunks on
+its own devices, so a chunk has the same shape as in a one-process run with as many devices, and
+``from_every_process`` hands every process the outputs of all of them.
 """
 
 from __future__ import annotations
@@ -22,13 +21,13 @@ AXIS = "batch"
 
 
 def device_count() -> int:
-    """Number of devices the batch is spread over: all of ``jax.devices()``, on every host."""
-    return len(jax.devices())
+    """Number of devices a chunk is spread over: this process's ``jax.local_devices()``."""
+    return jax.local_device_count()
 
 
 def batch_sharding() -> NamedSharding:
-    """Leading axis split over a 1-D mesh of all devices; the other axes replicated."""
-    return NamedSharding(Mesh(np.array(jax.devices()), (AXIS,)), PartitionSpec(AXIS))
+    """Leading axis split over a 1-D mesh of this process's devices; the other axes replicated."""
+    return NamedSharding(Mesh(np.array(jax.local_devices()), (AXIS,)), PartitionSpec(AXIS))
 
 
 def padded_size(size: int) -> int:
@@ -38,11 +37,10 @@ def padded_size(size: int) -> int:
 
 
 def place(tree):
-    """Every leaf (leading axis divisible by the device count) split over the devices along that axis.
+    """Every leaf (leading axis divisible by the device count) split over this process's devices along that axis.
 
     On one device the tree is returned as is, so single-device runs are exactly what they were before
-    sharding existed. Leaves are built shard by shard from host data (``make_array_from_callback``), which
-    also works when some devices belong to other hosts.
+    sharding existed. Leaves are built shard by shard from host data (``make_array_from_callback``).
     """
     if device_count() == 1:
         return tree
@@ -56,7 +54,15 @@ def place(tree):
 
 
 def gather(tree):
-    """Every leaf as a NumPy array holding the whole batch, on every process (all-gathered across hosts)."""
-    if jax.process_count() > 1:
-        return multihost_utils.process_allgather(tree, tiled=True)
+    """Every leaf as a NumPy array holding the whole chunk (its shards come back from this process's devices)."""
     return jax.tree_util.tree_map(np.asarray, tree)
+
+
+def from_every_process(tree):
+    """Every process's ``tree`` (NumPy leaves of equal shapes and dtypes on all processes), stacked along a new
+    leading axis in process order, on every process (docs/distributed.md); in a one-process run, ``tree`` with
+    that axis added. The leaves are copied, never summed, so every bit (signed zeros, NaN payloads) arrives as
+    sent."""
+    if jax.process_count() == 1:
+        return jax.tree_util.tree_map(lambda x: np.asarray(x)[None], tree)
+    return multihost_utils.process_allgather(tree, tiled=False)

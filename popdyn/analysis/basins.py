@@ -255,12 +255,12 @@ def basin_map(prob: Problem, grid: Grid, method: str = "flow", **options) -> Bas
     use_theory, features, cluster_radius, chunk_size, progress, checkpoint and those of the dynamics), every
     per-point array shaped like the grid.
 
-    The grid runs in chunks of ``chunk_size`` points, each spread over all of ``jax.devices()`` (several
-    hosts: call ``jax.distributed.initialize()`` first). ``checkpoint`` names a directory where each
-    finished chunk is saved; running again with the same directory and inputs loads those chunks instead
-    of recomputing them, with the same result bit for bit, and a directory written for other inputs is
-    refused (``popdyn.checkpoint``). Labelling (``tol``, ``features``, ``use_theory``) happens after
-    the chunks, so it may change between runs sharing a checkpoint.
+    The grid runs in chunks of ``chunk_size`` points, each spread over the process's devices (several
+    processes share the chunks: call ``popdyn.distributed.initialize`` first, docs/distributed.md).
+    ``checkpoint`` names a directory where each finished chunk is saved; running again with the same
+    directory and inputs loads those chunks instead of recomputing them, with the same result bit for bit,
+    and a directory written for other inputs is refused (``popdyn.checkpoint``). Labelling (``tol``,
+    ``features``, ``use_theory``) happens after the chunks, so it may change between runs sharing a checkpoint.
     """
     if not isinstance(grid, Grid):
         raise ValueError(f"grid={grid!r} is invalid: must be a popdyn.Grid")
