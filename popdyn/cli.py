@@ -53,6 +53,10 @@ def _add_job(tsub, job) -> None:
     if job.takes_checkpoint:
         p.add_argument("--checkpoint", type=Path, default=None, metavar="DIR",
                        help="save each finished chunk in DIR; rerunning the same command resumes from them")
+        g = p.add_argument_group("several processes (docs/distributed.md)")
+        g.add_argument("--coordinator", default=None, metavar="HOST:PORT", help="process 0's address")
+        g.add_argument("--num-processes", type=int, default=None, metavar="N", help="how many processes run this")
+        g.add_argument("--process-id", type=int, default=None, metavar="I", help="this process's number, 0..N-1")
     for o in job.options:
         extend = o.nargs in ("*", "+")
         p.add_argument(o.flag, type=o.type, default=None, help=o.help_text(), nargs=o.nargs, choices=o.choices,
@@ -131,7 +135,7 @@ def _compilation_cache() -> None:
     if where is None:
         where = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "popdyn" / "jax"
     jax.config.update("jax_compilation_cache_dir", str(where))
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.2)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
@@ -177,6 +181,11 @@ def _main(args) -> int:
     jax.config.update("jax_enable_x64", True)
     _compilation_cache()
     try:
+        processes = [getattr(args, k, None) for k in ("coordinator", "num_processes", "process_id")]
+        if any(v is not None for v in processes):
+            from popdyn import distributed
+
+            distributed.initialize(*processes)
         out = _out_dir(args, _out_name(args))
         _check_path("out", out)
         if getattr(args, "checkpoint", None) is not None:
@@ -221,7 +230,10 @@ def _run(args, out: Path) -> list[str]:
         job = spec.function()
     t0 = time.perf_counter()
     res = job(**kwargs)
-    res.write(out, args.command, time.perf_counter() - t0)
+    from popdyn.distributed import is_writer
+
+    if is_writer():  # with several processes, process 0 alone writes (every process holds the whole result)
+        res.write(out, args.command, time.perf_counter() - t0)
     return res.lines
 
 

@@ -93,14 +93,14 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _run_all(tmp_path: Path, runs: dict[str, list[str]]) -> dict[str, tuple[int, str, str]]:
+def _run_all(tmp_path: Path, runs: dict[str, list[str]], script_text: str = SCRIPT) -> dict[str, tuple[int, str, str]]:
     """Start every run (name → script arguments) at once and wait for all; when one fails, stop the others so a
     partner waiting on it cannot hang. Returns name → (exit code, stdout, stderr)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device per process
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["JAX_PLATFORMS"] = "cpu"
     script = tmp_path / "basins.py"
-    script.write_text(SCRIPT)
+    script.write_text(script_text)
     procs, logs = {}, {}
     for name, args in runs.items():
         logs[name] = (tmp_path / f"{name}.out", tmp_path / f"{name}.err")
@@ -182,3 +182,21 @@ def test_initialize_names_the_bad_parameter_and_its_range():
 
 def test_one_process_is_the_writer():
     assert distributed.is_writer()
+
+
+@pytest.mark.slow  # three command-line runs at once: ~40 s on two shared cores
+def test_the_command_line_on_two_processes_writes_once_the_one_process_result(tmp_path):
+    """``popdyn basins markov … --coordinator --num-processes --process-id``: process 0 alone writes --out, and its
+    arrays are the one-process command's bit for bit."""
+    cli = "import sys\nfrom popdyn.cli import main\nsys.exit(main())\n"
+    argv = ["basins", "markov", "--p", "0.9", "--q", "0.9", "--grid", "12", "--method", "gd", "--steps", "200",
+            "--chunk", "40", "--quiet"]
+    port = str(_free_port())
+    runs = {"one": [*argv, "--out", str(tmp_path / "one")]}
+    runs |= {f"p{i}": [*argv, "--out", str(tmp_path / f"p{i}"), "--coordinator", f"localhost:{port}",
+                       "--num-processes", "2", "--process-id", str(i)] for i in (0, 1)}
+    _run_all(tmp_path, runs, cli)
+    assert not (tmp_path / "p1").exists()
+    one, two = (np.load(tmp_path / name / "basins.npz") for name in ("one", "p0"))
+    for key in ("labels", "times", "status"):
+        assert np.array_equal(one[key], two[key], equal_nan=True), key

@@ -31,7 +31,7 @@ def test_help_lists_the_jobs_own_options_only(job, run_cli):
     assert code == 0
     listed = set(re.findall(r"^\s+(--[A-Za-z][\w-]*)", out, flags=re.M))
     assert listed == {o.flag for o in job.options} | {"--out", "--quiet"} | (
-        {"--checkpoint"} if job.takes_checkpoint else set())
+        {"--checkpoint", "--coordinator", "--num-processes", "--process-id"} if job.takes_checkpoint else set())
     for o in job.options:
         if o.default is not None:
             assert "default" in " ".join(out.split()).split(o.flag, 1)[1][:400]

@@ -173,6 +173,16 @@ def _profile_loss_jvp(primals, tangents):
     return value, out
 
 
+@jax.jit
+def _distance_to_polyline_vertices(pts: Float[Array, "n 2"], curve: Float[Array, "m 2"]) -> Float[Array, " n"]:
+    """min_j ‖pts_i − curve_j‖ for each i, in blocks of 256 points (memory 256·m)."""
+    n = pts.shape[0]
+    pad = -n % 256
+    blocks = jnp.pad(pts, ((0, pad), (0, 0))).reshape(-1, 256, 2)
+    d = jax.lax.map(lambda b: jnp.sqrt(jnp.min(jnp.sum((b[:, None, :] - curve[None]) ** 2, -1), axis=1)), blocks)
+    return d.reshape(-1)[:n]
+
+
 class Canonical(Problem):
     """The paper's canonical model on binary first-order Markov data with kernel [[1−p, p], [q, 1−q]].
 
@@ -330,12 +340,9 @@ class Canonical(Problem):
         e = np.asarray(self.separatrix_e(jnp.asarray(w)))
         curve = np.concatenate([np.stack([w, e], 1), np.stack([w, -e], 1)])
         curve = curve[np.isfinite(curve).all(1)]
-        pts = np.stack([np.ravel(theta["w"]), np.ravel(theta["e"])], 1)
-        out = np.empty(len(pts))
-        for i in range(0, len(pts), 2048):
-            d = pts[i : i + 2048, None, :] - curve[None, :, :]
-            out[i : i + 2048] = np.sqrt((d**2).sum(-1)).min(1)
-        return jnp.asarray(out.reshape(np.shape(theta["e"])))
+        pts = jnp.stack([jnp.ravel(jnp.asarray(theta["w"], float)), jnp.ravel(jnp.asarray(theta["e"], float))], 1)
+        out = _distance_to_polyline_vertices(pts, jnp.asarray(curve))
+        return out.reshape(np.shape(theta["e"]))
 
     def separatrix_w_range(self) -> tuple[float, float]:
         """The separatrix branch that flows into the saddle: w < −1/√2 if p+q<1, −1/√2 < w < 0 if p+q>1
