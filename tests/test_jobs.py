@@ -146,3 +146,15 @@ def test_vary_is_checked():
             parse_vary([bad])
     with pytest.raises(ValueError, match="two distinct"):
         parse_vary(["c=0:1:3", "c=0:1:3"])
+
+
+def test_the_readme_command_table_is_the_registry():
+    text = README.read_text(encoding="utf-8")
+    section = re.search(r"^## Commands\s*$(.*?)(?=^## )", text, flags=re.M | re.S).group(1)
+    rows = [r for r in section.splitlines() if r.startswith("| ") and not r.startswith("| task")]
+    table = set()
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        task = MODEL if "module.path:factory" in cells[0] else cells[0].strip("`")
+        table |= {(command, task) for command, mark in zip(COMMANDS, cells[1:]) if mark == "✓"}
+    assert table == set(REGISTRY)
