@@ -1,14 +1,25 @@
-"""Teacher command-line job (spec teacher.md §4–§7): ``popdyn converge teacher``."""
+"""Teacher command-line jobs (spec teacher.md §4–§7; docs/jobs.md): ``popdyn converge teacher``,
+``popdyn basins teacher`` and ``popdyn stepsize teacher``."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
 import numpy as np
 from matplotlib.figure import Figure
 
 from popdyn import _validate
+from popdyn.analysis import BasinMap, Grid, LossBelow, hitting_times, step_size_audit
+from popdyn.dynamics import STATUS_NAMES, Status, gradient_descent
+from popdyn.dynamics.status import RESOLVED, count
 from popdyn.io import Result
-from popdyn.tasks.teacher.builders import DEFAULT_d, build
-from popdyn.jobs.teacher.rates import rates
+from popdyn.plot import plot_basin_map, plot_step_size_audit
+from popdyn.tasks.teacher.builders import DEFAULT_d, TEACHERS, build
+from popdyn.tasks.teacher.model import BilinearTeacher
+from popdyn.jobs.teacher.rates import NO_STOP, audit_summary, rates
 
 def plot_rates(r: dict, title: str) -> Figure:
     """Excess loss and parameter errors against ηT (log-log) with §5.2's asymptotes, K·p with T*, the
@@ -89,3 +100,228 @@ def converge_teacher(teacher: str = "cnn", D: int | None = None, K: int | None =
              f"  full model over {fm['steps']} steps vs the reduced map: |ΔC1| ≤ {fm['max_abs_C1']:.2g}, "
              f"|ΔΔ| ≤ {fm['max_abs_Delta']:.2g}, off-manifold ≤ {fm['max_off_manifold']:.2g}"]
     return Result(inputs, results, arrays, {"rates": plot_rates(r, title)}, lines)
+
+
+# ---- basins and step sizes off the paper's sizes ------------------------------------------------------
+SMALL_SIZES = {"cnn": (8, 2), "gcn": (9, 3), "sts": (8, 2), "gslp": (8, None)}
+"""(D, K) of ``basins_teacher`` and ``stepsize_teacher`` when neither is given [our choice]: these jobs run the
+full (W, A) model, whose cost grows like D², so they default to a small instance of each teacher (gslp: K = 1)."""
+
+LEVEL_TOL = 1e-2
+"""Default ``tol`` of ``basins_teacher`` [our choice]: a start reached the teacher when its excess loss fell to
+1% of the excess at the paper's zero initialisation."""
+
+
+def _sizes(teacher: str, D: int | None, K: int | None) -> tuple[int | None, int | None]:
+    """``SMALL_SIZES[teacher]`` when neither D nor K is given, else (D, K) as given (``build`` fills the other)."""
+    _validate.choice("teacher", teacher, TEACHERS)
+    return SMALL_SIZES[teacher] if D is None and K is None else (D, K)
+
+
+def _teacher_inputs(prob: BilinearTeacher, teacher: str, activation: str, seed: int) -> dict:
+    return {"task": "teacher", "teacher": teacher, "D": prob.D, "K": prob.K, "M": prob.M, "d": prob.d,
+            "activation": activation, "alpha": float(prob.alpha), "v": float(prob.v), "seed": seed}
+
+
+def random_directions(prob: BilinearTeacher, seed: int) -> dict:
+    """The random initialisation of ``basins_teacher``: W_dir with iid N(0, 1) entries rescaled to ‖W_dir‖_F = ‖V*‖_F
+    and A_dir = √D·Z, Z with iid N(0, 1) entries (so A_dir/√D has unit-variance logits), drawn from
+    ``fold_in(PRNGKey(seed), 1)`` (V* itself comes from PRNGKey(seed))."""
+    kw, ka = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(_validate.seed("seed", seed)), 1))
+    W = jax.random.normal(kw, (prob.M, prob.d))
+    return {"W": W * (jnp.sqrt(prob.v) / jnp.linalg.norm(W)), "A": jax.random.normal(ka, (prob.D, prob.D)) * prob.D**0.5}
+
+
+@dataclass(frozen=True)
+class ScaleSlice(Grid):
+    """The slice θ(x, y) = {W: x·W_dir, A: y·A_dir} of one random direction per parameter block
+    (``random_directions``): x is ‖W‖/‖V*‖, y the standard deviation of the logits A/√D of S = softmax(A/√D);
+    (0, 0) is the paper's zero initialisation. ``x`` and ``y`` only name the axes."""
+
+    directions: dict | None = field(default=None, compare=False)
+
+    def points(self, prob: BilinearTeacher) -> dict:
+        """The batch of ny·nx initialisations, row-major (y slow, x fast), as ``Grid.points``."""
+        X, Y = np.meshgrid(self.xs, self.ys)
+        x, y = jnp.asarray(X.ravel())[:, None, None], jnp.asarray(Y.ravel())[:, None, None]
+        return {"W": x * self.directions["W"], "A": y * self.directions["A"]}
+
+
+def _over(stat, values: np.ndarray, labels: np.ndarray, k: int) -> float | None:
+    """``stat`` of ``values`` over the starts labelled ``k``; None when there are none."""
+    sel = labels == k
+    return float(stat(values[sel])) if sel.any() else None
+
+
+def basins_teacher(teacher: str = "cnn", D: int | None = None, K: int | None = None, activation: str = "relu",
+                   alpha: float | None = None, d: int = DEFAULT_d, M: int | None = None, seed: int = 0,
+                   x: str | None = None, y: str | None = None, grid: int = 12, lo: float = 0.0, hi: float = 6.0,
+                   lr: float | None = None, steps: int = 3000, tol: float = LEVEL_TOL, chunk: int = 16384,
+                   progress: bool = True, checkpoint: str | None = None) -> Result:
+    """Basin map of full-matrix GD from a ``grid`` × ``grid`` slice of random initialisations (docs/jobs.md).
+
+    A start is labelled "teacher" when GD at ``lr`` reaches the teacher's loss level L ≤ L_opt + tol·(L(0) − L_opt)
+    within ``steps`` steps (L(0): the loss at the paper's W = 0, A = 0), "other" when it became steady (converged
+    or at a saddle, ``docs/basins.md``) above that level, and unresolved otherwise (still moving at the end of the
+    budget, diverged or NaN). [our choice: the spec analyses no random initialisation (§4.2, [unknown]), and the
+    teacher has no finite minimiser (S* needs Δ → ∞, §4.1), so its basin is judged by the loss level it reaches,
+    by exact hitting times (``hitting_times``, the first step at the level); ``basin_map`` labels only steady end
+    points, which the teacher's never are.]
+
+    The slice: by default ``ScaleSlice``, the scale x of W (‖W‖/‖V*‖) and the logit scale y of A along one random
+    direction each (``random_directions``, from ``seed``), both over [``lo``, ``hi``]; or the coordinates ``x`` and
+    ``y`` of θ (e.g. "W[0,1]", "A[2,3]"; both or neither) over [``lo``, ``hi``], every other coordinate from the
+    random point W_dir, A_dir. ``D``, ``K``: ``SMALL_SIZES`` when neither is given. ``lr``: default 1/λ_max at
+    the teacher (§6). ``chunk``, ``progress``, ``checkpoint`` go to the engine (``gradient_descent``), as in
+    ``basin_map``. The attractor residual ‖W − V*‖_F + ‖S − S*‖_F of ``BilinearTeacher.attractors`` is reported at
+    every end point."""
+    D, K = _sizes(teacher, D, K)
+    grid = _validate.int_at_least("grid", grid, 2)
+    lo, hi = _validate.interval("range", (lo, hi))
+    lr = None if lr is None else _validate.positive("lr", lr)
+    steps = _validate.int_at_least("steps", steps, 1)
+    tol = _validate.open_unit("tol", tol)
+    chunk = _validate.int_at_least("chunk", chunk, 1)
+    if (x is None) != (y is None):
+        raise ValueError(f"x={x!r}, y={y!r} are invalid: give both coordinates of the slice, or neither for the "
+                         "scales of W and A")
+    prob = build(teacher, D, K, activation, alpha, d, M, seed)
+    dirs = random_directions(prob, seed)
+    if x is None:
+        g = ScaleSlice("W_scale", "A_scale", (lo, hi), (lo, hi), (grid, grid), directions=dirs)
+    else:
+        g = Grid(x, y, (lo, hi), (lo, hi), (grid, grid), base=dirs)
+    starts = g.points(prob)  # checks the coordinate names before anything runs
+    lr = 1.0 / prob.lambda_max_at_teacher() if lr is None else lr
+
+    L_opt = float(prob.L_opt)
+    zero_excess = float(prob.loss(prob.init(None))) - L_opt
+    level = L_opt + tol * zero_excess
+    zero = jax.tree_util.tree_map(lambda s, z: jnp.concatenate([s, z[None]]), starts, prob.init(None))
+    ht = hitting_times(prob, zero, LossBelow(prob, level), "gd", lr=lr, steps=steps, chunk_size=chunk,
+                       progress=progress, checkpoint=checkpoint)
+    final = ht.final
+    end_excess = (np.asarray(jax.vmap(prob.loss)(final)) - L_opt) / zero_excess
+    residual = np.asarray(jax.vmap(prob.attractors()["teacher"])(final))
+    status, times = np.asarray(ht.status), np.asarray(ht.times)
+    reached = status == int(Status.REACHED)
+    labels = np.where(reached, 0, np.where(np.isin(status, RESOLVED), 1, -1))
+    t_zero = float(times[-1]) if reached[-1] else None
+    shape = g.shape
+    labels, times, status, end_excess, residual = (a[:-1].reshape(shape) for a in
+                                                   (labels, times, status, end_excess, residual))
+    final = jax.tree_util.tree_map(lambda v: np.asarray(v)[:-1].reshape(shape + v.shape[1:]), final)
+    bm = BasinMap(method="gd", labels=labels, attractors=("teacher", "other"),
+                  times=np.where(labels == 0, times, np.nan), status=status, final=final, grid=g)
+
+    scale = float(jnp.sqrt(prob.v)) + float(jnp.linalg.norm(prob.S_star))
+    hit = labels == 0
+    results = {"lr": lr, "lr_times_lambda_max_teacher": lr * prob.lambda_max_at_teacher(), "steps": steps,
+               "tol": tol, "level": level, "L_opt": L_opt, "zero_init_excess": zero_excess,
+               "fractions": bm.fractions, "attractors": list(bm.attractors), "status_counts": count(status),
+               "steps_to_level": ({"min": float(np.min(times[hit])), "median": float(np.median(times[hit])),
+                                   "max": float(np.max(times[hit]))} if hit.any() else None),
+               "steps_to_level_from_zero_init": t_zero,
+               "end_excess_over_zero_init": {"teacher_max": _over(np.max, end_excess, labels, 0),
+                                             "other_min": _over(np.min, end_excess, labels, 1),
+                                             "unresolved_min": _over(np.min, end_excess, labels, -1)},
+               "residual_median_over_scale": {name: _over(np.median, residual / scale, labels, k)
+                                              for k, name in ((0, "teacher"), (1, "other"), (-1, "unresolved"))},
+               "residual_scale": scale}
+    slice_name = ("scales of W and A along random directions" if x is None else f"{x} and {y}")
+    inputs = _teacher_inputs(prob, teacher, activation, seed) | {
+        "x": g.x, "y": g.y, "slice": slice_name, "grid": grid, "range": [lo, hi], "lr": lr, "steps": steps,
+        "tol": tol, "chunk": chunk, "checkpoint": None if checkpoint is None else str(checkpoint)}
+    title = (f"teacher {teacher} (D={prob.D}, K={prob.K}, {activation}): GD at η = {lr:.4g}, {steps} steps; "
+             f"teacher ⇔ L − L_opt ≤ {tol:g}·(L(0) − L_opt)")
+    fig = plot_basin_map(bm, prob, "teacher: the loss reached L_opt + tol·(L(0) − L_opt)")
+    ax, ax_t = fig.axes[0], fig.axes[1]
+    if x is None:
+        for a in (ax, ax_t):
+            a.set(xlabel="scale of W: ‖W‖/‖V*‖ along a random direction",
+                  ylabel="scale of A: std of the logits A/√D (0: uniform S)")
+        if lo <= 0.0 <= hi:
+            ax.plot([0.0], [0.0], "k*", ms=10, clip_on=False)  # the paper's W = 0, A = 0
+    ax_t.set_title("GD steps to the teacher's loss level")
+    fig.suptitle(title + ("  (★: W = 0, A = 0)" if x is None and lo <= 0.0 <= hi else ""), fontsize=10)
+    fig.axes[-1].set_ylabel("log10 steps to the teacher's loss level")
+    arrays = {"basins": {"labels": labels, "x": g.xs, "y": g.ys, "steps_to_level": bm.times, "status": status,
+                         "end_excess_over_zero_init": end_excess, "residual": residual,
+                         "attractors": np.array(bm.attractors)}}
+    res = Result(inputs, results, arrays, {"basins": fig})
+    fr = bm.fractions
+    res.lines += [f"basins teacher  {title}",
+                  f"  slice: {slice_name} over [{lo:g}, {hi:g}]², {grid}x{grid} starts (other coordinates: a random "
+                  f"initialisation, seed {seed})" if x is not None else
+                  f"  slice: {slice_name}, {grid}x{grid} over [{lo:g}, {hi:g}]² (seed {seed})"]
+    res.lines += [f"  {name:>10s}: {100 * f:6.2f}%" for name, f in fr.items()]
+    res.lines.append("  status: " + ", ".join(f"{k} {v}" for k, v in count(status).items() if v))
+    if hit.any():
+        s = results["steps_to_level"]
+        res.lines.append(f"  steps to the teacher's level: min {s['min']:.0f}, median {s['median']:.0f}, max "
+                         f"{s['max']:.0f}; from W = 0, A = 0: "
+                         + ("not reached" if t_zero is None else f"{t_zero:.0f}"))
+    miss = labels != 0
+    if miss.any():
+        res.lines.append(f"  starts not at the level end at (L − L_opt)/(L(0) − L_opt) ≥ {np.min(end_excess[miss]):.3g}"
+                         f" (level {tol:g})")
+    return res
+
+
+def stepsize_teacher(teacher: str = "cnn", D: int | None = None, K: int | None = None, activation: str = "relu",
+                     alpha: float | None = None, d: int = DEFAULT_d, M: int | None = None, seed: int = 0,
+                     lr: float | Sequence[float] | None = None, steps: int = 5000, records: int = 40) -> Result:
+    """Full-matrix GD from the paper's W = 0, A = 0 at one or more step sizes η (one batched run), with
+    λ_max(∇²L(θ_t)) at ``records`` evenly spaced records against 1/η (monotone descent on a quadratic) and 2/η
+    (stability), by ``step_size_audit``, next to λ_max at the teacher κσ_x² max(D/K, v/(K²D)) (§6; docs/jobs.md).
+
+    Along the zero-initialisation run λ_max rises from ≈ κσ_x² (uniform S) towards its value at the teacher, so
+    η ≤ 1/λ_max binds at the end (§6). ``lr``: one rate or several; default η = (1, 1.5, 2.5)/λ_max(teacher)
+    [our choice: one run per verdict — held, between 1/λ and 2/λ, and past 2/η as the run approaches the
+    teacher]. ``steps`` is rounded down to a multiple of the record interval ⌊steps/records⌋. ``D``, ``K``:
+    ``SMALL_SIZES`` when neither is given. Runs go to the full budget (no early stop)."""
+    D, K = _sizes(teacher, D, K)
+    if lr is not None:
+        lrs = [_validate.positive("lr", v) for v in ([lr] if np.ndim(lr) == 0 else list(lr))]
+        if not lrs:
+            raise ValueError(f"lr={lr!r} is invalid: give at least one learning rate")
+    steps = _validate.int_at_least("steps", steps, 1)
+    records = _validate.int_at_least("records", records, 1)
+    if records > steps:
+        raise ValueError(f"records={records} is out of range: must be an integer in [1, steps={steps}]")
+    prob = build(teacher, D, K, activation, alpha, d, M, seed)
+    lam_t = prob.lambda_max_at_teacher()
+    lrs = [f / lam_t for f in (1.0, 1.5, 2.5)] if lr is None else lrs
+    every = steps // records
+    steps = every * records
+    n = len(lrs)
+    theta0 = jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v, (n, *v.shape)), prob.init(None))
+    traj = gradient_descent(prob, theta0, lr=np.array(lrs), steps=steps, record_every=every, save_params=True,
+                            gtol=NO_STOP)
+    audit = step_size_audit(prob, traj, np.array(lrs))
+    runs = [audit.run(i) for i in range(n)]
+    L_opt, losses = float(prob.L_opt), np.asarray(traj.loss)
+    rows = [audit_summary(a) | {"lr_times_lambda_max_teacher": lrs[i] * lam_t,
+                                "lambda_end_over_teacher": float(a.lambda_end) / lam_t,
+                                "status": STATUS_NAMES[int(traj.status[i])],
+                                "final_excess": float(losses[i, -1]) - L_opt}
+            for i, a in enumerate(runs)]
+    table = [{k: v for k, v in r.items() if k not in ("steps", "lambda_max")} for r in rows]
+    fig = plot_step_size_audit(runs, [losses[i] for i in range(n)], [f"η = {v:.4g}" for v in lrs])
+    fig.axes[0].axhline(lam_t, color="k", lw=1.2, label=f"λ_max at the teacher = {lam_t:.4g}")
+    fig.axes[0].legend(fontsize=7)
+    fig.axes[0].set_title(f"step-size audit: teacher {teacher} (D={prob.D}, K={prob.K}, {activation}), GD from W = 0, "
+                          "A = 0")
+    inputs = _teacher_inputs(prob, teacher, activation, seed) | {
+        "lr": lrs, "steps": steps, "records": records, "init": "W = 0, A = 0 (zero_init='limit')"}
+    results = {"lambda_max_teacher": lam_t, "L_opt": L_opt, "record_every": every, "runs": table}
+    arrays = {"stepsize": {"steps": np.asarray(audit.ts), "lambda_max": np.asarray(audit.lambda_max),
+                           "loss": losses, "lr": np.array(lrs)}}
+    res = Result(inputs, results, arrays, {"stepsize": fig})
+    res.lines.append(f"stepsize teacher  {teacher} (D={prob.D}, K={prob.K}, {activation}, ‖V*‖² = {float(prob.v):.4g}):"
+                     f" GD from W = 0, A = 0, {steps} steps, λ_max at the teacher {lam_t:.5g} (§6)")
+    for r, a in zip(rows, runs):
+        res.lines.append(f"  η = {r['lr']:<8.4g} (η·λ_teacher = {r['lr_times_lambda_max_teacher']:.3g}) {a.verdict()}; "
+                         f"end λ_max/λ_teacher {r['lambda_end_over_teacher']:.3f}, L − L_opt = "
+                         f"{r['final_excess']:.4g}, {r['status']}")
+    return res

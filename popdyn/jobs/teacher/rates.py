@@ -15,8 +15,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from popdyn import _validate
-from popdyn.analysis import lambda_max
-from popdyn.dynamics import gradient_descent
+from popdyn.analysis import StepSizeAudit, step_size_audit
+from popdyn.dynamics import STATUS_NAMES, Trajectory, gradient_descent
 from popdyn.tasks.teacher.model import BilinearTeacher
 from popdyn.tasks.teacher.ood import ood_excess_linear, ood_excess_mc
 from popdyn.tasks.teacher.reduced import TeacherReduced, embed, late_constant, project
@@ -93,6 +93,28 @@ def full_model_check(prob: BilinearTeacher, red: TeacherReduced, lr: float, step
             "max_off_manifold": off}
 
 
+def audit_summary(audit: StepSizeAudit) -> dict:
+    """One (unbatched) run's step-size audit as the teacher jobs report it (§6): the record steps and λ_max(θ_t)
+    there, and ``StepSizeAudit.summary()`` (max and end λ_max against 1/η and 2/η, the verdict, loss rises), with
+    ``stable`` = never past 2/η. Shared by ``rates`` (``popdyn converge teacher``) and ``stepsize_teacher``."""
+    row = audit.summary()
+    return {"steps": np.asarray(audit.ts), "lambda_max": np.asarray(audit.lambda_max), **row,
+            "stable": not row["past_stability_edge"]}
+
+
+def records_trajectory(prob: BilinearTeacher, ts: np.ndarray, params: dict, loss: np.ndarray,
+                       status: str) -> Trajectory:
+    """A one-run ``Trajectory`` of full-model records: (C1, Δ) records of the reduced map embedded exactly as
+    (W, A) (``embed``), with their losses (the reduced loss is the full one) and the run's status, so that
+    ``step_size_audit`` can audit them with the full Hessian."""
+    full = jax.vmap(lambda th: embed(prob, th))(params)
+    last = jax.tree_util.tree_map(lambda x: x[-1], full)
+    ts, loss = jnp.asarray(ts, dtype=jnp.result_type(float)), jnp.asarray(loss)
+    return Trajectory(final=last, final_loss=loss[-1], status=jnp.asarray(STATUS_NAMES.index(status), jnp.int32),
+                      t_final=ts[-1], ts=ts, loss=loss, grad_norm=jnp.full_like(loss, jnp.nan), params=full,
+                      n_steps=jnp.asarray(ts[-1], jnp.int32), time_unit="step")
+
+
 def default_steps(red: TeacherReduced, lr: float, horizon: float = HORIZON) -> int:
     """GD steps to ηT = ``horizon`` × late onset, at least 10⁴ and at most ``MAX_STEPS``."""
     onset = red.late_onset()
@@ -108,8 +130,8 @@ def rates(prob: BilinearTeacher, lr: float | None = None, steps: int | None = No
     * the late constant ηT·(L − L_opt) at the end against KD(D−K)/4, and the fitted log-log slopes of L − L_opt,
       ‖W − V*‖ and ‖S − S*‖ over the last decade of ηT, with §5.2's constants and the poster's forms;
     * the step of K·p = 1/2 against T* = KD²/(η‖V*‖²) (records are fine over the first 30 T*);
-    * the step-size audit: exact λ_max of the full Hessian at ``audit_points`` log-spaced points of the run
-      (embedded exactly) against 1/η and 2/η;
+    * the step-size audit: ``step_size_audit`` (exact λ_max of the full Hessian) at ``audit_points`` log-spaced
+      records of the run, embedded exactly (``records_trajectory``), against 1/η and 2/η (``audit_summary``);
     * the excess OOD loss over training (§7): exact for the identity with Exp(1)-like moments (mean 1, variance
       1), Monte Carlo with Exp(1) inputs otherwise (``ood_samples`` draws, standard errors recorded);
     * the full model over the first ``full_steps`` steps against the reduced map (``full_model_check``)."""
@@ -135,8 +157,7 @@ def rates(prob: BilinearTeacher, lr: float | None = None, steps: int | None = No
 
     idx = np.unique(np.searchsorted(ts, np.geomspace(1, ts[-1], audit_points)))
     points = jax.tree_util.tree_map(lambda x: x[idx], params)
-    full_points = jax.vmap(lambda th: embed(prob, th))(points)
-    lam = np.asarray(lambda_max(prob, full_points))
+    audit = audit_summary(step_size_audit(prob, records_trajectory(prob, ts[idx], points, loss[idx], status), lr))
     ood_idx = np.unique(np.searchsorted(ts, np.geomspace(1, ts[-1], 30)))
     ood_pts = jax.vmap(lambda th: embed(prob, th))(jax.tree_util.tree_map(lambda x: x[ood_idx], params))
     if float(prob.alpha) == 1.0:
@@ -155,8 +176,7 @@ def rates(prob: BilinearTeacher, lr: float | None = None, steps: int | None = No
         "late_constant": float(t[-1] * excess[-1]), "late_constant_predicted": late_constant(red.D, red.K),
         "slopes": slopes, "slopes_poster": SLOPES, "constants_vs_derived": constants, "poster": POSTER,
         "T_star": t_star, "half_step": t_half, "half_over_T_star": None if t_half is None else t_half / t_star,
-        "audit": {"steps": ts[idx], "lambda_max": lam, "max_lambda": float(lam.max()), "one_over_lr": 1 / lr,
-                  "monotone_safe": bool(lam.max() <= 1 / lr * (1 + 1e-9)), "stable": bool(lam.max() < 2 / lr)},
+        "audit": audit,
         "ood": {"steps": ts[ood_idx], "excess": ood, "se": ood_se,
                 "slope": _fit_slope(t_ood[late_ood], ood[late_ood]) if late_ood.sum() >= 2 else None,
                 "exact": float(prob.alpha) == 1.0},
