@@ -52,8 +52,43 @@ def _slice(traj: Trajectory, start: int, stop: int) -> Trajectory:
                        jax.tree_util.tree_map(lambda x: x[start:stop], (traj.ts, traj.loss, traj.grad_norm, traj.params)))
 
 
+LAMBDA_MAX0_REFERENCE = {(23, 20, 1): 1.20e3, (32, 29, 2): 1.80e5}
+"""λ_max(θ₀) of §6's sanity runs, keyed by (L, n, M): each from one unknown draw of (lists, π, V₀ − cP)."""
+
+
+def theorem2_problem(L: int, n: int, M: int, seed: int = 0) -> tuple[dict, DecisionList]:
+    """``theorem2_instance(L, n, M)`` and its ``DecisionList`` (D_distinct, trained W and V): lists and π from
+    ``seed``, c and init_eps = ε from the instance, so ``prob.init(key)`` draws V₀ = cP + U(−ε/2, ε/2)."""
+    inst = theorem2_instance(L, n, M)
+    prob = DecisionList(L, n, random_lists(L, M, seed), random_perm(L, seed), c=inst["c"], init_eps=inst["eps"])
+    return inst, prob
+
+
+def lambda_max0_reference(L: int, n: int, M: int, c: float) -> dict:
+    """What §6 gives for λ_max(θ₀): the sanity-run value where (L, n, M) is one of its runs (``table``, else None)
+    and the order of magnitude c²/(L·n³), "within a factor of about 2" (``order``)."""
+    return {"table": LAMBDA_MAX0_REFERENCE.get((L, n, M)), "order": c**2 / (L * n**3)}
+
+
+def lambda_max0_draws(prob: DecisionList, seeds, lanczos_iters: int = 64) -> np.ndarray:
+    """λ_max of the full (W, V) Hessian at θ₀ = ``prob.init(PRNGKey(s))`` for each seed s: one value per draw of the
+    perturbation V₀ − cP ~ U(−ε/2, ε/2), lists and π fixed by the problem. One draw at a time (a vmapped Lanczos
+    over the draws is slower on CPU)."""
+    return np.array([float(lambda_max(prob, prob.init(jax.random.PRNGKey(int(s))), iters=lanczos_iters))
+                     for s in seeds])
+
+
+def validate_draws(draws, seed: int) -> int:
+    """``draws`` ≥ 1, with the last draw's seed ``seed + draws − 1`` still a valid seed."""
+    draws = _validate.int_at_least("draws", draws, 1)
+    if seed + draws - 1 > _validate.SEED_MAX:
+        raise ValueError(f"draws={draws} is out of range: the draws use seeds seed, ..., seed + draws - 1 = "
+                         f"{seed + draws - 1}, which must stay <= 2**32 - 1")
+    return draws
+
+
 def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = None, max_steps: int = 20,
-                 extra_steps: int = 3, audit: bool = True, lanczos_iters: int = 64) -> dict:
+                 extra_steps: int = 3, audit: bool = True, lanczos_iters: int = 64, draws: int = 1) -> dict:
     """Theorem 2 (§6) on one random instance, by exact gradient descent; a JSON-friendly dict.
 
     * Instance: c, ε from ``theorem2_instance(L, n, M)`` (ε = nℒ₀/18 with ℒ₀ = ℒ(0, cP), m = M [our choice]);
@@ -69,6 +104,9 @@ def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = No
       64-step Lanczos (2L² > 512 parameters here); ``audit=False`` skips it for large L and leaves the λ-path
       quantities None. ``lanczos_iters`` is for λ_max(θ₀) only (``lambda_max``'s default 64; 32 already agree
       with 64 and 128 to ~1e-15 at (23, 20, 1) and (32, 29, 2)).
+    * ``draws``: λ_max(θ₀) also at ``draws`` − 1 further draws of the perturbation V₀ − cP (θ₀ =
+      ``prob.init(PRNGKey(s))`` for s = seed + 1, …, seed + draws − 1; lists and π stay those of ``seed``), for its
+      spread: ``lambda_max0_draws`` (the first is ``lambda_max0``, the run's) and ``draw_seeds``.
     * Descent lemma at each step t < steps: ``descent_gaps`` = ℒ_t − (η/2)‖∇ℒ_t‖² − ℒ_{t+1} (held ⇔ ≥ 0, up to
       rounding) and ``descent_beta`` = 2(ℒ_{t+1} − ℒ_t + η‖∇ℒ_t‖²)/(η²‖∇ℒ_t‖²) [derived]: the curvature along
       the step averaged with weight 2(1−s) (Taylor with integral remainder), so held ⇔ β_t ≤ 1/η. It can fail
@@ -79,7 +117,8 @@ def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = No
     ‖V₀ − cP‖ ≤ ε/2 only in that reading]. Needs float64 (``jax_enable_x64``): c is 1e4–3e5.
 
     Returns (JSON-serialisable; per-record lists have steps + 1 entries, per-step lists ``steps``):
-    L, n, M, m, seed, delta, c, eps, L0_unperturbed, L0, A_range, feasible, reason, A, lambda_max0, lr, T_range,
+    L, n, M, m, seed, delta, c, eps, L0_unperturbed, L0, A_range, feasible, reason, A, lambda_max0,
+    lambda_max0_draws, draw_seeds, lr, T_range,
     steps, status, first_pc_step, pc_within_T (t* ≤ ε/(2η)), first_pc_le_T_lo (t* ≤ ⌈2mℒ₀/(A²η)⌉) — both None
     when undecided (no PC within ``max_steps`` < the bound); max_lambda_along, lambda_at_hit,
     eta_times_max_lambda, step_size_held (η·max_t λ_max(θ_t) ≤ 1); loss_rises, descent_inequality_held,
@@ -91,15 +130,15 @@ def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = No
         raise RuntimeError("theorem2_run needs float64: call jax.config.update('jax_enable_x64', True) first "
                            "(c is 1e4 to 3e5, so float32 losses and margins are meaningless)")
     seed = _validate.seed("seed", seed)
+    draws = validate_draws(draws, seed)
     max_steps = _validate.int_at_least("max_steps", max_steps, 1)
     extra_steps = _validate.int_at_least("extra_steps", extra_steps, 0)
     lanczos_iters = _validate.int_at_least("lanczos_iters", lanczos_iters, 1)
     lr = None if lr is None else _validate.positive("lr", lr)
     timings: dict[str, float] = {}
 
-    inst = theorem2_instance(L, n, M)
+    inst, prob = theorem2_problem(L, n, M, seed)
     m, c, eps = inst["m"], inst["c"], inst["eps"]
-    prob = DecisionList(L, n, random_lists(L, M, seed), random_perm(L, seed), c=c, init_eps=eps)
     theta0 = prob.init(jax.random.PRNGKey(seed))
     t0 = time.perf_counter()
     L0 = float(_loss(prob, theta0))
@@ -113,7 +152,8 @@ def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = No
         "max_lambda_along": None, "lambda_at_hit": None, "eta_times_max_lambda": None, "step_size_held": None,
         "loss_rises": None, "descent_inequality_held": None, "descent_gaps": None, "descent_beta": None,
         "V_dev_max_entry": None, "V_dev_inf_norm": None, "V_within_eps": None, "V_within_eps_inf_norm": None,
-        "ts": None, "margins": None, "losses": None, "grad_norms": None, "lambdas": None, "timings": timings,
+        "ts": None, "margins": None, "losses": None, "grad_norms": None, "lambdas": None,
+        "lambda_max0_draws": None, "draw_seeds": None, "timings": timings,
     }
     if not theorem2_feasible(n, L0, m):
         out.update(feasible=False, reason=f"n·ℒ0² = {n * L0**2:.4g} <= 162m = {162 * m}: no ε, A satisfy the "
@@ -128,6 +168,10 @@ def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = No
     t0 = time.perf_counter()
     lam0 = float(lambda_max(prob, theta0, iters=lanczos_iters))
     timings["lambda_max0"] = time.perf_counter() - t0
+    seeds = [seed + k for k in range(draws)]
+    t0 = time.perf_counter()
+    lam_draws = [lam0] + _floats(lambda_max0_draws(prob, seeds[1:], lanczos_iters))
+    timings["lambda_max0_draws"] = time.perf_counter() - t0
     eta = 1.0 / lam0 if lr is None else lr
     T_range = theorem2_T_range(L0, m, A, eta, eps)
 
@@ -170,7 +214,7 @@ def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = No
         return first is not None and first <= bound
 
     out.update(
-        A=A, lambda_max0=lam0, lr=eta, T_range=None if T_range is None else list(T_range), steps=steps,
+        A=A, lambda_max0=lam0, lambda_max0_draws=lam_draws, draw_seeds=seeds, lr=eta, T_range=None if T_range is None else list(T_range), steps=steps,
         status=STATUS_NAMES[int(traj.status)], first_pc_step=first,
         pc_within_T=by(None if T_range is None else T_range[1]),
         first_pc_le_T_lo=by(None if T_range is None else math.ceil(T_range[0])),
