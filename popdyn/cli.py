@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import sys
 import threading
@@ -31,9 +32,12 @@ class _Parser(argparse.ArgumentParser):
     """argparse with the CLI's error contract: a usage error (unknown option, a value of the wrong type, a
     missing argument) is one line ``popdyn: error: …`` on stderr and exit code 2, like every other bad input."""
 
-    def error(self, message: str):
-        import re
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # a value such as -1e3 or -inf is a number, not an option (argparse knows only -1 and -1.5)
+        self._negative_number_matcher = re.compile(r"^-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?$|^-(inf|nan)$", re.I)
 
+    def error(self, message: str):
         bad = re.match(r"argument TASK: invalid choice: '(.*?)'", message)
         if bad:  # name the job registry's tasks for this command, and the user-model form
             from popdyn.jobs.registry import tasks_for
@@ -45,13 +49,21 @@ class _Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def _folder(text: str) -> Path:
+    """An --out or --checkpoint value: a non-empty path."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must name a folder")
+    return Path(text)
+
+
 def _add_job(tsub, job) -> None:
     """The subparser of one (command, task) job: its own options only, each with its default and range."""
     p = tsub.add_parser(job.task, help=job.help, description=job.help)
-    p.add_argument("--out", type=Path, default=None, help=f"output folder (default: {DEFAULT_OUT}/<command>-<task>)")
+    p.add_argument("--out", type=_folder, default=None, help=f"output folder (default: {DEFAULT_OUT}/<command>-<task>)")
     p.add_argument("--quiet", action="store_true", help="no progress bars or summary table")
+    p.add_argument("--replace", action="store_true", help="replace what --out holds (another command's results)")
     if job.takes_checkpoint:
-        p.add_argument("--checkpoint", type=Path, default=None, metavar="DIR",
+        p.add_argument("--checkpoint", type=_folder, default=None, metavar="DIR",
                        help="save each finished chunk in DIR; rerunning the same command resumes from them")
         g = p.add_argument_group("several processes (docs/distributed.md)")
         g.add_argument("--coordinator", default=None, metavar="HOST:PORT", help="process 0's address")
@@ -70,8 +82,9 @@ def _parser() -> argparse.ArgumentParser:
     sub = ap.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     d = sub.add_parser("demo", help="Markov (e,w) basin maps for p+q<1 and p+q>1, convergence table, step-size audit")
-    d.add_argument("--out", type=Path, default=None)
+    d.add_argument("--out", type=_folder, default=None)
     d.add_argument("--quiet", action="store_true")
+    d.add_argument("--replace", action="store_true", help="replace what --out holds")
     d.add_argument("--grid", type=int, default=96, help="grid resolution of the basin maps (default 96)")
 
     about = {"basins": "basin-of-attraction map and fractions", "converge": "convergence and hitting times against "
@@ -87,8 +100,9 @@ def _parser() -> argparse.ArgumentParser:
     r = sub.add_parser("reproduce", help="regenerate a paper figure from exact dynamics (--list)")
     r.add_argument("figure", nargs="?", help="figure name, e.g. markov-fig1")
     r.add_argument("--list", action="store_true", help="list the figures")
-    r.add_argument("--out", type=Path, default=None)
+    r.add_argument("--out", type=_folder, default=None)
     r.add_argument("--quiet", action="store_true")
+    r.add_argument("--replace", action="store_true", help="replace what --out holds")
     return ap
 
 
@@ -115,12 +129,32 @@ def _out_dir(args, name: str) -> Path:
 
 def _check_path(name: str, path: Path) -> None:
     """``path`` must be a directory or creatable as one: neither it nor an existing ancestor may be a file."""
+    if str(path) == "":
+        raise ValueError(f"{name}='' is invalid: must name a folder")
     for p in (path, *path.parents):
         if p.exists():
             if not p.is_dir():
                 what = "exists and is not a directory" if p == path else f"lies under the file {str(p)!r}"
                 raise ValueError(f"{name}={str(path)!r} is invalid: it {what}")
             return
+
+
+def _prepare_outputs(args, out: Path) -> None:
+    """Before computing: --out (each demo part's folder) can take this command's results, --checkpoint is a
+    folder (popdyn.io.prepare_out; docs/jobs.md, "Outputs")."""
+    from popdyn.io import prepare_out
+
+    if args.command == "demo":
+        from popdyn.jobs.demo import PARTS
+
+        _check_path("out", out)
+        for name, command in PARTS:
+            prepare_out(out / name, command, "markov", args.replace)
+    else:
+        task = getattr(args, "factory", None) or getattr(args, "task", None) or getattr(args, "figure", None)
+        prepare_out(out, args.command, task, args.replace)
+    if getattr(args, "checkpoint", None) is not None:
+        _check_path("checkpoint", args.checkpoint)
 
 
 def _compilation_cache() -> None:
@@ -187,9 +221,7 @@ def _main(args) -> int:
 
             distributed.initialize(*processes)
         out = _out_dir(args, _out_name(args))
-        _check_path("out", out)
-        if getattr(args, "checkpoint", None) is not None:
-            _check_path("checkpoint", args.checkpoint)
+        _prepare_outputs(args, out)
         t0 = time.perf_counter()
         lines = _run(args, out)
     except ValueError as err:

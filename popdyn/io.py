@@ -54,10 +54,62 @@ def _jsonable(x):
     return x
 
 
+OUTPUT_SUFFIXES = (".npz", ".png", ".json")
+"""The files a command writes into its folder (summary.json, arrays, figures): what a replacement removes."""
+
+
+def _previous(out: Path) -> tuple[dict | None, list[Path]]:
+    """(the summary of the results already in ``out`` or None, the other entries there)."""
+    if not out.is_dir():
+        return None, []
+    entries = list(out.iterdir())
+    try:
+        summary = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        summary = None
+    return summary, [e for e in entries if e.name != "summary.json"]
+
+
+def prepare_out(out: str | os.PathLike, command: str, task: str | None, replace: bool = False) -> Path:
+    """Check, before any computing, that ``out`` can take this command's results (docs/jobs.md, "Outputs"):
+    a non-empty path that is no file; its nearest existing ancestor writable (a probe folder is made and removed
+    there: the atomic rename writes beside ``out``); not holding another command's results or other files unless
+    ``replace``. Temporary folders left by a killed run are removed. Returns ``out`` as a Path."""
+    if str(out) == "":
+        raise ValueError("out='' is invalid: must name a folder")
+    out = Path(out)
+    for p in (out, *out.parents):
+        if p.exists():
+            if not p.is_dir():
+                what = "exists and is not a directory" if p == out else f"lies under the file {str(p)!r}"
+                raise ValueError(f"out={str(out)!r} is invalid: it {what}")
+            break
+    summary, others = _previous(out)
+    if not replace:
+        inputs = (summary or {}).get("inputs") or {}
+        theirs = (summary or {}).get("command"), inputs.get("task", inputs.get("figure"))
+        if summary is not None and theirs != (command, task):
+            raise ValueError(f"out={str(out)!r} holds the results of another command ({' '.join(map(str, theirs))})"
+                             ": choose another --out, or --replace")
+        strays = [e.name for e in others if e.suffix not in OUTPUT_SUFFIXES or summary is None]
+        if strays:
+            raise ValueError(f"out={str(out)!r} holds other files ({', '.join(sorted(strays)[:3])}"
+                             f"{', …' if len(strays) > 3 else ''}): choose an empty or new folder, or --replace")
+    parent = next(p for p in (out.parent, *out.parent.parents) if p.exists())  # nothing is created here
+    try:
+        for stale in parent.glob(f".{out.name}.tmp-*") if parent == out.parent else ():
+            shutil.rmtree(stale, ignore_errors=True)
+        os.rmdir(tempfile.mkdtemp(prefix=f".{out.name}.probe-", dir=parent))
+    except OSError as err:
+        raise ValueError(f"out={str(out)!r} is not writable: {err.strerror or err}") from None
+    return out
+
+
 def write_results(out: str | os.PathLike, summary: dict, arrays: dict[str, dict[str, np.ndarray]],
                   figures: dict) -> list[Path]:
     """Write ``summary.json``, each ``arrays[name]`` as ``name.npz`` and each figure as ``name.png``
-    into ``out`` atomically (non-finite floats become JSON null). Returns the paths written."""
+    into ``out`` atomically (non-finite floats become JSON null), removing the outputs of an earlier run
+    there (``prepare_out`` decides whether that is allowed). Returns the paths written."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
@@ -69,6 +121,11 @@ def write_results(out: str | os.PathLike, summary: dict, arrays: dict[str, dict[
         for name, fig in figures.items():
             fig.savefig(tmp / f"{name}.png", dpi=120, bbox_inches="tight")
         out.mkdir(parents=True, exist_ok=True)
+        new = {item.name for item in tmp.iterdir()}
+        if (out / "summary.json").is_file():  # an earlier run's outputs: replaced as a whole
+            for old in out.iterdir():
+                if old.name not in new and old.suffix in OUTPUT_SUFFIXES and old.is_file():
+                    old.unlink()
         written = []
         for item in sorted(tmp.iterdir()):
             os.replace(item, out / item.name)

@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 
-from popdyn.tasks.decision_list import theorem2 as t2
+from popdyn.jobs.decision_list import theorem2 as t2
 from popdyn.jobs.decision_list.theorem2 import ROUNDING, theorem2_run
 from popdyn.tasks.decision_list.theorems import theorem2_A_range, theorem2_instance, theorem2_T_range
 

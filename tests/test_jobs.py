@@ -30,7 +30,7 @@ def test_help_lists_the_jobs_own_options_only(job, run_cli):
     code, out, _ = run_cli(job.command, job.task, "--help")
     assert code == 0
     listed = set(re.findall(r"^\s+(--[A-Za-z][\w-]*)", out, flags=re.M))
-    assert listed == {o.flag for o in job.options} | {"--out", "--quiet"} | (
+    assert listed == {o.flag for o in job.options} | {"--out", "--quiet", "--replace"} | (
         {"--checkpoint", "--coordinator", "--num-processes", "--process-id"} if job.takes_checkpoint else set())
     for o in job.options:
         entry = re.search(rf"^\s+{re.escape(o.flag)}(?=[\s,])(.*?)(?=^\s+-|\Z)", out, flags=re.M | re.S).group(1)

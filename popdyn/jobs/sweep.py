@@ -172,10 +172,11 @@ def sweep_markov(p_lo: float = 0.05, p_hi: float = 0.95, q_lo: float = 0.05, q_h
     predicted = []
     for r in sw["rows"]:
         p, q = r["values"]["p"], r["values"]["q"]
-        if abs(p + q - 1.0) < 1e-12:
+        prob = Canonical(p, q)
+        if not prob.theorem_applies():
             predicted.append(None)
             continue
-        labels = np.asarray(jax.vmap(Canonical(p, q).predicted_basin)(inits))
+        labels = np.asarray(jax.vmap(prob.predicted_basin)(inits))
         ok = labels >= 0
         predicted.append({a: float(np.mean(labels[ok] == i)) for i, a in enumerate(ATTRACTORS)})
     for r, pr in zip(sw["rows"], predicted):

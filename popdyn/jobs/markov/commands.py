@@ -30,7 +30,7 @@ def basins_markov(p, q, n=128, lo=-3.0, hi=3.0, method="flow", t1=1e4, lr=0.5, s
     grid = Grid.square("w", "e", lo, hi, n)
     bm = basin_map(prob, grid, method, t1=t1, lr=lr, steps=steps, chunk_size=chunk, progress=progress,
                    checkpoint=checkpoint)
-    theory = p + q != 1.0  # §4.4's closed-form basins assume p+q != 1
+    theory = prob.theorem_applies()  # §4.4's closed-form basins assume p+q != 1
     if theory:
         theta = grid.points(prob)
         predicted = np.asarray(jax.vmap(prob.predicted_basin)(theta)).reshape(grid.shape)
@@ -78,7 +78,7 @@ def converge_markov(p, q, n_init=8, std=1.0, seed=0, eps=1e-6, t1=1e4) -> Result
     theta0 = {"e": z[:, 0], "w": z[:, 1]}
     ts = np.concatenate([[0.0], np.geomspace(1e-3, t1, 600)])
     traj = gradient_flow(prob, theta0, t1=t1, ts=ts, save_params=True, rtol=1e-10, atol=1e-12)
-    theory = p + q != 1.0
+    theory = prob.theorem_applies()
     if theory:  # the closed-form limit of §4.4
         limit = jax.vmap(prob.predicted_limit)(theta0)
         basin = np.asarray(jax.vmap(prob.predicted_basin)(theta0))

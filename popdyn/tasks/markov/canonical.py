@@ -35,7 +35,10 @@ E_SADDLE = -(1.0 + math.log(2.0)) / 2.0
 ATTRACTORS = ("global", "local", "saddle")
 """Label order used by ``predicted_basin`` and basin maps: Γ*, Γ_min (e = 0), the saddle."""
 
-_Z_MIN = -700.0  # log|w| lower end for bisection (w ~ 1e-304 in float64)
+
+
+PQ_ONE_TOL = 1e-12
+"""Within this of p + q = 1 the chain is i.i.d. to rounding: a warning, and no §4.4 closed forms."""
 
 
 def c(w):
@@ -46,6 +49,16 @@ def c(w):
 def s(w):
     """s(w) = w² + sign(w) ln|w|, so that the energy is E = e² − s(w) (§4.2)."""
     return w**2 + jnp.sign(w) * jnp.log(jnp.abs(w))
+
+
+def _s_log(sign, z):
+    """s(w) at w = sign·e^z from z = ln|w|: finite where w itself underflows (|w| < 1e-308 for z < −709)."""
+    return jnp.exp(2.0 * z) + sign * z
+
+
+def _c_log(sign, z):
+    """c(w) at w = sign·e^z."""
+    return 1.0 + 2.0 * sign * jnp.exp(2.0 * z)
 
 
 # XLA on CPU reads subnormal floats as zero, so ln p and p/(p+q) of a subnormal p in (0, 1) would give −inf or
@@ -203,7 +216,7 @@ class Canonical(Problem):
         q = _validate.open_unit("q", q)
         self.bias = _validate.choice("bias", bias, ("profiled", "trained"))
         init_std = _validate.positive("init_std", init_std)
-        if abs(p + q - 1.0) < 1e-12:
+        if abs(p + q - 1.0) < PQ_ONE_TOL:
             warnings.warn(
                 f"p+q = {p + q:g}: the chain is i.i.d., A* = 0 and the landscape is flat to second "
                 "order on e = 0, where Γ* merges with the unigram line (the theorems assume p+q != 1)",
@@ -356,10 +369,15 @@ class Canonical(Problem):
     def _theta_ew(self, theta: Theta) -> tuple[Array, Array]:
         return jnp.asarray(theta["e"], float), jnp.asarray(theta["w"], float)
 
+    def theorem_applies(self) -> bool:
+        """|p + q − 1| ≥ PQ_ONE_TOL: §4.4's closed forms hold (concrete p, q; True for traced ones)."""
+        p, q = floats(self.p, self.q)
+        return not (all_float((p, q)) and abs(p + q - 1.0) < PQ_ONE_TOL)
+
     def _require_theorem_regime(self, what: str) -> None:
-        p, q = floats(self.p, self.q)  # checked only on concrete values (a traced p+q = 1 gives no error)
-        if all_float((p, q)) and p + q == 1.0:
-            raise ValueError(f"{what} needs p+q != 1 (got p+q = 1: A* = 0 and §4.4 does not apply)")
+        if not self.theorem_applies():  # checked only on concrete values (a traced p+q = 1 gives no error)
+            raise ValueError(f"{what} needs p+q != 1, |p+q − 1| >= {PQ_ONE_TOL:g} (got p+q = "
+                             f"{float(self.p + self.q)!r}: A* = 0 to rounding and §4.4 does not apply)")
 
     def predicted_basin(self, theta0: Theta) -> Array:
         """Index into ``ATTRACTORS`` of the profiled flow's limit from θ0 (§4.4); −1 for a fixed
@@ -394,23 +412,24 @@ class Canonical(Problem):
         label = self.predicted_basin(theta0)
         z_hi = jnp.maximum(10.0, jnp.log(jnp.abs(w0) + 1e-300) + 5.0)
         z_mid = math.log(-W_SADDLE)
-
-        def root_in_log_w(residual, sign, z_lo, z_top):
-            return sign * jnp.exp(bisect(lambda z: residual(sign * jnp.exp(z)), z_lo, z_top))
+        # ln|w∞| can be as low as −(E0 + A*): a start far out in e ends with w∞ below the smallest float, so the
+        # roots are found, and s evaluated, in z = ln|w| (w itself may underflow to ±0 at the end)
+        z_min = -(jnp.abs(E0) + jnp.abs(A_star) + 50.0)
 
         # global: the Γ* interval with the sign of w0: (−1/√2, 0) if A* > 0, else (−∞, −1/√2)
-        neg_lo = jnp.where(A_star > 0, _Z_MIN, z_mid)
+        neg_lo = jnp.where(A_star > 0, z_min, z_mid)
         neg_hi = jnp.where(A_star > 0, z_mid, z_hi)
         g_sign = jnp.where((w0 > 0) & (A_star > 0), 1.0, -1.0)
-        g_lo = jnp.where(g_sign > 0, _Z_MIN, neg_lo)
+        g_lo = jnp.where(g_sign > 0, z_min, neg_lo)
         g_hi = jnp.where(g_sign > 0, z_hi, neg_hi)
-        w_glob = root_in_log_w(lambda w: (E0 + s(w)) * c(w) - A_star, g_sign, g_lo, g_hi)
-        e_glob = jnp.sign(e0) * jnp.sqrt(jnp.maximum(E0 + s(w_glob), 0.0))
+        z_glob = bisect(lambda z: (E0 + _s_log(g_sign, z)) * _c_log(g_sign, z) - A_star, g_lo, g_hi)
+        w_glob = g_sign * jnp.exp(z_glob)
+        e_glob = jnp.sign(e0) * jnp.sqrt(jnp.maximum(E0 + _s_log(g_sign, z_glob), 0.0))
         # local: s(w) = −E0 on w0's branch
         l_sign = jnp.where(w0 > 0, 1.0, -1.0)
-        l_lo = jnp.where(w0 < W_SADDLE, z_mid, _Z_MIN)
+        l_lo = jnp.where(w0 < W_SADDLE, z_mid, z_min)
         l_hi = jnp.where((w0 > W_SADDLE) & (w0 < 0), z_mid, z_hi)
-        w_loc = root_in_log_w(lambda w: s(w) + E0, l_sign, l_lo, l_hi)
+        w_loc = l_sign * jnp.exp(bisect(lambda z: _s_log(l_sign, z) + E0, l_lo, l_hi))
         # invariant line w0 = 0: e² → A* if A* > 0, else e → 0
         e_w0 = jnp.sign(e0) * jnp.sqrt(jnp.maximum(A_star, 0.0))
         e_inf = jnp.where(label == 0, e_glob, 0.0)

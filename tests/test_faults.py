@@ -1,0 +1,104 @@
+"""Trust under faults (docs/jobs.md, "Outputs"; docs/dynamics.md, "Stopping rules"): no false convergence on tiny
+landscapes, closed forms that hold far from the origin and only where the theorem applies, output folders checked
+before any computing, one command's results per folder, nothing left behind by a failed or interrupted demo."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from _props import no_compilation
+
+from popdyn.cli import _parser
+from popdyn.jobs.markov.commands import basins_markov, converge_markov
+from popdyn.tasks.markov import Canonical
+
+
+def test_a_landscape_scaled_to_1e_12_is_not_converged_at_the_start():
+    """p = 1e-12: the gradient at (1, 1) is ~7e-12. No start may be called converged where it began, and the
+    three theory attractors stay three (the end points are not turned into attractors of their own)."""
+    res = basins_markov(1e-12, 0.5, n=8, progress=False)
+    status = res.results["status_counts"]
+    assert status["converged"] == 0 and status["converged_late"] == 0
+    assert res.results["attractors"] == ["global", "local", "saddle"]
+    assert not np.any(res.arrays["basins"]["times"] == 0.0)
+
+
+def test_the_closed_form_limit_holds_far_out_where_w_underflows():
+    """From e0 = 90.8 the limit's ln|w∞| ≈ −(e0² − A*) ≈ −8,245: w∞ underflows to +0 and e∞ = √(A*/c(0)) = √A*.
+    (A bisection bracket in ln|w| down to −700 only gave NaN.)"""
+    prob = Canonical(0.1, 0.1)
+    lim = prob.predicted_limit({"e": np.float64(90.804), "w": np.float64(9.392)})
+    assert float(lim["e"]) == pytest.approx(math.sqrt(prob.optimal_gap()), rel=1e-12)
+    assert 0.0 <= float(lim["w"]) < 1e-300
+
+
+def test_p_plus_q_within_rounding_of_one_uses_no_p_plus_q_not_one_theory():
+    with pytest.warns(UserWarning, match="p\\+q"):
+        prob = Canonical(0.5, 0.5 - 1e-14)
+    assert not prob.theorem_applies()
+    with pytest.raises(ValueError, match="p\\+q"):
+        prob.predicted_basin({"e": np.float64(1.0), "w": np.float64(1.0)})
+    with pytest.warns(UserWarning):
+        res = converge_markov(0.5, 0.5 - 1e-14, n_init=2, t1=10.0)
+    assert res.inputs["limit"].startswith("flow end point")
+    assert {row["basin"] for row in res.results["rows"]} == {"n/a"}
+
+
+ARGV = ["stepsize", "markov", "--steps", "5", "--quiet"]
+
+
+def test_an_out_holding_another_commands_results_is_refused_before_computing(tmp_path, run_cli):
+    out = tmp_path / "out"
+    assert run_cli(*ARGV, "--out", out).returncode == 0
+    before = sorted(p.name for p in out.iterdir())
+    with no_compilation("JAX compiled before the occupied --out was refused"):
+        code, _, err = run_cli("converge", "markov", "--n-init", "1", "--out", out)
+    assert code == 2 and "holds the results of another command (stepsize markov)" in err
+    assert sorted(p.name for p in out.iterdir()) == before
+    assert run_cli(*ARGV, "--out", out).returncode == 0  # the same command again replaces its own results
+    code, _, err = run_cli("converge", "markov", "--n-init", "1", "--t1", "10", "--out", out, "--replace", "--quiet")
+    assert code == 0, err
+    assert sorted(p.name for p in out.iterdir()) == ["convergence.npz", "convergence.png", "summary.json"]
+    assert json.loads((out / "summary.json").read_text())["command"] == "converge"
+
+
+def test_an_out_holding_other_files_is_refused(tmp_path, run_cli):
+    (tmp_path / "notes.txt").write_text("mine")
+    code, _, err = run_cli(*ARGV, "--out", tmp_path)
+    assert code == 2 and "holds other files (notes.txt)" in err
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+@pytest.mark.parametrize("out, message", [("", "must name a folder"), ("/proc/popdyn-test/out", "not writable")])
+def test_an_unusable_out_is_refused_before_computing(out, message, run_cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with no_compilation("JAX compiled before the unusable --out was refused"):
+        code, _, err = run_cli(*ARGV, "--out", out)
+    assert code == 2 and message in err and len(err.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_temporary_folders_of_a_killed_run_are_removed_by_the_next(tmp_path, run_cli):
+    stale = tmp_path / ".out.tmp-abc123"
+    stale.mkdir()
+    (stale / "summary.json").write_text("{}")
+    assert run_cli(*ARGV, "--out", tmp_path / "out").returncode == 0
+    assert not stale.exists()
+
+
+def test_negative_numbers_in_exponent_form_are_values():
+    args = _parser().parse_args(["basins", "markov", "--range", "-1e3", "1e3"])
+    assert args.range == [-1000.0, 1000.0]
+
+
+def test_a_demo_that_fails_or_is_interrupted_writes_nothing(tmp_path, run_cli, monkeypatch):
+    import popdyn.jobs.demo as demo
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(demo, "stepsize_markov", interrupted)
+    code, _, err = run_cli("demo", "--grid", "4", "--out", tmp_path / "demo", "--quiet")
+    assert code == 130 and "interrupted" in err
+    assert not (tmp_path / "demo").exists()
