@@ -1,0 +1,454 @@
+"""Scan and Snap command-line jobs (spec scan_snap.md; docs/jobs.md): the transition time t₀ of the exact joint
+dynamics against its closed form, λ_max along exact GD against 1/η and 2/η, and which distinct token wins the
+scan from a 2-D slice of initial (Y, Z) values.
+
+Data (all three jobs): K classes sharing one query token, the setting of Theorems 2(b) and 4, with the authors'
+``Dataset2`` weights (each common token weight 1, the class's distinct tokens linspace(0.1, 1), normalised) and the
+vocabulary padded with unused tokens up to M; every output softmax runs over all M tokens (§1-§2). θ(0) = 0
+unless a grid sets a coordinate. The loss is the exact T → ∞ population cross-entropy (``ScanSnap(T=None)``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jaxtyping import Array, Float
+from matplotlib.figure import Figure
+
+from popdyn import _validate
+from popdyn.analysis import Grid, basin_map, hitting_times, step_size_audit
+from popdyn.dynamics import STATUS_NAMES, gradient_descent
+from popdyn.io import Result
+from popdyn.plot import plot_basin_map, plot_step_size_audit
+from popdyn.problem import Overlay, Problem, Theta
+from popdyn.tasks.scan_snap import (
+    Classes, ScanSnap, dataset2, h_star, make_classes, omega_1, scan_time, transition_time, x_star,
+)
+from popdyn.tasks.scan_snap.data import distinct_mask
+
+WORKED_CASE = {"K": 10, "M": 1000, "eta_y": 0.5}
+"""The spec's worked test case for t₀ (§5, Theorem 4): K = 10, M = 1000, η_Y = 0.5."""
+
+
+# ---- data and validation --------------------------------------------------------------------------------------------
+def _min_vocabulary(K: int, n_common: int, n_distinct: int) -> int:
+    return n_common + K * n_distinct + 1 + K  # [common | distinct per class | the query | the K next tokens]
+
+
+def _check_data(K, n_common, n_distinct, M, *, min_M: int = 2,
+                M_optional: bool = True) -> tuple[int, int, int, int | None]:
+    """Validated (K, n_common, n_distinct, M); M (None allowed when ``M_optional``) must hold every token used."""
+    K = _validate.int_at_least("K", K, 1)
+    n_common = _validate.int_at_least("n_common", n_common, 0)
+    n_distinct = _validate.int_at_least("n_distinct", n_distinct, 1)
+    if M is not None or not M_optional:
+        M = _validate.int_at_least("M", M, max(min_M, _min_vocabulary(K, n_common, n_distinct)))
+    return K, n_common, n_distinct, M
+
+
+def shared_query_classes(K: int, n_common: int, n_distinct: int, M: int | None = None) -> Classes:
+    """K classes sharing one query token: ``dataset2(1, K, n_common=n_common, n_distinct=n_distinct)`` (the
+    authors' layout and weights, §7), its vocabulary padded with unused tokens up to ``M`` (None: no padding)."""
+    c = dataset2(1, K, n_common=n_common, n_distinct=n_distinct)
+    if M is None or M == c.M:
+        return c
+    return make_classes(np.pad(c.probs, ((0, 0), (0, M - c.M))), c.query, c.label)
+
+
+def _overlap(prob: ScanSnap) -> float:
+    """ρ₀ = max_{n≠n'} f_nᵀf_n' at Z = 0 (0 for one class)."""
+    f = np.asarray(prob.features(prob.init(None)))
+    G = f @ f.T
+    return float(np.max(G[~np.eye(len(G), dtype=bool)])) if len(G) > 1 else 0.0
+
+
+# ---- converge: the transition time t₀ -------------------------------------------------------------------------------
+def decoder_log_odds(prob: ScanSnap, theta: Theta) -> Float[Array, ""]:
+    """x̄(θ) = Σ_n π_n [w_nn − logsumexp_{j≠n} w_nj + ln(M−1)] with w_n = Yᵀf_n (logits of class n, indexed by its
+    next token). Along the closed-form decoder w_n = (M−1)h(t/K)ζ_n (Lemmas 5-6) it equals M h(t/K) exactly."""
+    w = prob.features(theta) @ theta["Y"]
+    label = jax.nn.one_hot(prob.label, prob.M, dtype=bool)
+    own = jnp.sum(jnp.where(label, w, 0.0), axis=-1)
+    rest = jax.nn.logsumexp(jnp.where(label, -jnp.inf, w), axis=-1)
+    return jnp.dot(prob.weights, own - rest) + jnp.log(prob.M - 1.0)
+
+
+class _LogOddsReach(eqx.Module):
+    """Target ``level − x̄(θ)``: reached when the decoder's label log-odds first reach ``level`` (array leaves, so
+    a new problem of the same shapes reuses the compiled solver)."""
+
+    prob: ScanSnap
+    level: Float[Array, ""]
+
+    def __call__(self, theta: Theta) -> Float[Array, ""]:
+        return self.level - decoder_log_odds(self.prob, theta)
+
+
+class _BlockRates(eqx.Module):
+    """P(∇L) = (η_Y ∇_Y L, η_Z ∇_Z L): the per-block rates of ``time_scales`` as a preconditioner whose rates are
+    array leaves, so that every η_Y/η_Z ratio reuses one compiled solver (``time_scales`` are static)."""
+
+    eta_y: Float[Array, ""]
+    eta_z: Float[Array, ""]
+
+    def __call__(self, grad: Theta) -> Theta:
+        return {"Y": self.eta_y * grad["Y"], "Z": self.eta_z * grad["Z"]}
+
+
+def converge_scan_snap(K: int = 10, M: int = 200, eta_y: float = 0.5,
+                       ratios: Sequence[float] = (1.0, 10.0, 100.0), n_common: int = 1, n_distinct: int = 10,
+                       rtol: float = 1e-8) -> Result:
+    """Transition time t₀ (the snap) of the exact joint gradient flow from θ = 0, at η_Y = ``eta_y`` and
+    η_Z = η_Y/ν for each ν in ``ratios``, against the closed forms of spec §4-§5 (docs/jobs.md).
+
+    t₀ is where the decoder leaves its linear stage: M h(t/K) reaches x* = (1+ω₁) ln M, the larger root of
+    e^x = (M−1)x (Lemma 8); by Lemma 6 that is t₀ = K(2(M−1)x* − 1)/(Mη_Y) = 2(1+ω₁)K ln M/η_Y · (1 − O(1/M)).
+    [our choice] Measured as the exact hitting time (root finding on the solver's dense output, ``until=``) of
+    x̄(θ_t) = x*, with x̄ the decoder's label log-odds (``decoder_log_odds``, = M h(t/K) along the closed form).
+    The closed form treats the class features as orthogonal and frozen; common tokens give them an overlap
+    ρ₀ = f_nᵀf_n' > 0, which Remark 1 turns into a slower rate (1−ρ₀)η_Y, and attention only lowers ρ (common
+    logits fall, Theorem 2(b)). The direction the spec suggests, and the job checks, is t₀ ≤ measured ≤
+    t₀/(1−ρ₀), measured falling towards t₀ as η_Z grows (smaller ν; attention de-overlaps the classes before the
+    snap); with n_common = 0 the features are orthogonal, Z never moves and measured = t₀ for every ν.
+
+    The spec's worked case is K = 10, M = 1000, η_Y = 0.5 (``M=1000``; about 30 s on 2 cores, each flow step
+    moving 2M² numbers); the default M = 200 keeps the job fast (the compiled solver is shared by all ratios).
+
+    K: classes; M: vocabulary size (≥ the tokens the classes use); eta_y: decoder rate η_Y; ratios: values of
+    η_Y/η_Z; n_common, n_distinct: common tokens and distinct tokens per class; rtol: the flow's relative
+    tolerance (atol = rtol/100; hitting times are as accurate as the trajectory).
+    """
+    K, n_common, n_distinct, M = _check_data(K, n_common, n_distinct, M, min_M=4, M_optional=False)  # x*: M−1 > e
+    eta_y = _validate.positive("eta_y", eta_y)
+    if isinstance(ratios, (str, bytes)) or not hasattr(ratios, "__iter__") or len(ratios) == 0:
+        raise ValueError(f"ratios={ratios!r} is invalid: must be a non-empty sequence of numbers > 0")
+    ratios = [_validate.positive("ratios", r) for r in ratios]
+    rtol = _validate.positive("rtol", rtol)
+    if rtol >= 1e-3:
+        raise ValueError(f"rtol={rtol!r} is out of range: must lie in (0, 1e-3)")
+
+    prob = ScanSnap(shared_query_classes(K, n_common, n_distinct, M))
+    xs = float(x_star(M))
+    t0 = K * (2 * (M - 1) * xs - 1) / (M * eta_y)  # Lemma 6 at M h = x*
+    rho0 = _overlap(prob)
+    t0_slow = t0 / (1 - rho0)  # Remark 1: effective rate (1 − ρ₀)η_Y
+    closed = {"x_star": xs, "omega_1": float(omega_1(M)), "t0": t0,
+              "t0_sharp": float(transition_time(K, M, eta_y, sharp=True)),
+              "t0_leading": float(transition_time(K, M, eta_y)), "t0_scan_end": float(scan_time(K, M, eta_y)),
+              "rho0": rho0, "t0_remark1": t0_slow}
+    theta0 = prob.init(None)
+    target = _LogOddsReach(prob, jnp.asarray(xs))
+    m = int(prob.query[0])  # the shared query
+    common = np.flatnonzero((np.asarray(prob.probs) > 0).sum(axis=0) > 1)
+    top = _top_distinct(prob)
+    rows = []
+    for nu in sorted(ratios):
+        rates = _BlockRates(jnp.asarray(eta_y), jnp.asarray(eta_y / nu))
+        ht = hitting_times(prob, theta0, target, "flow", t1=4 * t0_slow, precondition=rates, rtol=rtol,
+                           atol=rtol / 100)
+        Z = np.asarray(ht.final["Z"])
+        t = float(ht.times)
+        rows.append({"ratio": nu, "eta_z": eta_y / nu, "t0_measured": t, "measured_over_t0": t / t0,
+                     "status": STATUS_NAMES[int(ht.status)],
+                     "common_logit_change": float(np.mean(Z[m, common])) if common.size else None,
+                     "top_distinct_logit_change": float(np.mean(Z[m, top]))})
+    done = [r for r in rows if math.isfinite(r["t0_measured"])]
+    tol = 100 * rtol * t0
+    checks = {
+        "all_reached": len(done) == len(rows),
+        "closed_form_is_lower_bound": all(r["t0_measured"] >= t0 - tol for r in done),
+        "remark1_is_upper_bound": all(r["t0_measured"] <= t0_slow + tol for r in done),
+        "later_for_larger_ratio": all(a["t0_measured"] <= b["t0_measured"] + tol for a, b in zip(done, done[1:])),
+    }
+    inputs = {"task": "scan-snap", "K": K, "M": M, "eta_y": eta_y, "ratios": ratios, "n_common": n_common,
+              "n_distinct": n_distinct, "rtol": rtol, "init": "Y = Z = 0", "T": None,
+              "worked_case": {"K": K, "M": M, "eta_y": eta_y} == WORKED_CASE,
+              "measured": "first time the decoder label log-odds reach x* (exact hitting time of the joint flow)"}
+    results = {"closed_form": closed, "rows": rows, "checks": checks}
+    res = Result(inputs, results,
+                 arrays={"converge": {
+                     "ratio": np.array([r["ratio"] for r in rows]),
+                     "t0_measured": np.array([r["t0_measured"] for r in rows]),
+                     "closed_form": np.array([t0, closed["t0_sharp"], closed["t0_leading"], t0_slow])}},
+                 figures={"converge": _converge_figure(rows, closed, K, M, eta_y)})
+    res.lines.append(f"converge scan-snap  K={K}, M={M}, η_Y={eta_y:g}, {n_common} common + {n_distinct} distinct "
+                     f"tokens per class (ρ₀ = {rho0:.4f}), θ(0) = 0"
+                     + ("  [the spec's worked case]" if inputs["worked_case"] else ""))
+    res.lines.append(f"  closed form: x* = {xs:.6f} (ω₁ = {closed['omega_1']:.4f}); t₀ = K(2(M−1)x*−1)/(Mη_Y) = "
+                     f"{t0:.4f}, 2(1+ω₁)K ln M/η_Y = {closed['t0_sharp']:.4f}, 2K ln M/η_Y = "
+                     f"{closed['t0_leading']:.4f}, t'₀ = K ln M/η_Y = {closed['t0_scan_end']:.4f}; "
+                     f"Remark 1 t₀/(1−ρ₀) = {t0_slow:.4f}")
+    res.lines.append(f"  {'η_Y/η_Z':>9s} {'η_Z':>9s} {'t₀ measured':>12s} {'/ t₀':>9s} {'Δz common':>10s} "
+                     f"{'Δz top':>9s}  status")
+    for r in rows:
+        dzc = "n/a" if r["common_logit_change"] is None else f"{r['common_logit_change']:+.5f}"
+        res.lines.append(f"  {r['ratio']:9.4g} {r['eta_z']:9.4g} {r['t0_measured']:12.4f} "
+                         f"{r['measured_over_t0']:9.6f} {dzc:>10s} {r['top_distinct_logit_change']:+9.5f}  "
+                         f"{r['status']}")
+    res.lines.append("  direction: t₀ ≤ measured {} ; measured ≤ t₀/(1−ρ₀) {} ; later for larger η_Y/η_Z {}".format(
+        *("holds" if checks[k] else "FAILS" for k in ("closed_form_is_lower_bound", "remark1_is_upper_bound",
+                                                        "later_for_larger_ratio"))))
+    return res
+
+
+def _top_distinct(prob: ScanSnap) -> np.ndarray:
+    """Each class's most frequent distinct token (Theorem 3's dominant token from Z(0) = 0)."""
+    P = np.asarray(prob.probs)
+    return np.argmax(np.where(distinct_mask(P), P, -1.0), axis=1)
+
+
+def _converge_figure(rows: list[dict], closed: dict, K: int, M: int, eta_y: float) -> Figure:
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    ax, ax_z = fig.subplots(1, 2)
+    nu = np.array([r["ratio"] for r in rows])
+    ax.plot(nu, [r["t0_measured"] for r in rows], "o-", color="k", label="measured (exact flow, hitting time)")
+    for key, label, style in (("t0", "t₀ = K(2(M−1)x*−1)/(Mη_Y)", "-"), ("t0_sharp", "2(1+ω₁)K ln M/η_Y", "--"),
+                              ("t0_remark1", f"t₀/(1−ρ₀), ρ₀ = {closed['rho0']:.3f} (Remark 1)", ":"),
+                              ("t0_leading", "2K ln M/η_Y", "-.")):
+        ax.axhline(closed[key], ls=style, lw=1, label=label)
+    ax.set(xscale="log", xlabel="η_Y/η_Z", ylabel="transition time t₀",
+           title=f"snap time, K = {K}, M = {M}, η_Y = {eta_y:g}")
+    ax.legend(fontsize=7)
+    if rows[0]["common_logit_change"] is not None:
+        ax_z.plot(nu, [-r["common_logit_change"] for r in rows], "o-", label="−Δz, common tokens")
+    ax_z.plot(nu, [r["top_distinct_logit_change"] for r in rows], "s-", label="Δz, top distinct token")
+    ax_z.set(xscale="log", xlabel="η_Y/η_Z", ylabel="attention logit moved by t₀",
+             title="attention at the snap (smaller for larger η_Y/η_Z)")
+    ax_z.legend(fontsize=7)
+    return fig
+
+
+# ---- stepsize: λ_max along exact GD ---------------------------------------------------------------------------------
+def hessian_at_zero(classes: Classes) -> dict:
+    """Closed forms for ∇²L at θ = 0 (spec §5, "Step size"), f_n = P(·|n)/‖P(·|n)‖, π_n the class weights.
+
+    * [spec] The Y–Y block is Σ_n π_n (f_n f_nᵀ) ⊗ (I − 11ᵀ/M)/M, so λ_max(∇²L(0)) ≥ λ_max(Σ_n π_n f_n f_nᵀ)/M
+      (a principal block; Cauchy interlacing): ``lambda_Y_block``.
+    * [derived] The Z–Z block is 0 and the Y–Z block sends δz_{ψ(n)} to Σ_n π_n J_n δz u_nᵀ, with
+      J_n = (I − f_n f_nᵀ) diag(f_n) and u_n = 1/M − e_n (‖u_n‖² = 1 − 1/M). When the supports are disjoint
+      (no common token) these pieces are mutually orthogonal and orthogonal to the Y–Y block's range, so the
+      spectrum is {π_n/M} ∪ {±π_n ‖u_n‖ σ_k(J_n)} ∪ {0} and λ_max = max_n π_n max(1/M, √(1 − 1/M) σ_max(J_n)):
+      ``lambda_max`` (None when supports overlap).
+    """
+    P, w, M = classes.probs, classes.weights, classes.M
+    F = P / np.linalg.norm(P, axis=1, keepdims=True)
+    out = {"lambda_Y_block": float(np.linalg.eigvalsh(F.T @ (w[:, None] * F))[-1] / M), "lambda_max": None}
+    if not classes.common().any():
+        sig = [np.linalg.svd((np.eye(M) - np.outer(f, f)) * f[None, :], compute_uv=False)[0] for f in F]
+        out["lambda_max"] = float(max(wn * max(1 / M, math.sqrt(1 - 1 / M) * s) for wn, s in zip(w, sig)))
+    return out
+
+
+def lemma5_loss(steps: Sequence[int], K: int, M: int, lr: float) -> np.ndarray:
+    """ℒ(s) = log(1 + (M−1) e^{−M h*(s)}), h* the Lemma 5 recursion at step η/K: exact GD from θ = 0 on K
+    equally likely classes with disjoint supports (Z never moves; w_n = Yᵀf_n = (M−1)h*(s)ζ_n, spec §4)."""
+    s = np.asarray(steps, dtype=int)
+    hs = np.asarray(h_star(int(s.max()), M, lr / K))[s]
+    return np.log1p((M - 1) * np.exp(-M * hs))
+
+
+def stepsize_scan_snap(lrs: Sequence[float] = (1.0, 5.0, 20.0), steps: int = 100, record_every: int = 2,
+                       K: int = 2, n_common: int = 10, n_distinct: int = 10, M: int | None = None) -> Result:
+    """Exact GD from θ = 0 with one rate η for Y and Z (η_Y = η_Z, Fig. 4's left panel; no momentum: 1/η and
+    2/η are thresholds of plain GD), one run per η in ``lrs`` in one batched call, with λ_max(∇²L(θ_s)) audited
+    against 1/η (monotone) and 2/η (stable) at every record (docs/jobs.md).
+
+    The spec states no step-size condition; what it does give is checked: λ_max(θ_0) against the Hessian at 0
+    (``hessian_at_zero``: the spec's Y–Y block bounds it below; with no common token its exact value
+    max_n π_n max(1/M, √(1−1/M) σ_max(J_n)) [derived]) and, with no common token, the recorded loss against
+    Lemma 5's exact GD solution (``lemma5_loss``). λ_max by Lanczos (64 steps, full reorthogonalisation).
+
+    lrs: learning rates η; steps: GD steps per run; record_every: steps between audited records; K: classes;
+    n_common, n_distinct: common tokens and distinct tokens per class (defaults: Syn-Small's counts, but one
+    shared query, M = 33); M: vocabulary size (None: exactly the tokens the classes use).
+    """
+    if isinstance(lrs, (str, bytes)) or not hasattr(lrs, "__iter__") or len(lrs) == 0:
+        raise ValueError(f"lrs={lrs!r} is invalid: must be a non-empty sequence of learning rates > 0")
+    lrs = [_validate.positive("lrs", lr) for lr in lrs]
+    steps = _validate.int_at_least("steps", steps, 1)
+    record_every = _validate.int_at_least("record_every", record_every, 1)
+    if steps % record_every:
+        raise ValueError(f"record_every={record_every} is invalid: must divide steps={steps}")
+    K, n_common, n_distinct, M = _check_data(K, n_common, n_distinct, M)
+
+    classes = shared_query_classes(K, n_common, n_distinct, M)
+    prob = ScanSnap(classes)
+    zero = hessian_at_zero(classes)
+    lr_arr = np.array(lrs)
+    batch = jax.tree_util.tree_map(lambda x: jnp.stack([x] * len(lrs)), prob.init(None))
+    traj = gradient_descent(prob, batch, lr=lr_arr, steps=steps, record_every=record_every, save_params=True)
+    audit = step_size_audit(prob, traj, lr_arr, method="lanczos")
+    loss = np.asarray(traj.loss)
+    ts = np.asarray(traj.ts)
+    disjoint = zero["lambda_max"] is not None
+    rows = []
+    for i, (row, lr) in enumerate(zip(audit.summary(), lrs)):
+        row |= {"status": STATUS_NAMES[int(traj.status[i])], "lambda_max_start": float(audit.lambda_max[i, 0]),
+                "final_loss": float(loss[i, -1])}
+        if disjoint:
+            ok = np.isfinite(ts[i])
+            exact = lemma5_loss(ts[i][ok].astype(int), K, classes.M, lr)
+            row["lemma5_loss_max_rel_error"] = float(np.max(np.abs(loss[i][ok] - exact) / exact))
+        rows.append(row)
+    lam0 = np.array([r["lambda_max_start"] for r in rows])
+    checks = {"start_at_least_Y_block": bool(np.all(lam0 >= zero["lambda_Y_block"] * (1 - 1e-9)))}
+    if disjoint:
+        checks["start_matches_closed_form"] = bool(np.allclose(lam0, zero["lambda_max"], rtol=1e-8))
+        checks["loss_matches_lemma5"] = all(r["lemma5_loss_max_rel_error"] < 1e-9 for r in rows)
+    inputs = {"task": "scan-snap", "lrs": lrs, "steps": steps, "record_every": record_every, "K": K,
+              "n_common": n_common, "n_distinct": n_distinct, "M": classes.M, "init": "Y = Z = 0",
+              "rates": "η_Y = η_Z = η", "momentum": 0.0, "lambda_method": "lanczos"}
+    results = {"hessian_at_zero": zero, "runs": rows, "checks": checks}
+    audits = [audit.run(i) for i in range(len(lrs))]
+    fig = plot_step_size_audit(audits, list(loss), [f"η = {lr:g}" for lr in lrs])
+    ax = fig.axes[0]
+    ax.axhline(zero["lambda_Y_block"], color="k", lw=0.8, ls="-.", label="Y–Y block at θ = 0 (spec)")
+    if disjoint:
+        ax.plot([0], [zero["lambda_max"]], "k*", ms=9, label="λ_max(θ = 0), closed form")
+    ax.legend(fontsize=7)
+    res = Result(inputs, results,
+                 arrays={"stepsize": {"steps": ts, "lambda_max": audit.lambda_max, "loss": loss, "lr": lr_arr}},
+                 figures={"stepsize": fig})
+    res.lines.append(f"stepsize scan-snap  K={K}, M={classes.M}, {n_common} common + {n_distinct} distinct tokens "
+                     f"per class, exact GD from θ = 0 (η_Y = η_Z = η), {steps} steps")
+    closed = f"; closed form λ_max(0) = {zero['lambda_max']:.6f}" if disjoint else ""
+    res.lines.append(f"  θ = 0: λ_max = {lam0[0]:.6f}, spec's Y–Y block {zero['lambda_Y_block']:.6f}{closed}")
+    for i, r in enumerate(rows):
+        extra = (f"; loss vs Lemma 5 max rel. error {r['lemma5_loss_max_rel_error']:.1e}"
+                 if disjoint else "")
+        res.lines.append(f"  η = {r['lr']:<6g} {audit.verdict(i)}; final loss {r['final_loss']:.6g}, "
+                         f"{r['status']}{extra}")
+    return res
+
+
+# ---- basins: which distinct token wins the scan ---------------------------------------------------------------------
+def _winner_problem(prob: ScanSnap, cls: int, axes: tuple[str, str], tie: float) -> Problem:
+    """``prob``'s loss with one attractor per distinct token l of class ``cls``: "l wins", residual
+    relu(max_{l'≠l} log c̃_l' − log c̃_l) (0 where l has the most attention among them, log c̃_l = log P(l|n) + z_ml),
+    and the Theorem 3 tie line y = ``tie`` on the ``axes`` slice."""
+    P = np.asarray(prob.probs)
+    dist = np.flatnonzero(distinct_mask(P)[cls])
+    logp, m = np.log(P[cls, dist]), int(prob.query[cls])
+
+    def residual(i: int):
+        def r(theta: Theta) -> Float[Array, ""]:
+            s = logp + theta["Z"][m, dist]
+            return jax.nn.relu(jnp.max(jnp.where(np.arange(len(dist)) == i, -jnp.inf, s)) - s[i])
+        return r
+
+    def overlays(x_axis: str, y_axis: str, x_range: tuple[float, float]) -> list[Overlay]:
+        if (x_axis, y_axis) != axes:
+            return []
+        return [Overlay("tie of c̃(0) (Theorem 3; exact at x = 0)", "line", tuple(x_range), (tie, tie),
+                        {"color": "k", "ls": ":", "lw": 1}),
+                Overlay("", "points", (0.0,), (tie,), {"color": "k", "marker": "x", "s": 40})]
+
+    return Problem.from_loss(lambda theta: prob.loss(theta), lambda key: prob.init(key),
+                             attractors={f"token {l} wins": residual(i) for i, l in enumerate(dist)},
+                             overlays=overlays)
+
+
+def basins_scan_snap(grid: int = 9, decoder_range: tuple[float, float] = (-1.0, 1.0),
+                     logit_range: tuple[float, float] = (-0.5, 1.5), K: int = 2, n_common: int = 1,
+                     n_distinct: int = 3, M: int | None = 20, eta_y: float = 1.0, eta_z: float = 0.1,
+                     gtol: float = 1e-4,
+                     t1: float = 1e7, chunk: int = 16384, progress: bool = True,
+                     checkpoint: str | os.PathLike | None = None) -> Result:
+    """Which distinct token of class 0 wins the scan (the most attention among its distinct tokens at the end),
+    over a grid × grid slice of initial values of one decoder weight and one attention logit, all else 0:
+    x = Y[l₂, n₀] (from class 0's runner-up distinct token l₂ to its next token n₀), y = Z[m, l₂] (the query's
+    logit on l₂); exact joint gradient flow at rates (η_Y, η_Z) (docs/jobs.md).
+
+    Theory (Theorem 3): the ranking of c̃_l = P(l|n)e^{z_ml} among a class's distinct tokens never changes, so from
+    Y(0) = 0 (the column x = 0) the winner is argmax_l P(l|n)e^{z_ml(0)}: l₂ wins iff y > ln(P(l₁|n)/P(l₂|n)), l₁
+    the most frequent. This holds in the joint flow too, not only under Eq. (10): at a tie,
+    d/dt(z_ml − z_ml') = η_Z π_n f_nl (Y_l − Y_l')ᵀ(e_n − α_n) with Y_l − Y_l' = η_Y π_n ∫(f_nl − f_nl')(e_n − α_n)ᵀ
+    > 0 for the token that led [derived]. Off that column nothing is predicted; x > 0 gives l₂ a head start.
+    [our choice] The loss has no minimiser (ℒ → 0 only as ‖Y‖ → ∞, Y ~ ln t), so a run ends when
+    ‖τ⊙∇ℒ‖ < ``gtol`` (the authors' "until convergence"); end points are labelled by theory residuals
+    ("token l wins"), which need no minimum.
+
+    grid: points per axis; decoder_range: range of x = Y[l₂, n₀](0); logit_range: range of y = Z[m, l₂](0);
+    K: classes (one shared query); n_common, n_distinct: common and distinct tokens per class (n_distinct ≥ 2);
+    M: vocabulary size (None: only the tokens used; [our choice] 20 by default, so that θ has more than 512
+    numbers and the end points' Hessian checks run by Lanczos, much faster than dense spectra over a grid; the
+    unused tokens only enlarge the output softmax, and the theory above holds for every M); eta_y, eta_z: rates
+    η_Y, η_Z; gtol: the gradient norm that ends a run; t1: the flow's horizon; chunk: starts per chunk;
+    progress: show a progress bar; checkpoint: a directory to save finished chunks in and resume from.
+    """
+    n = _validate.int_at_least("grid", grid, 2)
+    x_range = _validate.interval("decoder_range", decoder_range)
+    y_range = _validate.interval("logit_range", logit_range)
+    K, n_common, n_distinct, M = _check_data(K, n_common, n_distinct, M)
+    if n_distinct < 2:
+        raise ValueError(f"n_distinct={n_distinct!r} is out of range: must be an integer >= 2 (a runner-up token)")
+    eta_y = _validate.positive("eta_y", eta_y)
+    eta_z = _validate.positive("eta_z", eta_z)
+    gtol = _validate.positive("gtol", gtol)
+    t1 = _validate.positive("t1", t1)
+    chunk = _validate.int_at_least("chunk", chunk, 1)
+
+    classes = shared_query_classes(K, n_common, n_distinct, M)
+    prob = ScanSnap(classes)
+    P = classes.probs[0]
+    dist = np.flatnonzero(classes.distinct()[0])
+    l1, l2 = dist[np.argsort(-P[dist], kind="stable")[:2]]
+    m, n0 = int(classes.query[0]), int(classes.label[0])
+    tie = float(np.log(P[l1] / P[l2]))
+    axes = (f"Y[{l2},{n0}]", f"Z[{m},{l2}]")
+    wp = _winner_problem(prob, 0, axes, tie)
+    plane = Grid(*axes, x_range, y_range, (n, n))
+    bm = basin_map(wp, plane, "flow", t1=t1, gtol=gtol, time_scales={"Y": eta_y, "Z": eta_z}, chunk_size=chunk,
+                   progress=progress, checkpoint=checkpoint)
+    # Theorem 3 on the column x = 0: the winner is argmax_l P(l|n) e^{z_ml(0)}
+    logc0 = np.log(P[dist])[None, :] + np.where(dist == l2, plane.ys[:, None], 0.0)
+    predicted_column = np.argmax(logc0, axis=1)
+    col = np.flatnonzero(np.isclose(plane.xs, 0.0, atol=1e-12 * (x_range[1] - x_range[0])))
+    on_column = bm.labels[:, col[0]] if col.size else None
+    agree = None if on_column is None else float(np.mean(on_column == predicted_column))
+    i2 = int(np.flatnonzero(dist == l2)[0])
+    boundary = [_switch(plane.ys, bm.labels[:, j], i2) for j in range(n)]
+    inputs = {"task": "scan-snap", "grid": n, "x": axes[0], "y": axes[1], "decoder_range": list(x_range),
+              "logit_range": list(y_range), "K": K, "n_common": n_common, "n_distinct": n_distinct, "M": classes.M,
+              "eta_y": eta_y, "eta_z": eta_z, "gtol": gtol, "t1": t1, "method": "flow", "base": "θ = 0"}
+    results = {"fractions": bm.fractions, "attractors": list(bm.attractors),
+               "status_counts": bm.status_counts(), "resolved_fraction": bm.resolved_fraction,
+               "tokens": {"top": int(l1), "runner_up": int(l2), "query": m, "next_token": n0},
+               "distinct_token_probs": {int(l): float(P[l]) for l in dist},
+               "theorem3_tie": tie, "agreement_on_x0_column": agree,
+               "boundary_logit_per_column": boundary,
+               "median_time": float(np.nanmedian(bm.times)) if np.isfinite(bm.times).any() else None}
+    title = f"scan winner of class 0, η_Y = {eta_y:g}, η_Z = {eta_z:g}"
+    res = Result(inputs, results,
+                 arrays={"basins": {"labels": bm.labels, "x": plane.xs, "y": plane.ys, "times": bm.times,
+                                    "status": bm.status, "predicted_x0": predicted_column,
+                                    "attractors": np.array(bm.attractors)}},
+                 figures={"basins": plot_basin_map(bm, wp, title)})
+    res.lines.append(f"basins scan-snap  {title}: x = {axes[0]}, y = {axes[1]}, grid {n}x{n} over "
+                     f"{list(x_range)} x {list(y_range)}")
+    res.lines += [f"  {name:>14s}: {100 * f:6.2f}%" for name, f in bm.fractions.items()]
+    res.lines.append("  status: " + ", ".join(f"{k} {v}" for k, v in bm.status_counts().items() if v)
+                     + f" (a run ends at ‖τ⊙∇L‖ < {gtol:g}: the loss has no minimiser; converged/saddle say only "
+                       "whether the Hessian there has a negative eigenvalue)")
+    res.lines.append(f"  Theorem 3 tie at x = 0: y = ln(P({l1})/P({l2})) = {tie:.6f}; "
+                     + ("agreement on the x = 0 column " + f"{100 * agree:.1f}%" if agree is not None
+                        else "x = 0 is not on the grid (use an odd grid and a decoder_range symmetric about 0)"))
+    res.lines.append("  measured boundary y per column (x ascending): "
+                     + ", ".join("none" if b is None else f"{b:.3f}" for b in boundary))
+    return res
+
+
+def _switch(ys: np.ndarray, labels: np.ndarray, winner: int) -> float | None:
+    """The y midway between the last row not won by ``winner`` and the first row won by it, when the column has
+    exactly one such switch (None otherwise)."""
+    won = labels == winner
+    if labels.min() < 0 or won.all() or not won.any() or np.any(np.diff(won.astype(int)) < 0):
+        return None
+    j = int(np.argmax(won))
+    return float((ys[j - 1] + ys[j]) / 2)
