@@ -159,9 +159,16 @@ class ChunkStore:
             raise ValueError(f"checkpoint {self.directory} holds chunk files but no {MANIFEST}: their inputs are "
                              "unknown; use a new directory or delete it")
         else:
-            text = json.dumps({"fingerprint": fp, **info, "versions": _versions(), "backend": jax.default_backend()},
-                              indent=2).encode()
-            _atomic_write(manifest, lambda f: f.write(text))
+            self._write_manifest({"fingerprint": fp, **info, "versions": _versions(),
+                                  "backend": jax.default_backend(), "chunks": {}})
+        self.fp = fp
+
+    def _manifest(self) -> dict:
+        return json.loads((self.directory / MANIFEST).read_text())
+
+    def _write_manifest(self, content: dict) -> None:
+        text = json.dumps(content, indent=2).encode()
+        _atomic_write(self.directory / MANIFEST, lambda f: f.write(text))
 
     def path(self, i: int) -> Path:
         return self.directory / f"chunk_{i:05d}.npz"
@@ -170,26 +177,66 @@ class ChunkStore:
         return self.path(i).exists()
 
     def load(self, i: int, rows: int):
-        """Chunk ``i`` (``rows`` initialisations) as a pytree of NumPy arrays; ValueError if it is corrupt."""
+        """Chunk ``i`` (``rows`` initialisations) as a pytree of NumPy arrays. ValueError, naming the file, unless
+        it is this run's chunk ``i`` exactly: its arrays' names, shapes and dtypes (read from the archive's headers
+        before any array is loaded), the run's fingerprint and the index stored in it, and the digest of its
+        contents recorded in the manifest when it was saved."""
         path = self.path(i)
         want = {f"leaf_{k}": (rows, *s.shape[1:], np.dtype(s.dtype)) for k, s in enumerate(self.leaves)}
+        want |= {"run": (64, np.dtype(np.uint8)), "index": (np.dtype(np.int64),)}
         try:
             with open(path, "rb") as f:  # our own handle, closed on any error
-                z = np.load(f, allow_pickle=False)
-                if not isinstance(z, np.lib.npyio.NpzFile):
-                    raise ValueError("not an .npz archive")
-                with z:
+                with zipfile.ZipFile(f) as zf:
+                    got = {}
+                    for name in zf.namelist():
+                        with zf.open(name) as member:
+                            read = (np.lib.format.read_array_header_1_0 if np.lib.format.read_magic(member) == (1, 0)
+                                    else np.lib.format.read_array_header_2_0)
+                            shape, _, dtype = read(member)
+                        got[name.removesuffix(".npy")] = (*shape, dtype)
+                if got != want:
+                    raise _Mismatch(f"arrays {got}, expected {want}")
+                f.seek(0)
+                with np.load(f, allow_pickle=False) as z:
                     arrays = {k: z[k] for k in z.files}
+        except _Mismatch as err:
+            raise ValueError(f"checkpoint chunk {path} does not hold this run's outputs ({err}); delete it to "
+                             "recompute it") from None
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
             raise ValueError(f"checkpoint chunk {path} is unreadable ({type(err).__name__}: {err}); delete it "
                              "to recompute it") from err
-        got = {k: (*a.shape, a.dtype) for k, a in arrays.items()}
-        if got != want:
-            raise ValueError(f"checkpoint chunk {path} does not hold this run's outputs (arrays {got}, expected "
-                             f"{want}); delete it to recompute it")
-        return jax.tree_util.tree_unflatten(self.treedef, [arrays[f"leaf_{k}"] for k in range(len(self.leaves))])
+        run = bytes(np.asarray(arrays["run"], np.uint8)).decode("ascii", "replace")
+        recorded = self._manifest().get("chunks", {}).get(str(i))
+        if run != self.fp or int(arrays["index"]) != i:
+            raise ValueError(f"checkpoint chunk {path} belongs to another run or position (run {run[:12]}…, index "
+                             f"{int(arrays['index'])}; expected {self.fp[:12]}…, {i}); delete it to recompute it")
+        leaves = [arrays[f"leaf_{k}"] for k in range(len(self.leaves))]
+        if recorded is None or _digest(leaves) != recorded:
+            raise ValueError(f"checkpoint chunk {path} does not match the digest recorded in {MANIFEST} when it was "
+                             "saved (edited or replaced); delete it to recompute it")
+        return jax.tree_util.tree_unflatten(self.treedef, leaves)
 
     def save(self, i: int, out) -> None:
-        """Write chunk ``i``'s outputs (a pytree shaped like ``expected``, trimmed) atomically."""
-        leaves = jax.tree_util.tree_leaves(out)
-        _atomic_write(self.path(i), lambda f: np.savez(f, **{f"leaf_{k}": a for k, a in enumerate(leaves)}))
+        """Write chunk ``i``'s outputs (a pytree shaped like ``expected``, trimmed) atomically, with the run's
+        fingerprint and its index inside, and record the digest of its contents in the manifest."""
+        leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(out)]
+        run = np.frombuffer(self.fp.encode("ascii"), np.uint8)
+        _atomic_write(self.path(i), lambda f: np.savez(f, run=run, index=np.int64(i),
+                                                       **{f"leaf_{k}": a for k, a in enumerate(leaves)}))
+        manifest = self._manifest()
+        manifest.setdefault("chunks", {})[str(i)] = _digest(leaves)
+        self._write_manifest(manifest)
+
+
+class _Mismatch(Exception):
+    """A chunk archive whose arrays are not this run's (found from its headers)."""
+
+
+def _digest(leaves: list[np.ndarray]) -> str:
+    """SHA-256 of the arrays' dtypes, shapes and bytes."""
+    h = hashlib.sha256()
+    for a in leaves:
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype.str} {a.shape}".encode() + b"\0")
+        h.update(a.tobytes())
+    return h.hexdigest()

@@ -4,6 +4,7 @@ directory written for other inputs or holding a corrupt chunk."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,6 +14,9 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from _props import examples
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import popdyn
 from popdyn.dynamics import descent
@@ -180,3 +184,77 @@ def test_chunks_without_a_manifest_are_refused(done):
     (ck / "manifest.json").unlink()
     with pytest.raises(ValueError, match="no manifest.json"):
         popdyn.basin_map(PROB, GRID, checkpoint=ck, **SETTINGS)
+
+
+def _other_run(tmp_path) -> Path:
+    """A finished checkpoint of the same grid at another p (chunks of the same shapes, other contents)."""
+    ck = tmp_path / "other"
+    popdyn.basin_map(Canonical(0.25, 0.3), GRID, checkpoint=ck, **SETTINGS)
+    return ck
+
+
+def _edit(path: Path) -> None:
+    """Rewrite a chunk as a valid archive of the same arrays with its first output NaN-filled."""
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    first = next(k for k in sorted(arrays) if k.startswith("leaf_") and arrays[k].dtype.kind == "f")
+    arrays[first] = np.full_like(arrays[first], np.nan)
+    np.savez(path, **arrays)
+
+
+@pytest.mark.parametrize("fault", ["copied from another run", "moved to the next index", "edited"])
+def test_a_chunk_that_is_not_this_runs_is_refused_by_name(done, tmp_path, fault):
+    ck, _ = done
+    target = ck / "chunk_00002.npz"
+    if fault == "copied from another run":
+        target.write_bytes((_other_run(tmp_path) / "chunk_00002.npz").read_bytes())
+    elif fault == "moved to the next index":
+        target.write_bytes((ck / "chunk_00001.npz").read_bytes())
+    else:
+        _edit(target)
+    with pytest.raises(ValueError, match="chunk_00002.npz"):
+        popdyn.basin_map(PROB, GRID, checkpoint=ck, **SETTINGS)
+
+
+def test_an_oversize_chunk_is_refused_from_its_headers_before_loading(done):
+    ck, _ = done
+    path = ck / "chunk_00001.npz"
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    arrays["leaf_0"] = np.zeros((4_000_000,) + arrays["leaf_0"].shape[1:], arrays["leaf_0"].dtype)  # compresses to KB
+    np.savez_compressed(path, **arrays)
+    with pytest.raises(ValueError, match="chunk_00001.npz does not hold this run's outputs"):
+        popdyn.basin_map(PROB, GRID, checkpoint=ck, **SETTINGS)
+
+
+@settings(max_examples=examples(12), deadline=None)
+@given(ops=st.lists(st.tuples(st.sampled_from(["swap", "copy", "other", "edit", "delete"]),
+                              st.integers(0, 4), st.integers(0, 4)), min_size=1, max_size=3))
+def test_a_resumed_run_is_bit_identical_or_refused(tmp_path_factory, ops):
+    """Random swaps, copies, foreign chunks, edits and deletions of chunk files: resuming either refuses, naming a
+    chunk, or gives the uninterrupted run's map bit for bit."""
+    base = tmp_path_factory.mktemp("random")
+    ck = base / "ck"
+    reference = popdyn.basin_map(PROB, GRID, checkpoint=ck, **SETTINGS)
+    other = _other_run(base) if any(op == "other" for op, _, _ in ops) else None
+    for op, i, j in ops:
+        a, b = ck / f"chunk_{i:05d}.npz", ck / f"chunk_{j:05d}.npz"
+        if not a.exists():
+            continue
+        if op == "swap" and b.exists():
+            ta, tb = a.read_bytes(), b.read_bytes()
+            a.write_bytes(tb), b.write_bytes(ta)
+        elif op == "copy":
+            b.write_bytes(a.read_bytes())
+        elif op == "other":
+            a.write_bytes((other / a.name).read_bytes())
+        elif op == "edit":
+            _edit(a)
+        elif op == "delete":
+            a.unlink()
+    try:
+        resumed = popdyn.basin_map(PROB, GRID, checkpoint=ck, **SETTINGS)
+    except ValueError as err:
+        assert re.search(r"chunk_0000\d\.npz", str(err)), err
+        return
+    _same(resumed, reference)

@@ -158,3 +158,18 @@ def test_the_readme_command_table_is_the_registry():
         task = MODEL if "module.path:factory" in cells[0] else cells[0].strip("`")
         table |= {(command, task) for command, mark in zip(COMMANDS, cells[1:]) if mark == "✓"}
     assert table == set(REGISTRY)
+
+
+def test_markov_basins_take_the_papers_training_options(run_cli, tmp_path):
+    """Trained bias, heavy-ball momentum and an absolute gtol reach the engine (recorded in the summary); the
+    closed-form comparison is made for the profiled bias only."""
+    out = tmp_path / "o"
+    code, _, err = run_cli("basins", "markov", "--grid", "4", "--method", "gd", "--steps", "50", "--momentum", "0.5",
+                           "--bias", "trained", "--gtol", "1e-6", "--out", out, "--quiet")
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    assert {k: summary["inputs"][k] for k in ("bias", "momentum", "gtol")} == {"bias": "trained", "momentum": 0.5,
+                                                                                "gtol": 1e-6}
+    assert summary["results"]["agreement_with_theory"] is None
+    code, _, err = run_cli("basins", "markov", "--momentum", "0.5", "--out", tmp_path / "p")
+    assert code == 2 and "--momentum applies only with --method gd" in err

@@ -18,19 +18,26 @@ from popdyn.tasks.markov import ATTRACTORS, Canonical
 
 # ---- basins ---------------------------------------------------------------------------------------
 def basins_markov(p, q, n=128, lo=-3.0, hi=3.0, method="flow", t1=1e4, lr=0.5, steps=2000, chunk=16384,
-                  progress=True, checkpoint=None) -> Result:
-    """Basin map of the profiled (e, w) model over [lo, hi]², checked against the closed form (§4.4);
-    ``checkpoint``: a directory to save finished chunks in and resume from (``basin_map``)."""
+                  progress=True, checkpoint=None, bias="profiled", momentum=0.0, gtol=None) -> Result:
+    """Basin map of the (e, w) model over [lo, hi]² (the bias profiled out, or ``bias="trained"`` from b = 0),
+    checked against the closed form (§4.4, profiled bias only); GD with heavy-ball ``momentum``; ``gtol``: the
+    absolute stopping rule ‖∇L‖ < gtol instead of the scale-aware one; ``checkpoint``: a directory to save
+    finished chunks in and resume from (``basin_map``)."""
     n = _validate.int_at_least("grid", n, 2)
     lo, hi = _validate.interval("range", (lo, hi))
     _validate.choice("method", method, ("flow", "gd"))
+    _validate.choice("bias", bias, ("profiled", "trained"))
     _validate.int_at_least("chunk", chunk, 1)
     _validate.positive("t1", t1), _validate.positive("lr", lr), _validate.int_at_least("steps", steps, 1)
-    prob = Canonical(p, q)
+    _validate.positive("momentum", momentum, allow_zero=True)
+    if gtol is not None:
+        _validate.positive("gtol", gtol)
+    prob = Canonical(p, q, bias=bias)
     grid = Grid.square("w", "e", lo, hi, n)
+    extra = {"gtol": gtol} | ({"momentum": momentum} if method == "gd" else {})
     bm = basin_map(prob, grid, method, t1=t1, lr=lr, steps=steps, chunk_size=chunk, progress=progress,
-                   checkpoint=checkpoint)
-    theory = prob.theorem_applies()  # §4.4's closed-form basins assume p+q != 1
+                   checkpoint=checkpoint, **extra)
+    theory = prob.theorem_applies() and bias == "profiled"  # §4.4's closed-form basins: p+q != 1, profiled bias
     if theory:
         theta = grid.points(prob)
         predicted = np.asarray(jax.vmap(prob.predicted_basin)(theta)).reshape(grid.shape)
@@ -39,8 +46,8 @@ def basins_markov(p, q, n=128, lo=-3.0, hi=3.0, method="flow", t1=1e4, lr=0.5, s
         agree = float(np.mean((predicted == bm.labels)[judged])) if judged.any() else None
     else:
         predicted, agree, judged = np.full(grid.shape, -1), None, np.zeros(grid.shape, bool)
-    inputs = {"task": "markov", "p": p, "q": q, "grid": n, "range": [lo, hi], "method": method,
-              **({"t1": t1} if method == "flow" else {"lr": lr, "steps": steps})}
+    inputs = {"task": "markov", "p": p, "q": q, "grid": n, "range": [lo, hi], "method": method, "bias": bias,
+              "gtol": gtol, **({"t1": t1} if method == "flow" else {"lr": lr, "steps": steps, "momentum": momentum})}
     results = {"fractions": bm.fractions, "attractors": list(bm.attractors),
                "status_counts": {name: int(np.sum(bm.status == code)) for code, name in enumerate(STATUS_NAMES)},
                "resolved_fraction": bm.resolved_fraction,
