@@ -40,10 +40,17 @@ def finite(name: str, value) -> float:
     return float(value)
 
 
+INT_MAX = 2**31 - 1
+"""The largest count (steps, points, draws, …) accepted: beyond it loop counters overflow without x64, and no
+run of that many steps or points would finish."""
+
+
 def int_at_least(name: str, value, minimum: int) -> int:
-    """Require an integer ``value >= minimum``."""
+    """Require an integer ``minimum <= value <= INT_MAX``."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name}={value!r} is out of range: must be an integer >= {minimum}")
+    if value > INT_MAX:
+        raise ValueError(f"{name}={value!r} is out of range: must be an integer <= 2**31 - 1")
     return int(value)
 
 

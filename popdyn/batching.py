@@ -92,6 +92,33 @@ def check_chunk_size(chunk_size: int | None) -> None:
         _validate.int_at_least("chunk_size", chunk_size, 1)
 
 
+LARGE = 1 << 16
+"""Batches above this many points get their output memory estimated (one trace of ``fn``) before they run."""
+
+MEMORY_SHARE = 0.8
+"""A run whose arrays would need more than this share of the machine's memory is refused before it starts."""
+
+
+def check_memory(nbytes: float, what: str) -> None:
+    """ValueError when ``nbytes`` exceed MEMORY_SHARE of physical memory (``POPDYN_MEMORY_CHECK=off`` goes ahead
+    anyway; docs/jobs.md, "Checks before computing"): a clear refusal instead of an allocation failure or an
+    XLA abort after minutes of work."""
+    if os.environ.get("POPDYN_MEMORY_CHECK", "").lower() == "off":
+        return
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not a POSIX system: no estimate to compare with
+        return
+    if nbytes > MEMORY_SHARE * total:
+        raise ValueError(f"{what} needs about {nbytes / 1e9:,.1f} GB of memory, more than {MEMORY_SHARE:.0%} of this "
+                         f"machine's {total / 1e9:.1f} GB: use smaller sizes, fewer initialisations or fewer records, or set "
+                         "POPDYN_MEMORY_CHECK=off to go ahead anyway")
+
+
+def _nbytes(tree) -> float:
+    return float(sum(np.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(tree)))
+
+
 def map_chunks(
     fn: Callable, theta: Theta, chunk_size: int | None, *, progress: bool = False, desc: str = "chunks",
     checkpoint: str | os.PathLike | None = None, depends_on: tuple = (),
@@ -109,10 +136,13 @@ def map_chunks(
     n = jax.tree_util.tree_leaves(theta)[0].shape[0]
     check_chunk_size(chunk_size)
     several = jax.process_count() > 1
-    if checkpoint is None and not several and sharding.device_count() == 1 and (chunk_size is None or chunk_size >= n):
-        return fn(theta)
     size = sharding.padded_size(n if chunk_size is None else min(chunk_size, n))
     rows = [min(size, n - start) for start in range(0, n, size)]
+    if n > LARGE:  # outputs of all chunks, held as chunks and once concatenated
+        per_point = _nbytes(jax.eval_shape(fn, jax.tree_util.tree_map(lambda x: x[:size], theta))) / size
+        check_memory(2 * per_point * n, f"a batch of {n:,} initialisations")
+    if checkpoint is None and not several and sharding.device_count() == 1 and (chunk_size is None or chunk_size >= n):
+        return fn(theta)
 
     def chunk(i):
         start = i * size

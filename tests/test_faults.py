@@ -102,3 +102,22 @@ def test_a_demo_that_fails_or_is_interrupted_writes_nothing(tmp_path, run_cli, m
     code, _, err = run_cli("demo", "--grid", "4", "--out", tmp_path / "demo", "--quiet")
     assert code == 130 and "interrupted" in err
     assert not (tmp_path / "demo").exists()
+
+
+@pytest.mark.parametrize("argv", [
+    ["basins", "markov", "--grid", "10000000"],
+    ["basins", "markov", "--grid", "100000", "--method", "gd"],
+    ["converge", "teacher", "--D", "1000000"],
+    ["converge", "scb", "--N", "1000000"],
+])
+def test_oversize_requests_are_refused_with_an_estimate(argv, run_cli, tmp_path):
+    """Before: tracebacks, XLA aborts (exit 134) or requests for hundreds of GB."""
+    code, _, err = run_cli(*argv, "--out", tmp_path / "o")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "GB of memory" in err and "POPDYN_MEMORY_CHECK=off" in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_counts_beyond_int32_are_refused_by_name(run_cli, tmp_path):
+    code, _, err = run_cli("basins", "markov", "--method", "gd", "--steps", "99999999999999999999", "--out", tmp_path)
+    assert code == 2 and "steps=99999999999999999999 is out of range" in err

@@ -10,6 +10,7 @@ import numpy as np
 
 from popdyn import _validate
 from popdyn.analysis import coords
+from popdyn.batching import check_memory
 from popdyn.problem import Problem, Theta
 
 @dataclass(frozen=True)
@@ -55,6 +56,9 @@ class Grid:
         """The batch of ny·nx initialisations, row-major (y slow, x fast)."""
         template = prob.template()
         leaves, treedef = jax.tree_util.tree_flatten(template)
+        n_points = self.shape[0] * self.shape[1]
+        check_memory(3 * 8.0 * n_points * sum(max(1, int(np.prod(t.shape))) for t in leaves),
+                     f"a grid of {self.shape[0]:,} × {self.shape[1]:,} initialisations")
         base = [np.zeros(t.shape) for t in leaves]
         for i, name, value in _base_values(template, self.base):
             value = _validate.float_array(f"base[{name}]", value)

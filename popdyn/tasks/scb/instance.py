@@ -14,6 +14,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from popdyn import _validate
+from popdyn.batching import check_memory
 from popdyn.exact.markov_chain import stationary_distribution
 
 _SUM_TOL = 1e-10  # the column-sum tolerance, as for the rows of a Markov kernel (popdyn.exact.markov_chain)
@@ -69,6 +70,7 @@ def random_instance(key: Array, N: int, T: int, Q: int) -> tuple[Float[Array, "N
     Q = _validate.int_at_least("Q", Q, 1)
     if Q > T:
         raise ValueError(f"Q={Q} is out of range: the sparsity must satisfy 1 <= Q <= T = {T}")
+    check_memory(8.0 * 16 * (N * N + T * N), f"an instance with N={N:,}, T={T:,}")  # P, Qm and their working copies
     return _draw(key, N, T, Q)
 
 

@@ -10,6 +10,7 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from popdyn import _validate
+from popdyn.batching import check_memory
 from popdyn.tasks.teacher.model import BilinearTeacher, validate_settings, validate_sizes
 
 TEACHERS = ("cnn", "gcn", "sts", "gslp")
@@ -78,6 +79,8 @@ def make_teacher(name: str, D: int, K: int | None = None, *, d: int, M: int | No
     """
     _validate.choice("name", name, TEACHERS)
     d = _validate.int_at_least("d", d, 1)
+    D = _validate.int_at_least("D", D, 1)
+    check_memory(8.0 * 16 * D * D, f"a teacher with D={D:,} tokens")  # S*, the attention and their working copies
     v_norm = None if v_norm is None else _validate.positive("v_norm", v_norm)
     validate_settings(activation, alpha, sigma_x, sigma_eps, zero_init)  # before V* is drawn
     if name == "sts":
