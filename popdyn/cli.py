@@ -127,34 +127,22 @@ def _out_dir(args, name: str) -> Path:
     return args.out if args.out is not None else DEFAULT_OUT / name
 
 
-def _check_path(name: str, path: Path) -> None:
-    """``path`` must be a directory or creatable as one: neither it nor an existing ancestor may be a file."""
-    if str(path) == "":
-        raise ValueError(f"{name}='' is invalid: must name a folder")
-    for p in (path, *path.parents):
-        if p.exists():
-            if not p.is_dir():
-                what = "exists and is not a directory" if p == path else f"lies under the file {str(p)!r}"
-                raise ValueError(f"{name}={str(path)!r} is invalid: it {what}")
-            return
-
-
 def _prepare_outputs(args, out: Path) -> None:
     """Before computing: --out (each demo part's folder) can take this command's results, --checkpoint is a
     folder (popdyn.io.prepare_out; docs/jobs.md, "Outputs")."""
-    from popdyn.io import prepare_out
+    from popdyn.io import check_folder, prepare_out
 
     if args.command == "demo":
         from popdyn.jobs.demo import PARTS
 
-        _check_path("out", out)
+        check_folder("out", out)
         for name, command in PARTS:
             prepare_out(out / name, command, "markov", args.replace)
     else:
         task = getattr(args, "factory", None) or getattr(args, "task", None) or getattr(args, "figure", None)
         prepare_out(out, args.command, task, args.replace)
     if getattr(args, "checkpoint", None) is not None:
-        _check_path("checkpoint", args.checkpoint)
+        check_folder("checkpoint", args.checkpoint)
 
 
 def _compilation_cache() -> None:

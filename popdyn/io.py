@@ -70,20 +70,27 @@ def _previous(out: Path) -> tuple[dict | None, list[Path]]:
     return summary, [e for e in entries if e.name != "summary.json"]
 
 
+def check_folder(name: str, path: str | os.PathLike) -> Path:
+    """``path`` as a Path when it names a folder that is or can be a directory: not empty, neither it nor an
+    existing ancestor a file; else ValueError naming ``name``."""
+    if str(path) == "":
+        raise ValueError(f"{name}='' is invalid: must name a folder")
+    path = Path(path)
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                what = "exists and is not a directory" if p == path else f"lies under the file {str(p)!r}"
+                raise ValueError(f"{name}={str(path)!r} is invalid: it {what}")
+            break
+    return path
+
+
 def prepare_out(out: str | os.PathLike, command: str, task: str | None, replace: bool = False) -> Path:
     """Check, before any computing, that ``out`` can take this command's results (docs/jobs.md, "Outputs"):
     a non-empty path that is no file; its nearest existing ancestor writable (a probe folder is made and removed
     there: the atomic rename writes beside ``out``); not holding another command's results or other files unless
     ``replace``. Temporary folders left by a killed run are removed. Returns ``out`` as a Path."""
-    if str(out) == "":
-        raise ValueError("out='' is invalid: must name a folder")
-    out = Path(out)
-    for p in (out, *out.parents):
-        if p.exists():
-            if not p.is_dir():
-                what = "exists and is not a directory" if p == out else f"lies under the file {str(p)!r}"
-                raise ValueError(f"out={str(out)!r} is invalid: it {what}")
-            break
+    out = check_folder("out", out)
     summary, others = _previous(out)
     if not replace:
         inputs = (summary or {}).get("inputs") or {}

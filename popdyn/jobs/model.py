@@ -18,7 +18,8 @@ from popdyn.analysis import Grid, GradNormBelow, basin_map, hitting_times, lambd
 from popdyn.analysis.coords import names as coordinate_names
 from popdyn.dynamics import gradient_descent
 from popdyn.io import Result
-from popdyn.plot import plot_basin_map, plot_step_size_audit
+from popdyn.jobs.basin_result import basin_result
+from popdyn.plot import plot_step_size_audit
 from popdyn.problem import Problem
 
 
@@ -99,9 +100,7 @@ def basins_model(factory: str, param=(), x: str | None = None, y: str | None = N
               "method": method, **({"t1": t1} if method == "flow" else {"lr": lr, "steps": steps})}
     results = {"fractions": bm.fractions, "stderr": bm.stderr, "attractors": list(bm.attractors),
                "status_counts": bm.status_counts(), "resolved_fraction": bm.resolved_fraction}
-    res = Result(inputs, results,
-                 arrays={"basins": {"labels": bm.labels, "x": g.xs, "y": g.ys, "times": bm.times, "status": bm.status}},
-                 figures={"basins": plot_basin_map(bm, prob, title)})
+    res = basin_result(bm, prob, title, inputs, results)
     res.lines.append(f"basins  {title}  grid {n}x{n} of ({x}, {y}) over [{lo}, {hi}]^2")
     res.lines += [f"  {k:>12s}: {100 * f:6.2f}% ± {100 * bm.stderr[k]:.2f}" for k, f in bm.fractions.items()]
     res.lines.append("  status: " + ", ".join(f"{k} {v}" for k, v in bm.status_counts().items() if v))

@@ -25,7 +25,8 @@ from popdyn import _validate
 from popdyn.analysis import Grid, basin_map, hitting_times, step_size_audit
 from popdyn.dynamics import STATUS_NAMES, gradient_descent
 from popdyn.io import Result
-from popdyn.plot import plot_basin_map, plot_step_size_audit
+from popdyn.jobs.basin_result import basin_result
+from popdyn.plot import plot_step_size_audit
 from popdyn.problem import Overlay, Problem, Theta
 from popdyn.tasks.scan_snap import (
     Classes, ScanSnap, dataset2, h_star, make_classes, omega_1, scan_time, transition_time, x_star,
@@ -425,11 +426,7 @@ def basins_scan_snap(grid: int = 9, decoder_range: tuple[float, float] = (-1.0, 
                "boundary_logit_per_column": boundary,
                "median_time": float(np.nanmedian(bm.times)) if np.isfinite(bm.times).any() else None}
     title = f"scan winner of class 0, η_Y = {eta_y:g}, η_Z = {eta_z:g}"
-    res = Result(inputs, results,
-                 arrays={"basins": {"labels": bm.labels, "x": plane.xs, "y": plane.ys, "times": bm.times,
-                                    "status": bm.status, "predicted_x0": predicted_column,
-                                    "attractors": np.array(bm.attractors)}},
-                 figures={"basins": plot_basin_map(bm, wp, title)})
+    res = basin_result(bm, wp, title, inputs, results, predicted_x0=predicted_column)
     res.lines.append(f"basins scan-snap  {title}: x = {axes[0]}, y = {axes[1]}, grid {n}x{n} over "
                      f"{list(x_range)} x {list(y_range)}")
     res.lines += [f"  {name:>14s}: {100 * f:6.2f}%" for name, f in bm.fractions.items()]

@@ -12,7 +12,8 @@ from popdyn.analysis import Grid, basin_map, step_size_audit
 from popdyn.analysis.times import asymptotic_rate, hitting_time, local_rate
 from popdyn.dynamics import STATUS_NAMES, gradient_descent, gradient_flow
 from popdyn.io import Result
-from popdyn.plot import plot_basin_map, plot_convergence, plot_step_size_audit
+from popdyn.jobs.basin_result import basin_result
+from popdyn.plot import plot_convergence, plot_step_size_audit
 from popdyn.tasks.markov import ATTRACTORS, Canonical
 
 
@@ -56,11 +57,7 @@ def basins_markov(p, q, n=128, lo=-3.0, hi=3.0, method="flow", t1=1e4, lr=0.5, s
                                  f"(unresolved points and points near the separatrix excluded)",
                "median_time": float(np.nanmedian(bm.times)) if np.isfinite(bm.times).any() else None}
     title = f"p={p}, q={q} (p+q{'<' if p + q < 1 else '>' if p + q > 1 else '='}1), {method}"
-    res = Result(inputs, results,
-                 arrays={"basins": {"labels": bm.labels, "w": grid.xs, "e": grid.ys, "times": bm.times,
-                                    "status": bm.status, "predicted": predicted,
-                                    "attractors": np.array(bm.attractors)}},
-                 figures={"basins": plot_basin_map(bm, prob, title)})
+    res = basin_result(bm, prob, title, inputs, results, ("w", "e"), predicted=predicted)
     res.lines += [f"basins  {title}  grid {n}x{n} over [{lo}, {hi}]^2"]
     res.lines += [f"  {name:>10s}: {100 * f:6.2f}%" for name, f in bm.fractions.items()]
     res.lines.append("  status: " + ", ".join(f"{k} {v}" for k, v in bm.status_counts().items() if v))
