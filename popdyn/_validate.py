@@ -45,12 +45,13 @@ INT_MAX = 2**31 - 1
 run of that many steps or points would finish."""
 
 
-def int_at_least(name: str, value, minimum: int) -> int:
-    """Require an integer ``minimum <= value <= INT_MAX``."""
+def int_at_least(name: str, value, minimum: int, maximum: int | None = INT_MAX) -> int:
+    """Require an integer ``minimum <= value <= maximum`` (a count for a run: at most INT_MAX; ``maximum=None``
+    for sizes that only enter closed forms)."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < minimum:
         raise ValueError(f"{name}={value!r} is out of range: must be an integer >= {minimum}")
-    if value > INT_MAX:
-        raise ValueError(f"{name}={value!r} is out of range: must be an integer <= 2**31 - 1")
+    if maximum is not None and value > maximum:
+        raise ValueError(f"{name}={value!r} is out of range: must be an integer <= {maximum:,}")
     return int(value)
 
 

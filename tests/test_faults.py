@@ -120,4 +120,4 @@ def test_oversize_requests_are_refused_with_an_estimate(argv, run_cli, tmp_path)
 
 def test_counts_beyond_int32_are_refused_by_name(run_cli, tmp_path):
     code, _, err = run_cli("basins", "markov", "--method", "gd", "--steps", "99999999999999999999", "--out", tmp_path)
-    assert code == 2 and "steps=99999999999999999999 is out of range" in err
+    assert code == 2 and "steps=99999999999999999999 is out of range: must be an integer <= 2,147,483,647" in err

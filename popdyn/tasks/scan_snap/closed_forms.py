@@ -27,8 +27,8 @@ _SCALARS = (bool, int, float, np.integer, np.floating)
 
 
 def _check_int(name: str, value, minimum: int) -> None:
-    if isinstance(value, _SCALARS):
-        _validate.int_at_least(name, value, minimum)
+    if isinstance(value, _SCALARS):  # closed forms take any size (the paper's M → ∞ limits)
+        _validate.int_at_least(name, value, minimum, maximum=None)
 
 
 def _check_positive(name: str, value, *, allow_zero: bool = False) -> None:
