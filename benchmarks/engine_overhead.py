@@ -279,37 +279,26 @@ def speed_floor(speed0):
 # ---------------------------------------------------------------------------------------------------------------
 # Hand kernels and the replica of the GD loop
 # ---------------------------------------------------------------------------------------------------------------
+def _gd_end_points(grad, batch, steps: int, lr: float):
+    """vmap(scan) of θ ← θ − η∇L(θ) over ``batch``: the end points only."""
+    def one(theta):
+        def body(t, _):
+            g = grad(t)
+            return {k: t[k] - lr * g[k] for k in t}, None
+        return jax.lax.scan(body, theta, None, length=steps)[0]
+    return jax.vmap(one)(batch)
+
+
 def hand_gd(grad, steps: int, lr: float):
     """jit(vmap(scan)) of θ ← θ − η∇L(θ): the end points only."""
-
-    @jax.jit
-    def run(batch):
-        def one(theta):
-            def body(t, _):
-                g = grad(t)
-                return {k: t[k] - lr * g[k] for k in t}, None
-            return jax.lax.scan(body, theta, None, length=steps)[0]
-        return jax.vmap(one)(batch)
-
-    return run
+    return jax.jit(lambda batch: _gd_end_points(grad, batch, steps, lr))
 
 
 def hand_gd_traced(prob, steps: int, lr: float):
     """``hand_gd`` with ∇L = jax.grad(prob.loss) where the problem is an argument of the jitted function (its array
     leaves, e.g. data p and q, are traced values, as in the engine's ``eqx.filter_jit(prob, …)``) instead of constants
     closed over."""
-
-    @jax.jit
-    def run(pr, batch):
-        grad = jax.grad(pr.loss)
-
-        def one(theta):
-            def body(t, _):
-                g = grad(t)
-                return {k: t[k] - lr * g[k] for k in t}, None
-            return jax.lax.scan(body, theta, None, length=steps)[0]
-        return jax.vmap(one)(batch)
-
+    run = jax.jit(lambda pr, batch: _gd_end_points(jax.grad(pr.loss), batch, steps, lr))
     return lambda batch: run(prob, batch)
 
 
