@@ -130,9 +130,8 @@ def gradient_descent(
     if lanes is not None:
         _validate.int_at_least("lanes", lanes, 1)
     segment = _validate.int_at_least("lane_steps", lane_steps, 1)
-    m = min(n, chunk_size or n)
-    width = lane_width(lanes, m)
-    if k == steps and not save_params and metrics is None and m > width:
+    width = lane_width(lanes, n, chunk_size)
+    if k == steps and not save_params and metrics is None and width is not None:
         run = lambda b: _descend_lanes(gd, *b, width, segment)  # noqa: E731
         how = ("lanes", width, segment)
     else:

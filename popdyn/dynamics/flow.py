@@ -126,9 +126,8 @@ def gradient_flow(
     pieces = _Pieces(prob, precondition, until, cfg)
     t1_ = jnp.asarray(t1, dtype=jnp.result_type(float))
     n = jax.tree_util.tree_leaves(batch)[0].shape[0]
-    m = min(n, chunk_size or n)
-    width = lane_width(lanes, m)
-    if ts is None and not save_params and m > width:
+    width = lane_width(lanes, n, chunk_size)
+    if ts is None and not save_params and width is not None:
         run = lambda b: _solve_lanes(pieces, b, t1_, solver_, width, segment)  # noqa: E731
         how = ("lanes", width, segment)
     else:

@@ -75,10 +75,13 @@ def run_lanes(
 MAX_WIDTH = 1024
 
 
-def lane_width(lanes: int | None, n: int) -> int:
-    """The number of lanes for a chunk of n points: ``lanes`` when given, else min(1024, max(64, ⌈n/4⌉)), so that
-    every lane refills a few times (one width for all chunks of n points; benchmarks/RESULTS.md, "Lanes")."""
-    return lanes if lanes is not None else min(MAX_WIDTH, max(64, -(-n // 4)))
+def lane_width(lanes: int | None, n: int, chunk_size: int | None) -> int | None:
+    """The number of lanes for n points run in chunks of ``chunk_size`` (None: one chunk), or None when a chunk
+    holds no more points than lanes (one vmapped batch then). ``lanes`` when given, else min(1024, max(64, ⌈m/4⌉))
+    for chunks of m points, so that every lane refills a few times (benchmarks/RESULTS.md, "Lanes")."""
+    m = min(n, chunk_size or n)
+    width = lanes if lanes is not None else min(MAX_WIDTH, max(64, -(-m // 4)))
+    return width if m > width else None
 
 
 def executed_work(needed, width: int, segment: int) -> int:

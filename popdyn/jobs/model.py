@@ -19,7 +19,7 @@ from popdyn.analysis.coords import names as coordinate_names
 from popdyn.dynamics import gradient_descent
 from popdyn.io import Result
 from popdyn.jobs.basin_result import basin_result
-from popdyn.plot import plot_step_size_audit
+from popdyn.plot import plot_step_size_audit, plot_times
 from popdyn.problem import Problem
 
 
@@ -125,8 +125,6 @@ def converge_model(factory: str, param=(), n_init: int = 16, seed: int = 0, eps:
                "time_median": float(np.nanmedian(times)) if ht.reached.any() else None,
                "time_max": float(np.nanmax(times)) if ht.reached.any() else None,
                "times": times, "final_loss": final_loss}
-    from popdyn.plot import plot_times
-
     res = Result(inputs, results, arrays={"converge": {"times": times, "status": ht.status, "final_loss": final_loss}},
                  figures={"converge": plot_times(times, f"{_title(factory, param)}: time to ‖∇L‖ ≤ {eps:g}")})
     res.lines.append(f"converge  {_title(factory, param)}: flow time to ‖∇L‖ ≤ {eps:g} from {n_init} draws of init")
