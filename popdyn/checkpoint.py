@@ -24,7 +24,7 @@ from pathlib import Path
 import jax
 import numpy as np
 
-from popdyn.io import PACKAGES
+from popdyn.io import PACKAGES, partial
 
 MANIFEST = "manifest.json"
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -121,13 +121,10 @@ def fingerprint(*parts) -> str:
 def _atomic_write(path: Path, write) -> None:
     """``write(file)`` into a new temporary file next to ``path`` (permissions from the umask, unlike
     ``mkstemp``), then move it onto ``path``."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
+    with partial(path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")) as tmp:
         with open(tmp, "xb") as f:
             write(f)
         os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 class ChunkStore:

@@ -9,6 +9,7 @@ exits with code 2, leaving nothing behind.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import re
 import signal
@@ -161,12 +162,26 @@ def _compilation_cache() -> None:
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so both leave through the same clean path."""
+def _interrupted(args, signum: int | None = None) -> int:
+    """Print the one line of an interrupted run and return its exit code: 128 + the signal's number."""
+    checkpoint = getattr(args, "checkpoint", None)
+    where = f"; finished chunks are in {checkpoint}, run the same command again to resume" if checkpoint else ""
+    print(f"popdyn: interrupted{where}", file=sys.stderr, flush=True)
+    return 128 + (signum or signal.SIGINT)
 
 
-def _on_sigterm(signum, frame):
-    raise _Terminated
+def _stop(args, signum, frame):
+    """SIGINT/SIGTERM handler: remove what is being written, print one line and end the process at once.
+
+    Ending with ``os._exit`` rather than an exception is what makes every moment safe: an exception raised
+    inside JAX's tracing, a garbage-collector callback or a compile can be swallowed (the run then goes on and
+    exits 0) or leave the runtime half torn down (a crash at exit). Nothing is imported here: the signal may
+    arrive in the middle of an import, and importing then fails on the import lock."""
+    io = sys.modules.get("popdyn.io")  # not imported yet: nothing is being written
+    if io is not None:
+        io.discard_partial()
+    sys.stdout.flush()
+    os._exit(_interrupted(args, signum))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,26 +189,26 @@ def main(argv: list[str] | None = None) -> int:
 
     Ctrl-C (SIGINT) and SIGTERM stop the job with one line on stderr and exit code 130 / 143: nothing is
     written to ``--out``, and with ``--checkpoint`` the chunks finished so far stay there for a rerun. A
-    signal takes effect when the running chunk's computation returns control to Python.
+    signal takes effect as soon as the running computation returns control to Python (docs/jobs.md,
+    "Interrupts").
     """
     argv = list(sys.argv[1:] if argv is None else argv)
+    args = argparse.Namespace()  # filled in by parsing; the handler reads --checkpoint from it
+    signals = (signal.SIGINT, signal.SIGTERM)
+    in_main_thread = threading.current_thread() is threading.main_thread()  # handlers can only be set there
+    previous = {s: signal.signal(s, functools.partial(_stop, args)) for s in signals} if in_main_thread else {}
     try:
-        args = _parser().parse_args(_user_task(argv))
-    except SystemExit as exc:  # a usage error (one line already printed, code 2) or --help (code 0)
-        return exc.code if isinstance(exc.code, int) else 2
-    _one_line_warnings()
-    in_main_thread = threading.current_thread() is threading.main_thread()  # signals can only be set there
-    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
-    try:
+        try:
+            _parser().parse_args(_user_task(argv), namespace=args)
+        except SystemExit as exc:  # a usage error (one line already printed, code 2) or --help (code 0)
+            return exc.code if isinstance(exc.code, int) else 2
+        _one_line_warnings()
         return _main(args)
-    except KeyboardInterrupt as err:
-        checkpoint = getattr(args, "checkpoint", None)
-        where = f"; finished chunks are in {checkpoint}, run the same command again to resume" if checkpoint else ""
-        print(f"popdyn: interrupted{where}", file=sys.stderr)
-        return 143 if isinstance(err, _Terminated) else 130
+    except KeyboardInterrupt:  # raised by the job itself (or Ctrl-C where no handler could be set)
+        return _interrupted(args)
     finally:
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+        for s, handler in previous.items():
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
 
 def _main(args) -> int:

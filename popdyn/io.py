@@ -8,7 +8,10 @@ import json
 import os
 import platform
 import shutil
+import signal
 import tempfile
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -16,6 +19,35 @@ from pathlib import Path
 import numpy as np
 
 PACKAGES = ("popdyn", "jax", "jaxlib", "diffrax", "equinox", "optax", "numpy")
+
+_PARTIAL: set[Path] = set()
+"""Temporary files and folders being written now: removed by ``discard_partial`` when a signal stops the run."""
+
+
+@contextmanager
+def partial(path: Path):
+    """Register ``path`` (a temporary file or folder being written) for ``discard_partial`` while the block runs,
+    and remove it when the block leaves."""
+    _PARTIAL.add(path)
+    try:
+        yield path
+    finally:
+        _remove(path)
+        _PARTIAL.discard(path)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
+
+
+def discard_partial() -> None:
+    """Remove every temporary file and folder being written: called by the command line's signal handler just
+    before the process ends, so that an interrupted run leaves no partial output (docs/jobs.md, "Outputs")."""
+    for path in list(_PARTIAL):
+        _remove(path)
 
 
 def environment() -> dict:
@@ -119,27 +151,48 @@ def write_results(out: str | os.PathLike, summary: dict, arrays: dict[str, dict[
     there (``prepare_out`` decides whether that is allowed). Returns the paths written."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
-    try:
+    with partial(Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))) as tmp:
         with open(tmp / "summary.json", "w") as f:
             json.dump(_jsonable(summary), f, indent=2, allow_nan=False)
         for name, arrs in arrays.items():
             np.savez_compressed(tmp / f"{name}.npz", **arrs)
         for name, fig in figures.items():
-            fig.savefig(tmp / f"{name}.png", dpi=120, bbox_inches="tight")
-        out.mkdir(parents=True, exist_ok=True)
-        new = {item.name for item in tmp.iterdir()}
-        if (out / "summary.json").is_file():  # an earlier run's outputs: replaced as a whole
-            for old in out.iterdir():
-                if old.name not in new and old.suffix in OUTPUT_SUFFIXES and old.is_file():
-                    old.unlink()
-        written = []
-        for item in sorted(tmp.iterdir()):
-            os.replace(item, out / item.name)
-            written.append(out / item.name)
-        return written
+            tight = None if fig.get_layout_engine() is not None else "tight"  # a layout engine has fitted it
+            fig.savefig(tmp / f"{name}.png", dpi=120, bbox_inches=tight, pil_kwargs={"compress_level": 1})
+        names = sorted(item.name for item in tmp.iterdir())
+        mask = os.umask(0)
+        os.umask(mask)
+        tmp.chmod(0o777 & ~mask)  # a folder's usual permissions, not mkdtemp's private ones
+        with _signals_deferred():
+            if not out.exists() or (out.is_dir() and not any(out.iterdir())):
+                os.replace(tmp, out)  # one atomic step
+                return [out / name for name in names]
+            if (out / "summary.json").is_file():  # an earlier run's outputs: replaced as a whole
+                for old in out.iterdir():
+                    if old.name not in names and old.suffix in OUTPUT_SUFFIXES and old.is_file():
+                        old.unlink()
+            for name in names:
+                os.replace(tmp / name, out / name)
+            return [out / name for name in names]
+
+
+@contextmanager
+def _signals_deferred():
+    """Hold SIGINT and SIGTERM while results move into place, so that ``out`` never mixes old and new files;
+    a signal that arrived meanwhile is raised again once they are all there."""
+    if threading.current_thread() is not threading.main_thread():  # handlers can only be set there
+        yield
+        return
+    pending: list[int] = []
+    previous = {s: signal.signal(s, lambda signum, frame: pending.append(signum))
+                for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+        for s in pending[:1]:
+            signal.raise_signal(s)
 
 
 @dataclass

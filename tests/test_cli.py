@@ -218,11 +218,17 @@ def test_api_allows_p_plus_q_equal_one_with_a_warning():
 
 # ---- write_results is atomic --------------------------------------------------------------------
 class _BrokenFigure:
+    def get_layout_engine(self):
+        return None
+
     def savefig(self, *args, **kwargs):
         raise RuntimeError("disk full")
 
 
 class _TinyFigure:
+    def get_layout_engine(self):
+        return None
+
     def savefig(self, path, **kwargs):
         Path(path).write_bytes(b"png")
 
