@@ -28,8 +28,8 @@ _THEORY = {}
 
 
 def _theory(prob, grid):
-    """Closed-form basin labels (§4.4) and the mask of points farther than 0.05 from the separatrix
-    (cached: separatrix_distance is a brute-force polyline search)."""
+    """Closed-form basin labels (§4.4) and the mask of points farther than 0.05 from the separatrix (cached:
+    several tests share a grid)."""
     key = (float(prob.p), float(prob.q), grid)
     if key not in _THEORY:
         theta = grid.points(prob)

@@ -814,3 +814,27 @@ def test_flat_landscape_warns():
         prob.predicted_basin(th(0.5, 0.5))
     with pytest.raises(ValueError, match="p\\+q != 1"):
         prob.predicted_limit(th(0.5, 0.5))
+
+
+@pytest.mark.parametrize("p, q", [(0.2, 0.3), (0.9, 0.9)])
+def test_separatrix_distance_against_a_dense_brute_force(p, q):
+    """The k-d tree search over the arc-length samples agrees with a brute force over 10⁵ samples of the
+    branch (even in w and in ln|w|) to the sampling's half spacing, is ~0 on the branch, and is inf beyond
+    ``within``."""
+    prob = Canonical(p, q)
+    lo, hi = prob.separatrix_w_range()
+    lo, hi = max(lo, -5.0), min(hi, -1e-20)  # the p+q > 1 branch reaches e ≈ 6.7 by w = −1e-20
+    w = np.concatenate([np.linspace(lo, hi, 50_001), -np.exp(np.linspace(np.log(-lo), np.log(-hi), 50_001))])
+    e = np.asarray(prob.separatrix_e(w))
+    curve = np.concatenate([np.stack([w, e], 1), np.stack([w, -e], 1)])
+    curve = curve[np.isfinite(curve).all(1)]
+    rng = np.random.default_rng(7)
+    on = rng.choice(np.flatnonzero(np.abs(curve[:, 1]) < 3.0), 100)
+    pts = np.concatenate([rng.uniform(-3, 3, (200, 2)), curve[on] + rng.normal(0, 0.03, (100, 2)), curve[on]])
+    brute = np.array([np.sqrt(np.min(np.sum((curve - x) ** 2, 1))) for x in pts])
+    d = prob.separatrix_distance({"w": pts[:, 0], "e": pts[:, 1]}, within=0.1, spacing=1e-3)
+    near = brute < 0.1 - 1e-3
+    assert near.sum() > 150 and (~near).sum() > 80
+    np.testing.assert_allclose(d[near], brute[near], rtol=0, atol=5e-4 + 1e-4)
+    assert np.all(np.isinf(d[brute > 0.1 + 1e-3]))
+    assert np.max(d[-100:]) < 5e-4 + 1e-4

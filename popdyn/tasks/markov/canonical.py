@@ -186,14 +186,11 @@ def _profile_loss_jvp(primals, tangents):
     return value, out
 
 
-@jax.jit
-def _distance_to_polyline_vertices(pts: Float[Array, "n 2"], curve: Float[Array, "m 2"]) -> Float[Array, " n"]:
-    """min_j ‖pts_i − curve_j‖ for each i, in blocks of 256 points (memory 256·m)."""
-    n = pts.shape[0]
-    pad = -n % 256
-    blocks = jnp.pad(pts, ((0, pad), (0, 0))).reshape(-1, 256, 2)
-    d = jax.lax.map(lambda b: jnp.sqrt(jnp.min(jnp.sum((b[:, None, :] - curve[None]) ** 2, -1), axis=1)), blocks)
-    return d.reshape(-1)[:n]
+@eqx.filter_jit
+def _curves(prob: Canonical, w: Float[Array, " n"]) -> tuple[Array, Array, Array]:
+    """Γ*'s e, the separatrix's e and the local-minimum mask along ``w``: one small program for the figures and
+    the separatrix search, compiled once for every (p, q) instead of op by op."""
+    return prob.global_minimum_e(w), prob.separatrix_e(w), prob.is_local_min_w(w)
 
 
 class Canonical(Problem):
@@ -343,19 +340,30 @@ class Canonical(Problem):
         r = jnp.where(w < 0, s(w) + E_SADDLE, -1.0)
         return jnp.where(r >= 0, jnp.sqrt(jnp.where(r >= 0, r, 0.0)), jnp.nan)
 
-    def separatrix_distance(self, theta: Theta, samples: int = 4001) -> Array:
-        """Euclidean distance from each (e, w) to the separatrix branch that flows into the saddle
-        (dense polyline of ``samples`` points per sign of e; for excluding boundary points)."""
-        lo, hi = self.separatrix_w_range()
-        lo = max(lo, -50.0)
-        w = np.linspace(lo, hi, samples)[1:-1]
-        w = np.concatenate([w, [W_SADDLE]])
-        e = np.asarray(self.separatrix_e(jnp.asarray(w)))
-        curve = np.concatenate([np.stack([w, e], 1), np.stack([w, -e], 1)])
-        curve = curve[np.isfinite(curve).all(1)]
-        pts = jnp.stack([jnp.ravel(jnp.asarray(theta["w"], float)), jnp.ravel(jnp.asarray(theta["e"], float))], 1)
-        out = _distance_to_polyline_vertices(pts, jnp.asarray(curve))
-        return out.reshape(np.shape(theta["e"]))
+    def separatrix_distance(self, theta: Theta, within: float = 0.1, spacing: float = 1e-3) -> np.ndarray:
+        """Euclidean distance from each (e, w) to the separatrix branch that flows into the saddle, to within
+        ``spacing / 2``, and ``inf`` where it exceeds ``within``: the branch (both signs of e) up to
+        |e| = max|e₀| + ``within`` is sampled every ``spacing`` of arc length and searched with a k-d tree
+        bounded by ``within``, in time O((points + samples) log samples) (docs/basins.md, "Agreement with a
+        closed form").
+        NumPy in, NumPy out: for excluding boundary points of a map."""
+        e0 = np.asarray(theta["e"], float)
+        pts = np.stack([np.ravel(np.asarray(theta["w"], float)), e0.ravel()], 1)
+        e_top = float(np.max(np.abs(e0), initial=0.0)) + within
+        if self.separatrix_w_range()[1] < 0.0:  # w < −1/√2, where e ≥ |w| − 1: |w| ≤ e_top + 1 suffices
+            w = np.linspace(-(e_top + 1.0), W_SADDLE, 20001)
+        else:  # −1/√2 < w < 0, where e² ≈ −ln|w| as w → 0⁻: ln|w| evenly spread down to −(e_top² + 1)
+            w = -np.exp(np.linspace(math.log(-W_SADDLE), -min(e_top**2 + 1.0, 700.0), 20001))
+        e = np.nan_to_num(np.asarray(_curves(self, w)[1]))
+        if w[-1] > W_SADDLE and e[-1] < e_top:  # beyond ln|w| = −700 the branch runs up the line w = 0⁻
+            w, e = np.append(w, w[-1]), np.append(e, e_top)
+        arc = np.concatenate([[0.0], np.cumsum(np.hypot(np.diff(w), np.diff(e)))])
+        at = np.linspace(0.0, arc[-1], int(math.ceil(arc[-1] / spacing)) + 1)
+        half = np.stack([np.interp(at, arc, w), np.interp(at, arc, e)], 1)
+        from scipy.spatial import cKDTree
+
+        tree = cKDTree(np.concatenate([half, half * [1.0, -1.0]]))
+        return tree.query(pts, distance_upper_bound=within, workers=-1)[0].reshape(e0.shape)
 
     def separatrix_w_range(self) -> tuple[float, float]:
         """The separatrix branch that flows into the saddle: w < −1/√2 if p+q<1, −1/√2 < w < 0 if p+q>1
@@ -480,11 +488,9 @@ class Canonical(Problem):
         if (x_axis, y_axis) != ("w", "e"):
             return []
         w = np.linspace(*x_range, 801)
-        g = np.asarray(self.global_minimum_e(jnp.asarray(w)))
-        sep = np.asarray(self.separatrix_e(jnp.asarray(w)))
+        g, sep, is_min = map(np.asarray, _curves(self, w))
         lo, hi = self.separatrix_w_range()
         sep = np.where((w > lo) & (w < hi), sep, np.nan)
-        is_min = np.asarray(self.is_local_min_w(jnp.asarray(w)))
         zeros = np.zeros_like(w)
         dash = {"color": "k", "ls": "--", "lw": 1.2}
         out = [
