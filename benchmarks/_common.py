@@ -27,6 +27,7 @@ RESULTS_HEADER = (
     "Measured results written by the scripts in `benchmarks/`; each script replaces its own section when re-run.\n"
 )
 
+
 def machine_info() -> dict:
     import diffrax
     import jaxlib
@@ -60,10 +61,12 @@ def machine_info() -> dict:
     except OSError:
         pass
     try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True,
-                               check=True).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain"], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
         info["git"] = head + (" (+ uncommitted changes)" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         pass
@@ -110,7 +113,9 @@ def parser(doc: str):
     """An argument parser whose description is the script docstring's first paragraph."""
     import argparse
 
-    return argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    return argparse.ArgumentParser(
+        description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
 
 
 def publish(section: str, heading: str, results: str | Path | None, headline: dict | None = None) -> None:
@@ -141,22 +146,56 @@ def json_path(results: str | Path, script: str) -> Path:
     return Path(results).parent / "results" / f"{script}.json"
 
 
-def headline_row(task: str, comparison: str, popdyn: str, popdyn_s: float, baseline: str, baseline_s: float,
-                 primary: bool = False, note: str = "") -> dict:
+def headline_row(
+    task: str,
+    comparison: str,
+    popdyn: str,
+    popdyn_s: float,
+    baseline: str,
+    baseline_s: float,
+    primary: bool = False,
+    note: str = "",
+) -> dict:
     """One popdyn-vs-baseline comparison: what each side computes, its seconds, and baseline ÷ popdyn (> 1: popdyn
     is faster). ``primary`` marks the task's row in the summary table (one per task)."""
-    return {"task": task, "comparison": comparison, "popdyn": popdyn, "popdyn_s": float(popdyn_s),
-            "baseline": baseline, "baseline_s": float(baseline_s), "speedup": float(baseline_s) / float(popdyn_s),
-            "primary": primary, "note": note}
+    return {
+        "task": task,
+        "comparison": comparison,
+        "popdyn": popdyn,
+        "popdyn_s": float(popdyn_s),
+        "baseline": baseline,
+        "baseline_s": float(baseline_s),
+        "speedup": float(baseline_s) / float(popdyn_s),
+        "primary": primary,
+        "note": note,
+    }
 
 
-def make_headline(script: str, heading: str, command: str, date: str, info: dict, quick: bool, wall_s: float,
-                  rows: list[dict], checks: list[tuple[str, bool]]) -> dict:
+def make_headline(
+    script: str,
+    heading: str,
+    command: str,
+    date: str,
+    info: dict,
+    quick: bool,
+    wall_s: float,
+    rows: list[dict],
+    checks: list[tuple[str, bool]],
+) -> dict:
     """The machine-readable summary of one run: its comparisons (``headline_row``), PASS/FAIL checks and the
     process's peak resident memory so far."""
-    return {"script": script, "heading": heading, "command": command, "date": date, "quick": quick,
-            "wall_s": float(wall_s), "peak_rss_gb": peak_rss_gb(), "machine": info, "rows": rows,
-            "checks": [{"name": name, "ok": bool(ok)} for name, ok in checks]}
+    return {
+        "script": script,
+        "heading": heading,
+        "command": command,
+        "date": date,
+        "quick": quick,
+        "wall_s": float(wall_s),
+        "peak_rss_gb": peak_rss_gb(),
+        "machine": info,
+        "rows": rows,
+        "checks": [{"name": name, "ok": bool(ok)} for name, ok in checks],
+    }
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -190,8 +229,7 @@ def gpu_note() -> str:
     gpus = [d for d in jax.devices() if d.platform != "cpu"]
     if gpus:
         return f"GPU run on {', '.join(sorted({d.device_kind for d in gpus}))} ({len(gpus)} device(s))."
-    return ("No GPU: `jax.devices()` lists only CPU devices, so there is no "
-            "GPU table.")
+    return "No GPU: `jax.devices()` lists only CPU devices, so there is no GPU table."
 
 
 def fmt_time(s: float) -> str:
@@ -304,21 +342,34 @@ def exactness_check(L: float, g: np.ndarray, mom: Moments) -> dict:
     loss_se = math.sqrt(mom.loss_var / mom.n)
     loss_z = abs(mom.loss_mean - L) / loss_se if loss_se > 0 else (0.0 if mom.loss_mean == L else math.inf)
     gnorm = float(np.linalg.norm(g))
-    return {"n": mom.n, "live": int(live.sum()), "dead": int((~live).sum()), "dead_ok": dead_ok, "frac": frac,
-            "zmax": float(z.max()) if z.size else 0.0, "loss_z": loss_z, "loss_se": loss_se,
-            "rel_err": float(np.linalg.norm(mom.grad_mean - g)) / gnorm,
-            "rel_err_pred": math.sqrt(float(mom.grad_var.sum()) / mom.n) / gnorm,
-            "ok": frac >= COVERAGE_MIN and loss_z <= COVERAGE_SE and dead_ok}
+    return {
+        "n": mom.n,
+        "live": int(live.sum()),
+        "dead": int((~live).sum()),
+        "dead_ok": dead_ok,
+        "frac": frac,
+        "zmax": float(z.max()) if z.size else 0.0,
+        "loss_z": loss_z,
+        "loss_se": loss_se,
+        "rel_err": float(np.linalg.norm(mom.grad_mean - g)) / gnorm,
+        "rel_err_pred": math.sqrt(float(mom.grad_var.sum()) / mom.n) / gnorm,
+        "ok": frac >= COVERAGE_MIN and loss_z <= COVERAGE_SE and dead_ok,
+    }
 
 
 def check_text(c: dict) -> str:
     """One line for a check of ``exactness_check``."""
-    dead = (f", {c['dead']} dead coordinates (zero variance) {'equal' if c['dead_ok'] else 'NOT equal'} to the "
-            "exact ones" if c["dead"] else "")
-    return (f"{'PASS' if c['ok'] else '**FAIL**'} — MC mean of {c['n']:,} samples: {c['frac'] * 100:.2f}% of "
-            f"{c['live']} live gradient coordinates within {COVERAGE_SE:g} SE (max |z| {c['zmax']:.2f}){dead}; loss "
-            f"|z| = {c['loss_z']:.2f}; ‖mean − ∇L‖/‖∇L‖ = {c['rel_err']:.2e} (expected from the variance "
-            f"{c['rel_err_pred']:.2e})")
+    dead = (
+        f", {c['dead']} dead coordinates (zero variance) {'equal' if c['dead_ok'] else 'NOT equal'} to the exact ones"
+        if c["dead"]
+        else ""
+    )
+    return (
+        f"{'PASS' if c['ok'] else '**FAIL**'} — MC mean of {c['n']:,} samples: {c['frac'] * 100:.2f}% of "
+        f"{c['live']} live gradient coordinates within {COVERAGE_SE:g} SE (max |z| {c['zmax']:.2f}){dead}; loss "
+        f"|z| = {c['loss_z']:.2f}; ‖mean − ∇L‖/‖∇L‖ = {c['rel_err']:.2e} (expected from the variance "
+        f"{c['rel_err_pred']:.2e})"
+    )
 
 
 def mc_costs(sum_var: float, gnorm: float, t_sample: float, exact_s: float, eps: list[float]) -> list[dict]:
@@ -347,9 +398,17 @@ def mc_headline_rows(task: str, points: list[dict], setting: str, exact: str, un
     rows = []
     for i, p in enumerate(points):
         c = at_eps(p["rows"])
-        rows.append(headline_row(
-            task, f"exact loss+gradient vs Monte Carlo at gradient RMSE ε‖∇L‖, ε = {c['eps']:g}; {p['label']}, "
-            f"{setting}", exact, p["exact_s"], f"MC, B(ε) = {fmt_n(c['B'])} {unit}s", c["T"], primary=i == 0))
+        rows.append(
+            headline_row(
+                task,
+                f"exact loss+gradient vs Monte Carlo at gradient RMSE ε‖∇L‖, ε = {c['eps']:g}; {p['label']}, {setting}",
+                exact,
+                p["exact_s"],
+                f"MC, B(ε) = {fmt_n(c['B'])} {unit}s",
+                c["T"],
+                primary=i == 0,
+            )
+        )
     return rows
 
 
@@ -365,8 +424,10 @@ def sampled_task_checks(points: list[dict], grad_check: float) -> list[tuple[str
 
 def grad_check_line(grad_check: float) -> str:
     """The results line of the NumPy-vs-autodiff gradient check."""
-    return (f"- NumPy backward pass vs JAX autodiff: {'PASS' if grad_check < GRAD_CHECK_TOL else '**FAIL**'} — max "
-            f"relative difference {grad_check:.1e} (pass: < {GRAD_CHECK_TOL:g}).")
+    return (
+        f"- NumPy backward pass vs JAX autodiff: {'PASS' if grad_check < GRAD_CHECK_TOL else '**FAIL**'} — max "
+        f"relative difference {grad_check:.1e} (pass: < {GRAD_CHECK_TOL:g})."
+    )
 
 
 def max_relative_difference(numpy_grads: dict, jax_grads: dict) -> float:
@@ -384,35 +445,72 @@ def exact_timing(loss, theta, repeats: int) -> dict:
     comp, compile_s = aot(jax.value_and_grad(loss), theta)
     warm = warm_times(comp, theta, repeats=repeats)
     L, g = comp(theta)
-    return {"compile": compile_s, "warm": float(np.median(warm)), "L": float(L),
-            "g": np.asarray(jax.flatten_util.ravel_pytree(g)[0])}
+    return {
+        "compile": compile_s,
+        "warm": float(np.median(warm)),
+        "L": float(L),
+        "g": np.asarray(jax.flatten_util.ravel_pytree(g)[0]),
+    }
 
 
-def equal_precision(label: str, loss, theta, batch_loss, per_sample, draw, key, *, time_batch: int, pilot: int,
-                    repeats: int, eps: list[float], unit: str) -> dict:
+def equal_precision(
+    label: str,
+    loss,
+    theta,
+    batch_loss,
+    per_sample,
+    draw,
+    key,
+    *,
+    time_batch: int,
+    pilot: int,
+    repeats: int,
+    eps: list[float],
+    unit: str,
+) -> dict:
     """Exact loss+gradient against Monte Carlo at one point θ: ``exact_timing`` of ``loss``; MC time per sample of
     ``batch_loss(θ, *samples)`` (``mc_time_per_sample``); a pilot of per-sample losses and gradients
     (``per_sample``, ``pilot_moments``) for Σ_i Var_i, B(ε) and the MC time per ε (``mc_costs``), and the
     ``exactness_check``. ``draw(key, b)`` returns a tuple of ``b`` samples. Prints as it goes."""
     ex = exact_timing(loss, theta, repeats)
     gnorm = float(np.linalg.norm(ex["g"]))
-    print(f"\n--- {label}: exact L = {ex['L']:.12g}, ‖∇L‖ = {gnorm:.4e}; compile {fmt_time(ex['compile'])}, warm "
-          f"{fmt_time(ex['warm'])} ---", flush=True)
+    print(
+        f"\n--- {label}: exact L = {ex['L']:.12g}, ‖∇L‖ = {gnorm:.4e}; compile {fmt_time(ex['compile'])}, warm "
+        f"{fmt_time(ex['warm'])} ---",
+        flush=True,
+    )
     k_time, k_pilot = jax.random.split(key)
     mc = mc_time_per_sample(batch_loss, draw, theta, k_time, time_batch, repeats)
     mom, pilot_s = pilot_moments(per_sample, draw, theta, k_pilot, pilot, PILOT_CHUNK)
     sum_var = float(mom.grad_var.sum())
     t = mc["t_sample"]
-    r = {"label": label, "L": ex["L"], "gnorm": gnorm, "exact_s": ex["warm"], "exact_compile": ex["compile"],
-         "t_sample": t, "t_draw": mc["t_draw"], "mc_compile": mc["compile"], "sum_var": sum_var,
-         "eps_star": break_even(sum_var, gnorm, t, ex["warm"]), "rows": mc_costs(sum_var, gnorm, t, ex["warm"], eps),
-         "check": exactness_check(ex["L"], ex["g"], mom), "pilot_s": pilot_s}
-    print(f"MC: batch {time_batch} warm {fmt_time(mc['t_batch'])} → {t * 1e6:.3f} µs/{unit} (sampling "
-          f"{r['t_draw'] * 1e6:.3f} µs/{unit} more, not counted); pilot of {mom.n:,} in {fmt_time(pilot_s)}: "
-          f"sqrt(ΣVar)/‖∇L‖ = {math.sqrt(sum_var) / gnorm:.4g}; ε* = {r['eps_star']:.3g}", flush=True)
+    r = {
+        "label": label,
+        "L": ex["L"],
+        "gnorm": gnorm,
+        "exact_s": ex["warm"],
+        "exact_compile": ex["compile"],
+        "t_sample": t,
+        "t_draw": mc["t_draw"],
+        "mc_compile": mc["compile"],
+        "sum_var": sum_var,
+        "eps_star": break_even(sum_var, gnorm, t, ex["warm"]),
+        "rows": mc_costs(sum_var, gnorm, t, ex["warm"], eps),
+        "check": exactness_check(ex["L"], ex["g"], mom),
+        "pilot_s": pilot_s,
+    }
+    print(
+        f"MC: batch {time_batch} warm {fmt_time(mc['t_batch'])} → {t * 1e6:.3f} µs/{unit} (sampling "
+        f"{r['t_draw'] * 1e6:.3f} µs/{unit} more, not counted); pilot of {mom.n:,} in {fmt_time(pilot_s)}: "
+        f"sqrt(ΣVar)/‖∇L‖ = {math.sqrt(sum_var) / gnorm:.4g}; ε* = {r['eps_star']:.3g}",
+        flush=True,
+    )
     for row in r["rows"]:
-        print(f"  ε = {row['eps']:g}: B = {fmt_n(row['B'])} → MC {fmt_time(row['T'])} vs exact {fmt_time(ex['warm'])}: "
-              f"ratio {fmt_ratio(row['ratio'])}", flush=True)
+        print(
+            f"  ε = {row['eps']:g}: B = {fmt_n(row['B'])} → MC {fmt_time(row['T'])} vs exact {fmt_time(ex['warm'])}: "
+            f"ratio {fmt_ratio(row['ratio'])}",
+            flush=True,
+        )
     print(f"check: {check_text(r['check'])}", flush=True)
     return r
 
@@ -422,17 +520,23 @@ MC_DEFINITION = (
     "squared error is Σ_i Var_i / B, so **B(ε) = Σ_i Var_i / (ε‖∇L‖)²** is the batch whose gradient RMSE is ε‖∇L‖; "
     "MC time = B(ε) × measured time per sample (warm batch gradient ÷ batch size, extrapolated linearly); ratio = "
     "MC time ÷ exact warm time. ε* is the break-even precision (MC is cheaper only for coarser ε). The exact gradient "
-    "is accurate to float64 rounding.")
+    "is accurate to float64 rounding."
+)
 
 
 def mc_table(points: list[dict], unit: str) -> list[str]:
     """Markdown rows of the equal-precision table: per point (``label``, ``L``, ``gnorm``, ``exact_s``, ``t_sample``,
     ``sum_var``, ``eps_star``, ``rows`` of ``mc_costs``) and ε."""
-    out = [f"| point | L | ‖∇L‖ | exact warm | MC µs/{unit} | sqrt(ΣVar)/‖∇L‖ | ε* | ε | B(ε) | MC time | "
-           "ratio MC/exact |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        f"| point | L | ‖∇L‖ | exact warm | MC µs/{unit} | sqrt(ΣVar)/‖∇L‖ | ε* | ε | B(ε) | MC time | "
+        "ratio MC/exact |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for p in points:
         for r in p["rows"]:
-            out.append(f"| {p['label']} | {p['L']:.6g} | {p['gnorm']:.4e} | {fmt_time(p['exact_s'])} | "
-                       f"{p['t_sample'] * 1e6:.3f} | {math.sqrt(p['sum_var']) / p['gnorm']:.4g} | {p['eps_star']:.3g} "
-                       f"| {r['eps']:g} | {fmt_n(r['B'])} | {fmt_time(r['T'])} | {fmt_ratio(r['ratio'])} |")
+            out.append(
+                f"| {p['label']} | {p['L']:.6g} | {p['gnorm']:.4e} | {fmt_time(p['exact_s'])} | "
+                f"{p['t_sample'] * 1e6:.3f} | {math.sqrt(p['sum_var']) / p['gnorm']:.4g} | {p['eps_star']:.3g} "
+                f"| {r['eps']:g} | {fmt_n(r['B'])} | {fmt_time(r['T'])} | {fmt_ratio(r['ratio'])} |"
+            )
     return out

@@ -61,8 +61,8 @@ import numpy as np  # noqa: E402
 from tqdm.auto import tqdm  # noqa: E402
 
 import popdyn  # noqa: E402
-from popdyn.tasks.markov import ATTRACTORS, W_SADDLE, Canonical  # noqa: E402
 from benchmarks._common import finish_section, headline_row, make_headline, parser, publish, run_header  # noqa: E402
+from popdyn.tasks.markov import ATTRACTORS, W_SADDLE, Canonical  # noqa: E402
 
 SECTION = "## Markov (e,w) basin maps"
 RTOL, ATOL, T1 = 1e-8, 1e-10, 1e4  # popdyn's gradient_flow defaults, used by basin_map(method="flow")
@@ -166,8 +166,9 @@ def run_baseline(p: float, q: float, e0: np.ndarray, w0: np.ndarray, desc: str):
     nfev = np.zeros(len(e0), int)
     t0 = time.perf_counter()
     for i in tqdm(range(len(e0)), desc=desc, leave=False):
-        sol = solve_ivp(model.field, (0.0, T1), [e0[i], w0[i]], method="RK45", rtol=RTOL, atol=ATOL,
-                        events=model.steady)
+        sol = solve_ivp(
+            model.field, (0.0, T1), [e0[i], w0[i]], method="RK45", rtol=RTOL, atol=ATOL, events=model.steady
+        )
         ends[i] = sol.y[:, -1]
         nfev[i] = sol.nfev
         steady[i] = sol.status == 1  # a terminal event fired
@@ -187,7 +188,7 @@ def names_of(labels: np.ndarray, names) -> np.ndarray:
 
 
 def disagreements(a: np.ndarray, b: np.ndarray) -> str:
-    pairs = collections.Counter((x, y) for x, y in zip(a, b) if x != y)
+    pairs = collections.Counter((x, y) for x, y in zip(a, b, strict=False) if x != y)
     return ", ".join(f"{x}→{y}: {n}" for (x, y), n in pairs.most_common()) or "none"
 
 
@@ -197,8 +198,6 @@ def fmt_s(x: float) -> str:
 
 def fmt_us(x: float) -> str:
     return f"{x:,.1f}" if x < 1e4 else f"{x:,.0f}"
-
-
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -224,21 +223,40 @@ def bench_pq(p: float, q: float, args) -> dict:
             agree = float(np.mean(got == pred))
             status = collections.Counter(popdyn.STATUS_NAMES[s] for s in bm.status.ravel())
             row = {
-                "p": p, "q": q, "method": method, "n": n, "points": npts, "cold": cold, "cold_compile": cold_c,
-                "warm": warm, "warm_compile": warm_c, "compute": compute, "us_compute": compute / npts * 1e6,
-                "us_cold": cold / npts * 1e6, "pps": npts / compute, "agree_pred": agree,
-                "fractions": bm.fractions, "status": dict(status), "repeat_identical": same,
+                "p": p,
+                "q": q,
+                "method": method,
+                "n": n,
+                "points": npts,
+                "cold": cold,
+                "cold_compile": cold_c,
+                "warm": warm,
+                "warm_compile": warm_c,
+                "compute": compute,
+                "us_compute": compute / npts * 1e6,
+                "us_cold": cold / npts * 1e6,
+                "pps": npts / compute,
+                "agree_pred": agree,
+                "fractions": bm.fractions,
+                "status": dict(status),
+                "repeat_identical": same,
                 "disagree_pred": disagreements(pred, got),
             }
             rows.append(row)
             maps[(method, n)] = (grid, bm)
             fr = ", ".join(f"{k} {v:.4f}" for k, v in bm.fractions.items())
-            print(f"{method:4s} {n:4d}²={npts:7d} pts | cold {fmt_s(cold)} (trace+compile {fmt_s(cold_c)}) | "
-                  f"warm {fmt_s(warm)} (trace+compile {fmt_s(warm_c)}) → compute {fmt_s(compute)}, "
-                  f"{row['us_compute']:.2f} µs/pt, {row['pps']:,.0f} pts/s", flush=True)
-            print(f"      fractions: {fr}; status: {dict(status)}; agreement with predicted_basin {agree:.6f}"
-                  + ("" if agree == 1 else f" (predicted→popdyn: {row['disagree_pred']})")
-                  + ("" if same else "; WARNING: the two runs gave different labels"), flush=True)
+            print(
+                f"{method:4s} {n:4d}²={npts:7d} pts | cold {fmt_s(cold)} (trace+compile {fmt_s(cold_c)}) | "
+                f"warm {fmt_s(warm)} (trace+compile {fmt_s(warm_c)}) → compute {fmt_s(compute)}, "
+                f"{row['us_compute']:.2f} µs/pt, {row['pps']:,.0f} pts/s",
+                flush=True,
+            )
+            print(
+                f"      fractions: {fr}; status: {dict(status)}; agreement with predicted_basin {agree:.6f}"
+                + ("" if agree == 1 else f" (predicted→popdyn: {row['disagree_pred']})")
+                + ("" if same else "; WARNING: the two runs gave different labels"),
+                flush=True,
+            )
 
     # ---- baseline on a random subset of the largest grid -------------------------------------------------------
     n_big = max(args.sizes)
@@ -258,36 +276,58 @@ def bench_pq(p: float, q: float, args) -> dict:
     fw = bm_flow.final["w"].ravel()[idx]
     dist = np.hypot(ends[:, 0] - fe, ends[:, 1] - fw)
     base = {
-        "points": k, "grid": n_big, "seed": args.seed, "wall": bwall, "us": bwall / k * 1e6,
-        "steady": int(steady.sum()), "nfev_median": float(np.median(nfev)), "nfev_max": int(nfev.max()),
+        "points": k,
+        "grid": n_big,
+        "seed": args.seed,
+        "wall": bwall,
+        "us": bwall / k * 1e6,
+        "steady": int(steady.sum()),
+        "nfev_median": float(np.median(nfev)),
+        "nfev_max": int(nfev.max()),
         "agree_flow": float(np.mean(base_names == flow_names)),
         "agree_gd": float(np.mean(base_names == gd_names)),
         "agree_pred": float(np.mean(base_names == pred_names)),
         "disagree_flow": disagreements(base_names, flow_names),
         "disagree_gd": disagreements(base_names, gd_names),
         "fractions": {name: float(np.mean(base_names == name)) for name in (*ATTRACTORS, "unresolved")},
-        "end_dist_median": float(np.median(dist)), "end_dist_max": float(np.max(dist)),
+        "end_dist_median": float(np.median(dist)),
+        "end_dist_max": float(np.max(dist)),
     }
-    print(f"baseline solve_ivp RK45: {k} points of the {n_big}² grid (seed {args.seed}) in {fmt_s(bwall)} → "
-          f"{base['us']:,.0f} µs/pt; steady {base['steady']}/{k}; RHS evaluations median {base['nfev_median']:.0f}, "
-          f"max {base['nfev_max']}", flush=True)
-    print(f"      labels agree with popdyn flow {base['agree_flow']:.4f} ({base['disagree_flow']}), "
-          f"with popdyn GD {base['agree_gd']:.4f} ({base['disagree_gd']}), "
-          f"with predicted_basin {base['agree_pred']:.4f}; ‖end point − popdyn flow end point‖ median "
-          f"{base['end_dist_median']:.2e}, max {base['end_dist_max']:.2e}", flush=True)
+    print(
+        f"baseline solve_ivp RK45: {k} points of the {n_big}² grid (seed {args.seed}) in {fmt_s(bwall)} → "
+        f"{base['us']:,.0f} µs/pt; steady {base['steady']}/{k}; RHS evaluations median {base['nfev_median']:.0f}, "
+        f"max {base['nfev_max']}",
+        flush=True,
+    )
+    print(
+        f"      labels agree with popdyn flow {base['agree_flow']:.4f} ({base['disagree_flow']}), "
+        f"with popdyn GD {base['agree_gd']:.4f} ({base['disagree_gd']}), "
+        f"with predicted_basin {base['agree_pred']:.4f}; ‖end point − popdyn flow end point‖ median "
+        f"{base['end_dist_median']:.2e}, max {base['end_dist_max']:.2e}",
+        flush=True,
+    )
 
     for row in rows:
         row["ratio"] = row["us_compute"] / base["us"]
         row["speedup"] = base["us"] / row["us_compute"]
         row["speedup_cold"] = base["us"] / row["us_cold"]
     for row in rows:
-        checks.append((f"{row['method']} {row['n']}²: popdyn/baseline time per point ≤ 1/100 (compile excluded)",
-                       row["ratio"] <= 0.01, f"ratio {row['ratio']:.2e} (speed-up {row['speedup']:,.0f}×; "
-                       f"cold wall: {row['speedup_cold']:,.0f}×)"))
+        checks.append(
+            (
+                f"{row['method']} {row['n']}²: popdyn/baseline time per point ≤ 1/100 (compile excluded)",
+                row["ratio"] <= 0.01,
+                f"ratio {row['ratio']:.2e} (speed-up {row['speedup']:,.0f}×; cold wall: {row['speedup_cold']:,.0f}×)",
+            )
+        )
     for row in rows:
         if row["method"] == "gd" and row["n"] == 512 and args.steps == 2000:
-            checks.append(("512² GD map, 2000 steps, under 30 s (cold wall, compile included)", row["cold"] < 30,
-                           f"cold {row['cold']:.2f} s, warm {row['warm']:.2f} s"))
+            checks.append(
+                (
+                    "512² GD map, 2000 steps, under 30 s (cold wall, compile included)",
+                    row["cold"] < 30,
+                    f"cold {row['cold']:.2f} s, warm {row['warm']:.2f} s",
+                )
+            )
     for name, ok, detail in checks:
         print(f"  [{'PASS' if ok else 'FAIL'}] {name}: {detail}", flush=True)
     return {"p": p, "q": q, "rows": rows, "baseline": base, "checks": checks}
@@ -302,9 +342,9 @@ def render(results: list[dict], info: dict, args, command: str, date: str, total
     out.append(f"Command: `{command}`")
     out.append("")
     out.append(
-        f"Grid: `Grid.square(\"w\", \"e\", {LO:g}, {HI:g}, n)` (rows e, columns w). Flow: `basin_map(method=\"flow\")` "
+        f'Grid: `Grid.square("w", "e", {LO:g}, {HI:g}, n)` (rows e, columns w). Flow: `basin_map(method="flow")` '
         f"(Tsit5, rtol={RTOL:g}, atol={ATOL:g}, t1={T1:g}, steady state ‖θ̇‖ < atol + rtol‖θ‖). "
-        f"GD: `basin_map(method=\"gd\", lr={args.lr:g}, steps={args.steps})`. float64. "
+        f'GD: `basin_map(method="gd", lr={args.lr:g}, steps={args.steps})`. float64. '
         "*wall (cold)*: first call, compilation included. *wall (warm)*: identical second call, reusing the "
         "compiled solver; *compute* = wall (warm) − any trace/lower/compile time `jax.monitoring` still reports "
         "in that call. µs/point and speed-up use *compute*; "
@@ -313,8 +353,10 @@ def render(results: list[dict], info: dict, args, command: str, date: str, total
         "profiled field of spec §3.2, over a random subset of the largest grid."
     )
     out.append("")
-    out.append("| (p, q) | method | grid | points | wall (cold) | wall (warm) | trace+compile in warm | compute "
-               "| µs/point | points/s | baseline µs/point | speed-up | speed-up (cold wall) |")
+    out.append(
+        "| (p, q) | method | grid | points | wall (cold) | wall (warm) | trace+compile in warm | compute "
+        "| µs/point | points/s | baseline µs/point | speed-up | speed-up (cold wall) |"
+    )
     out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for res in results:
         b = res["baseline"]
@@ -353,8 +395,10 @@ def render(results: list[dict], info: dict, args, command: str, date: str, total
                 f"**{r['agree_pred']:.6f}**{dis}; fractions: {fr}; status: {st}."
             )
     out.append("")
-    out.append("Requirement checks (issue: ≥ 100× less time per initialisation than the baseline; 512×512 GD map "
-               "with 2000 steps under 30 s):")
+    out.append(
+        "Requirement checks (issue: ≥ 100× less time per initialisation than the baseline; 512×512 GD map "
+        "with 2000 steps under 30 s):"
+    )
     out.append("")
     for res in results:
         for name, ok, detail in res["checks"]:
@@ -366,10 +410,17 @@ def parse_args(argv=None):
     ap = parser(__doc__)
     ap.add_argument("--sizes", type=int, nargs="+", default=None, help="grid sizes n (n×n); default 256 512")
     ap.add_argument("--baseline-points", type=int, default=None, help="solve_ivp points; default 200")
-    ap.add_argument("--quick", action="store_true",
-                    help="sizes 32 64 and 20 baseline points, to check the script; writes no results unless --results")
-    ap.add_argument("--results", type=Path, default=None,
-                    help="markdown file to update (default benchmarks/RESULTS.md; with --quick: none)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="sizes 32 64 and 20 baseline points, to check the script; writes no results unless --results",
+    )
+    ap.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="markdown file to update (default benchmarks/RESULTS.md; with --quick: none)",
+    )
     ap.add_argument("--p", type=float, default=0.1)
     ap.add_argument("--q", type=float, default=0.1)
     ap.add_argument("--also-09", action="store_true", help="also benchmark (p, q) = (0.9, 0.9)")
@@ -408,14 +459,26 @@ def headline(results: list[dict], args, command: str, date: str, info: dict, tot
         b, n = res["baseline"], max(args.sizes)
         for r in res["rows"]:
             if r["n"] == n:
-                rows.append(headline_row(
-                    "markov", f"basin map of Canonical({r['p']:g}, {r['q']:g}), {r['method']}, {n}×{n} grid: time per "
-                    "initialisation (compile excluded)", f"`basin_map(method=\"{r['method']}\")`",
-                    r["us_compute"] * 1e-6, f"`solve_ivp` RK45 loop ({b['points']} points)", b["us"] * 1e-6,
-                    note=f"cold wall (compile included): {r['speedup_cold']:,.0f}× faster than the baseline"))
+                rows.append(
+                    headline_row(
+                        "markov",
+                        f"basin map of Canonical({r['p']:g}, {r['q']:g}), {r['method']}, {n}×{n} grid: time per "
+                        "initialisation (compile excluded)",
+                        f'`basin_map(method="{r["method"]}")`',
+                        r["us_compute"] * 1e-6,
+                        f"`solve_ivp` RK45 loop ({b['points']} points)",
+                        b["us"] * 1e-6,
+                        note=f"cold wall (compile included): {r['speedup_cold']:,.0f}× faster than the baseline",
+                    )
+                )
         checks += [(f"({res['p']:g}, {res['q']:g}) {name}", ok) for name, ok, _ in res["checks"]]
-        checks.append((f"({res['p']:g}, {res['q']:g}) baseline labels agree with popdyn flow on ≥ 99% of "
-                       f"{res['baseline']['points']} points", res["baseline"]["agree_flow"] >= 0.99))
+        checks.append(
+            (
+                f"({res['p']:g}, {res['q']:g}) baseline labels agree with popdyn flow on ≥ 99% of "
+                f"{res['baseline']['points']} points",
+                res["baseline"]["agree_flow"] >= 0.99,
+            )
+        )
     return make_headline("basins_markov", SECTION, command, date, info, args.quick, total, rows, checks)
 
 

@@ -39,8 +39,7 @@ def timed(argv: list[str], cache: str, cwd: str) -> float:
     env = dict(os.environ, POPDYN_CACHE_DIR=cache)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "popdyn.cli", *argv], env=env, cwd=cwd, check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run([sys.executable, "-m", "popdyn.cli", *argv], env=env, cwd=cwd, check=True, stdout=subprocess.DEVNULL)
     return time.perf_counter() - t0
 
 
@@ -65,18 +64,24 @@ def main(argv=None) -> int:
         }
         env = dict(os.environ, PYTHONPATH=str(REPO))
         t0 = time.perf_counter()
-        subprocess.run([sys.executable, "-c", "import popdyn.cli, popdyn.jobs.markov.commands, popdyn.io"], env=env,
-                       check=True)
+        subprocess.run(
+            [sys.executable, "-c", "import popdyn.cli, popdyn.jobs.markov.commands, popdyn.io"], env=env, check=True
+        )
         rows["interpreter + imports of the job"] = time.perf_counter() - t0
     ratio = rows["second run (same command)"] / rows["first run (empty cache)"]
     for name, sec in rows.items():
         print(f"  {name:34s} {sec:6.2f} s")
     print(f"  second / first = {ratio:.2f}")
-    lines = [HEADING, "",
-             f"`popdyn {' '.join(job)}` as a fresh process, timed from start to exit, with JAX's persistent "
-             "compilation cache in an empty folder (`POPDYN_CACHE_DIR`; docs/jobs.md, \"A fast command line\"). "
-             "Measured by `benchmarks/cli_startup.py` in one run.", "",
-             "| run | seconds |", "|---|---|"]
+    lines = [
+        HEADING,
+        "",
+        f"`popdyn {' '.join(job)}` as a fresh process, timed from start to exit, with JAX's persistent "
+        'compilation cache in an empty folder (`POPDYN_CACHE_DIR`; docs/jobs.md, "A fast command line"). '
+        "Measured by `benchmarks/cli_startup.py` in one run.",
+        "",
+        "| run | seconds |",
+        "|---|---|",
+    ]
     lines += [f"| {name} | {sec:.2f} |" for name, sec in rows.items()]
     lines += ["", f"Second run ÷ first run: **{ratio:.2f}**.", "", f"Command: `{command}` ({date})."]
     checks = [("second run at most a third of the first", ratio <= 1 / 3)]

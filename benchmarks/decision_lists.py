@@ -92,13 +92,27 @@ import numpy as np  # noqa: E402
 from jax.flatten_util import ravel_pytree  # noqa: E402
 
 import popdyn  # noqa: E402
-from popdyn.tasks.decision_list import (  # noqa: E402
-    DecisionList, brute_force_loss, column_loss, random_lists, random_perm, theorem1_run, theorem2_instance,
-)
 from benchmarks._common import (  # noqa: E402
-    SUMMARY_EPS, finish_section, fmt_n, fmt_time, headline_row, make_headline, parser, publish, run_header,
+    SUMMARY_EPS,
+    finish_section,
+    fmt_n,
+    fmt_time,
+    headline_row,
+    make_headline,
+    parser,
+    publish,
+    run_header,
 )
 from benchmarks._common import fmt_ratio as _fmt_ratio  # noqa: E402
+from popdyn.tasks.decision_list import (  # noqa: E402
+    DecisionList,
+    brute_force_loss,
+    column_loss,
+    random_lists,
+    random_perm,
+    theorem1_run,
+    theorem2_instance,
+)
 
 SECTION = "## Decision lists: exact paths, Theorem 1 and Theorem 2"
 M_LISTS = 3  # longest list in part 1
@@ -139,8 +153,9 @@ def call_times(fn, *args, repeats: int, budget: float = 30.0, min_total: float =
     out = jax.block_until_ready(fn(*args))
     first = time.perf_counter() - t0
     warm = []
-    while not warm or ((len(warm) < repeats or sum(warm) < min_total) and len(warm) < max_calls
-                       and sum(warm) + warm[-1] <= budget):
+    while not warm or (
+        (len(warm) < repeats or sum(warm) < min_total) and len(warm) < max_calls and sum(warm) + warm[-1] <= budget
+    ):
         t0 = time.perf_counter()
         out = jax.block_until_ready(fn(*args))
         warm.append(time.perf_counter() - t0)
@@ -193,8 +208,9 @@ def path_b_fn(prob: DecisionList, kind: str = "value_and_grad"):
         T = p.table
 
         def body(acc, xs):
-            sub = eqx.tree_at(lambda q: (q.table.tokens, q.table.logc, q.table.prob, q.table.valid), p,
-                              tuple(x[None] for x in xs))
+            sub = eqx.tree_at(
+                lambda q: (q.table.tokens, q.table.logc, q.table.prob, q.table.valid), p, tuple(x[None] for x in xs)
+            )
             v, g = jax.value_and_grad(sub.loss)(theta)
             return jax.tree_util.tree_map(jnp.add, acc, (v, g)), None
 
@@ -226,16 +242,31 @@ def bench_brute(L: int, n: int, dist: str, args) -> dict:
     n_seq = math.perm(L, n) if dist == "distinct" else L**n
     n_hist = comb(L, n) if dist == "distinct" else comb(L + n - 1, n)
     r = {
-        "L": L, "n": n, "dist": dist, "n_seq": n_seq, "n_brute_enum": L**n, "n_hist": n_hist, "loss": float(v),
-        "dv": dv, "dg": dg, "gscale": gscale, "ok": ok, "table_s": table_s,
-        "ex_compile": ex_compile, "ex_warm": float(np.median(ex_warm)), "bf_compile": bf_compile,
+        "L": L,
+        "n": n,
+        "dist": dist,
+        "n_seq": n_seq,
+        "n_brute_enum": L**n,
+        "n_hist": n_hist,
+        "loss": float(v),
+        "dv": dv,
+        "dg": dg,
+        "gscale": gscale,
+        "ok": ok,
+        "table_s": table_s,
+        "ex_compile": ex_compile,
+        "ex_warm": float(np.median(ex_warm)),
+        "bf_compile": bf_compile,
         "bf_warm": float(np.median(bf_warm)),
     }
     r["ratio"] = r["bf_warm"] / r["ex_warm"]
-    print(f"({L}, {n}) {dist}: ℒ = {r['loss']:.15f}; |Δℒ| = {dv:.2e}, max|Δ∇ℒ| = {dg:.2e} (max|∇ℒ| {gscale:.3g}) "
-          f"[{'PASS' if ok else 'FAIL'}]; path B ({n_hist} histograms): compile {fmt_time(ex_compile)}, warm "
-          f"{fmt_time(r['ex_warm'])}; brute force ({n_seq} sequences of {L ** n}): compile "
-          f"{fmt_time(bf_compile)}, warm {fmt_time(r['bf_warm'])} → brute/path B {fmt_ratio(r['ratio'])}", flush=True)
+    print(
+        f"({L}, {n}) {dist}: ℒ = {r['loss']:.15f}; |Δℒ| = {dv:.2e}, max|Δ∇ℒ| = {dg:.2e} (max|∇ℒ| {gscale:.3g}) "
+        f"[{'PASS' if ok else 'FAIL'}]; path B ({n_hist} histograms): compile {fmt_time(ex_compile)}, warm "
+        f"{fmt_time(r['ex_warm'])}; brute force ({n_seq} sequences of {L**n}): compile "
+        f"{fmt_time(bf_compile)}, warm {fmt_time(r['bf_warm'])} → brute/path B {fmt_ratio(r['ratio'])}",
+        flush=True,
+    )
     assert ok, f"path B and brute force disagree at ({L}, {n}, {dist}): |Δℒ| = {dv:.3e} > {VALUE_TOL:g}"
     return r
 
@@ -274,14 +305,16 @@ def bench_mc_case(L: int, n: int, args, key) -> dict:
     lists, perm = random_lists(L, M_LISTS, args.seed), random_perm(L, args.seed)
     theta = random_theta(L, args.seed)
     P = 2 * L * L
-    print(f"\n--- ({L}, {n}) distinct tokens: {comb(L, n):,} subsets; θ = N(0, 1) entries (seed {args.seed}), "
-          f"{P} parameters ---", flush=True)
+    print(
+        f"\n--- ({L}, {n}) distinct tokens: {comb(L, n):,} subsets; θ = N(0, 1) entries (seed {args.seed}), "
+        f"{P} parameters ---",
+        flush=True,
+    )
     t0 = time.perf_counter()
     prob = DecisionList(L, n, lists, perm)
     table_s = time.perf_counter() - t0
     print(f"histogram table: {fmt_time(table_s)}", flush=True)
-    r = {"L": L, "n": n, "subsets": comb(L, n), "P": P, "table_s": table_s, "rows": [], "variants": [],
-         "skipped": None}
+    r = {"L": L, "n": n, "subsets": comb(L, n), "P": P, "table_s": table_s, "rows": [], "variants": [], "skipped": None}
     avail = available_memory()
     r["avail"] = avail
 
@@ -291,10 +324,15 @@ def bench_mc_case(L: int, n: int, args, key) -> dict:
     fits = temp is None or avail is None or temp <= MEMORY_FRACTION * avail
     variants = [("value_and_grad(prob.loss)", comp, csec, temp, fits)]
     if not fits:
-        print(f"value_and_grad(prob.loss): compiled in {fmt_time(csec)}; XLA temporaries {fmt_gb(temp)} > "
-              f"{MEMORY_FRACTION:.0%} of the available {fmt_gb(avail)} → not run", flush=True)
-        for kind, label in (("chunked", "per-chunk value_and_grad in the scan (script-side)"),
-                            ("loss", "loss only (prob.loss)")):
+        print(
+            f"value_and_grad(prob.loss): compiled in {fmt_time(csec)}; XLA temporaries {fmt_gb(temp)} > "
+            f"{MEMORY_FRACTION:.0%} of the available {fmt_gb(avail)} → not run",
+            flush=True,
+        )
+        for kind, label in (
+            ("chunked", "per-chunk value_and_grad in the scan (script-side)"),
+            ("loss", "loss only (prob.loss)"),
+        ):
             f2, a2 = path_b_fn(prob, kind)
             c2, s2, t2 = aot(f2, a2, theta)
             variants.append((label, c2, s2, t2, True))
@@ -310,11 +348,15 @@ def bench_mc_case(L: int, n: int, args, key) -> dict:
         row["first"] = first
         if first > args.exact_limit:
             row["warm"] = None
-            print(f"{label}: first call {fmt_time(first)} > --exact-limit {args.exact_limit:g} s: no warm repeats",
-                  flush=True)
+            print(
+                f"{label}: first call {fmt_time(first)} > --exact-limit {args.exact_limit:g} s: no warm repeats",
+                flush=True,
+            )
             if exact is None and label != "loss only (prob.loss)":
-                r["skipped"] = (f"exact gradient's first call took {fmt_time(first)} > {args.exact_limit:g} s: "
-                                "warm repeats and Monte Carlo skipped")
+                r["skipped"] = (
+                    f"exact gradient's first call took {fmt_time(first)} > {args.exact_limit:g} s: "
+                    "warm repeats and Monte Carlo skipped"
+                )
                 exact = False
             continue
         _, warm, out = call_times(comp, arrs, theta, repeats=args.repeats, budget=min(30.0, args.exact_limit))
@@ -326,8 +368,11 @@ def bench_mc_case(L: int, n: int, args, key) -> dict:
                 exact = {"loss": float(out[0]), "g": flat(out[1]), "warm": row["warm"], "label": label}
         else:
             row["loss"] = float(out)
-        print(f"{label}: compile {fmt_time(csec)} (temporaries {fmt_gb(temp)}), first call {fmt_time(first)}, warm "
-              f"median {fmt_time(row['warm'])} ({len(warm)} runs), ℒ = {row['loss']:.15f}", flush=True)
+        print(
+            f"{label}: compile {fmt_time(csec)} (temporaries {fmt_gb(temp)}), first call {fmt_time(first)}, warm "
+            f"median {fmt_time(row['warm'])} ({len(warm)} runs), ℒ = {row['loss']:.15f}",
+            flush=True,
+        )
     if not exact:
         return r
     losses = [v["loss"] for v in r["variants"] if "loss" in v]
@@ -367,13 +412,25 @@ def bench_mc_case(L: int, n: int, args, key) -> dict:
     loss_se = math.sqrt(var_l / n_pilot)
     loss_z = abs(l1 / n_pilot - Lx) / loss_se
     ok = frac >= COVERAGE_MIN and loss_z <= COVERAGE_SE
-    r.update(n_pilot=n_pilot, pilot_s=pilot_s, var_l=var_l, sum_var=sum_var, frac=frac, zmax=float(z.max()),
-             loss_z=loss_z, check_ok=ok, mc_loss_mean=l1 / n_pilot, loss_se=loss_se)
-    print(f"pilot: {n_pilot} single-sequence gradients ({fmt_time(pilot_s)}); Var ℓ = {var_l:.4e} "
-          f"(std/ℒ = {math.sqrt(var_l) / Lx:.3g}); Σ_i Var_i = {sum_var:.4e} (sqrt/‖∇ℒ‖ = "
-          f"{math.sqrt(sum_var) / gnorm:.3g}); check exact vs pilot: loss |z| = {loss_z:.2f}, {frac * 100:.2f}% of "
-          f"{P} gradient coordinates within {COVERAGE_SE:g} SE (max |z| {z.max():.2f}) [{'PASS' if ok else 'FAIL'}]",
-          flush=True)
+    r.update(
+        n_pilot=n_pilot,
+        pilot_s=pilot_s,
+        var_l=var_l,
+        sum_var=sum_var,
+        frac=frac,
+        zmax=float(z.max()),
+        loss_z=loss_z,
+        check_ok=ok,
+        mc_loss_mean=l1 / n_pilot,
+        loss_se=loss_se,
+    )
+    print(
+        f"pilot: {n_pilot} single-sequence gradients ({fmt_time(pilot_s)}); Var ℓ = {var_l:.4e} "
+        f"(std/ℒ = {math.sqrt(var_l) / Lx:.3g}); Σ_i Var_i = {sum_var:.4e} (sqrt/‖∇ℒ‖ = "
+        f"{math.sqrt(sum_var) / gnorm:.3g}); check exact vs pilot: loss |z| = {loss_z:.2f}, {frac * 100:.2f}% of "
+        f"{P} gradient coordinates within {COVERAGE_SE:g} SE (max |z| {z.max():.2f}) [{'PASS' if ok else 'FAIL'}]",
+        flush=True,
+    )
 
     # ---- Monte Carlo: time per sequence ------------------------------------------------------------------------
     bt = args.mc_batch
@@ -400,9 +457,12 @@ def bench_mc_case(L: int, n: int, args, key) -> dict:
     t_seq = float(np.median(w_step)) / bt
     t_seq_grad = float(np.median(w_grad)) / bt
     r.update(mc_compile=step_compile, t_seq=t_seq, t_seq_grad=t_seq_grad, bt=bt)
-    print(f"MC batch of {bt}: compile {fmt_time(step_compile)}; warm {fmt_time(np.median(w_step))} with sampling "
-          f"({t_seq * 1e6:.3f} µs/sequence), {fmt_time(np.median(w_grad))} without ({t_seq_grad * 1e6:.3f} "
-          f"µs/sequence)", flush=True)
+    print(
+        f"MC batch of {bt}: compile {fmt_time(step_compile)}; warm {fmt_time(np.median(w_step))} with sampling "
+        f"({t_seq * 1e6:.3f} µs/sequence), {fmt_time(np.median(w_grad))} without ({t_seq_grad * 1e6:.3f} "
+        f"µs/sequence)",
+        flush=True,
+    )
 
     # ---- cost table, and actual runs where affordable ---------------------------------------------------------
     ex = r["exact_warm"]
@@ -429,16 +489,25 @@ def bench_mc_case(L: int, n: int, args, key) -> dict:
                 row["run_grad_err"] = float(np.linalg.norm(acc_g / nb - g)) / gnorm
                 row["ratio_run"] = row["run_s"] / ex
             r["rows"].append(row)
-            run = ("" if "run_s" not in row else f"; run {nb} × {b_run} sequences: {fmt_time(row['run_s'])} → ratio "
-                   f"{fmt_ratio(row['ratio_run'])}, achieved |Δℒ|/ℒ = {row['run_loss_err']:.2e}, ‖Δ∇‖/‖∇ℒ‖ = "
-                   f"{row['run_grad_err']:.2e}")
-            print(f"  {crit}, ε = {eps:g}: B = {fmt_n(B)} → predicted MC {fmt_time(row['T'])} (without sampling "
-                  f"{fmt_time(row['T_grad'])}) vs exact {fmt_time(ex)}: ratio {fmt_ratio(row['ratio'])}{run}",
-                  flush=True)
+            run = (
+                ""
+                if "run_s" not in row
+                else f"; run {nb} × {b_run} sequences: {fmt_time(row['run_s'])} → ratio "
+                f"{fmt_ratio(row['ratio_run'])}, achieved |Δℒ|/ℒ = {row['run_loss_err']:.2e}, ‖Δ∇‖/‖∇ℒ‖ = "
+                f"{row['run_grad_err']:.2e}"
+            )
+            print(
+                f"  {crit}, ε = {eps:g}: B = {fmt_n(B)} → predicted MC {fmt_time(row['T'])} (without sampling "
+                f"{fmt_time(row['T_grad'])}) vs exact {fmt_time(ex)}: ratio {fmt_ratio(row['ratio'])}{run}",
+                flush=True,
+            )
     r["eps_star_loss"] = math.sqrt(var_l * t_seq / ex) / Lx  # MC time = exact time at this ε
     r["eps_star_grad"] = math.sqrt(sum_var * t_seq / ex) / gnorm
-    print(f"  break-even ε* (MC time = exact time, sampling included): loss {r['eps_star_loss']:.3g}, gradient "
-          f"{r['eps_star_grad']:.3g}", flush=True)
+    print(
+        f"  break-even ε* (MC time = exact time, sampling included): loss {r['eps_star_loss']:.3g}, gradient "
+        f"{r['eps_star_grad']:.3g}",
+        flush=True,
+    )
     return r
 
 
@@ -458,7 +527,7 @@ def column_grad(L: int, n: int, m: int, c: float):
 
 def pc_slack(y: np.ndarray, m: int) -> float:
     """min(w_1 − w_2, …, w_{m−1} − w_m, w_m − ω): PC of a length-m column ⇔ > 0 (§4, n ≥ 3, L ≥ n+M−1)."""
-    return float(np.min(y[:m] - y[1:m + 1]))
+    return float(np.min(y[:m] - y[1 : m + 1]))
 
 
 def bisect_pc(sol_fn, lo: float, hi: float, m: int) -> float:
@@ -489,12 +558,16 @@ def baseline_tstar(L: int, n: int, m: int, c: float, t1: float, method: str, rto
     slacks = np.array([pc_slack(sol.y[:, k], m) for k in range(sol.y.shape[1])])
     above = np.flatnonzero(slacks > 0)
     if above.size == 0:
-        return {"T": float("nan"), "nfev": sol.nfev, "steps": len(sol.t) - 1, "status": sol.status,
-                "persisted": None}
+        return {"T": float("nan"), "nfev": sol.nfev, "steps": len(sol.t) - 1, "status": sol.status, "persisted": None}
     k = above[0]
     T = 0.0 if k == 0 else bisect_pc(sol.sol, sol.t[k - 1], sol.t[k], m)
-    return {"T": T, "nfev": int(sol.nfev), "steps": len(sol.t) - 1, "status": int(sol.status),
-            "persisted": bool(np.all(slacks[k:] > 0))}
+    return {
+        "T": T,
+        "nfev": int(sol.nfev),
+        "steps": len(sol.t) - 1,
+        "status": int(sol.status),
+        "persisted": bool(np.all(slacks[k:] > 0)),
+    }
 
 
 def bench_theorem1(case, args) -> dict:
@@ -512,8 +585,10 @@ def bench_theorem1(case, args) -> dict:
     ts = np.asarray(traj.ts)
     slack = np.asarray(jax.vmap(prob.pc_slack)(traj.params))  # (records, M)
     T_pd = {col["m"]: (float("nan") if col["T_star"] is None else col["T_star"]) for col in run["columns"]}
-    persisted_pd = {m: bool(np.all(slack[ts > T_pd[m], i] > 0)) if np.isfinite(T_pd[m]) else None
-                    for i, m in enumerate(prob.lengths)}
+    persisted_pd = {
+        m: bool(np.all(slack[ts > T_pd[m], i] > 0)) if np.isfinite(T_pd[m]) else None
+        for i, m in enumerate(prob.lengths)
+    }
     cval, t1 = run["c"], run["t1"]
 
     def baseline():
@@ -531,33 +606,64 @@ def bench_theorem1(case, args) -> dict:
     t0 = time.perf_counter()
     for m in range(1, M + 1):
         Tb = base[m]["T"]
-        ref[m] = (baseline_tstar(L, n, m, cval, 1.5 * Tb, "DOP853", REF_RTOL, REF_ATOL)
-                  if np.isfinite(Tb) and Tb > 0 else {"T": Tb})
+        ref[m] = (
+            baseline_tstar(L, n, m, cval, 1.5 * Tb, "DOP853", REF_RTOL, REF_ATOL)
+            if np.isfinite(Tb) and Tb > 0
+            else {"T": Tb}
+        )
     ref_s = time.perf_counter() - t0
     rows = []
     for m in range(1, M + 1):
         tp, tb, tr = T_pd[m], base[m]["T"], ref[m]["T"]
-        row = {"m": m, "popdyn": tp, "lsoda": tb, "ref": tr, "persisted_pd": persisted_pd[m],
-               "persisted_lsoda": base[m]["persisted"], "nfev": base[m]["nfev"],
-               "spec": THEOREM1_SPEC[case].get(m)}
+        row = {
+            "m": m,
+            "popdyn": tp,
+            "lsoda": tb,
+            "ref": tr,
+            "persisted_pd": persisted_pd[m],
+            "persisted_lsoda": base[m]["persisted"],
+            "nfev": base[m]["nfev"],
+            "spec": THEOREM1_SPEC[case].get(m),
+        }
         big = max(abs(tp), abs(tb))
         row["rel"] = abs(tp - tb) / big if big > 1e-9 else 0.0
         row["err_pd"] = abs(tp - tr) / abs(tr) if tr and abs(tr) > 1e-9 else None
         row["err_lsoda"] = abs(tb - tr) / abs(tr) if tr and abs(tr) > 1e-9 else None
         rows.append(row)
-        print(f"  m = {m}: T* popdyn {tp:.10g}, LSODA {tb:.10g} (rel diff {row['rel']:.2e}), reference DOP853 "
-              f"{tr:.10g}; PC persisted after T*: popdyn {persisted_pd[m]}, LSODA {base[m]['persisted']}; "
-              f"LSODA RHS evaluations {base[m]['nfev']}", flush=True)
-    r = {"L": L, "n": n, "M": M, "c_in": c, "c": cval, "t1": t1, "bound": run["bound"],
-         "bound_gd": run["bound_gamma_eq_delta"], "status": run["status"], "n_steps": int(traj.n_steps),
-         "cold": cold, "warm": float(np.median(warm)), "b_cold": b_cold, "b_warm": float(np.median(b_warm)),
-         "ref_s": ref_s, "rows": rows, "spec_max": THEOREM1_SPEC_MAX.get(case),
-         "nfev": sum(base[m]["nfev"] for m in base)}
+        print(
+            f"  m = {m}: T* popdyn {tp:.10g}, LSODA {tb:.10g} (rel diff {row['rel']:.2e}), reference DOP853 "
+            f"{tr:.10g}; PC persisted after T*: popdyn {persisted_pd[m]}, LSODA {base[m]['persisted']}; "
+            f"LSODA RHS evaluations {base[m]['nfev']}",
+            flush=True,
+        )
+    r = {
+        "L": L,
+        "n": n,
+        "M": M,
+        "c_in": c,
+        "c": cval,
+        "t1": t1,
+        "bound": run["bound"],
+        "bound_gd": run["bound_gamma_eq_delta"],
+        "status": run["status"],
+        "n_steps": int(traj.n_steps),
+        "cold": cold,
+        "warm": float(np.median(warm)),
+        "b_cold": b_cold,
+        "b_warm": float(np.median(b_warm)),
+        "ref_s": ref_s,
+        "rows": rows,
+        "spec_max": THEOREM1_SPEC_MAX.get(case),
+        "nfev": sum(base[m]["nfev"] for m in base),
+    }
     r["ratio"] = r["b_warm"] / r["warm"]
-    print(f"  popdyn theorem1_run: cold {fmt_time(cold)}, warm {fmt_time(r['warm'])} (status {run['status']}, "
-          f"{r['n_steps']} Tsit5 steps to t1 = {t1:.4g}); LSODA baseline (Σ over m): cold {fmt_time(b_cold)}, warm "
-          f"{fmt_time(r['b_warm'])} ({r['nfev']} RHS evaluations) → LSODA/popdyn warm {fmt_ratio(r['ratio'])}; "
-          f"reference {fmt_time(ref_s)}", flush=True)
+    print(
+        f"  popdyn theorem1_run: cold {fmt_time(cold)}, warm {fmt_time(r['warm'])} (status {run['status']}, "
+        f"{r['n_steps']} Tsit5 steps to t1 = {t1:.4g}); LSODA baseline (Σ over m): cold {fmt_time(b_cold)}, warm "
+        f"{fmt_time(r['b_warm'])} ({r['nfev']} RHS evaluations) → LSODA/popdyn warm {fmt_ratio(r['ratio'])}; "
+        f"reference {fmt_time(ref_s)}",
+        flush=True,
+    )
     return r
 
 
@@ -584,8 +690,16 @@ def eigsh_lambda(prob: DecisionList, theta) -> dict:
 
     op = LinearOperator((x.size, x.size), matvec=mv, dtype=np.float64)
     t0 = time.perf_counter()
-    lam = float(eigsh(op, k=1, which="LA", tol=1e-10, v0=np.random.default_rng(0).standard_normal(x.size),
-                      return_eigenvectors=False)[0])
+    lam = float(
+        eigsh(
+            op,
+            k=1,
+            which="LA",
+            tol=1e-10,
+            v0=np.random.default_rng(0).standard_normal(x.size),
+            return_eigenvectors=False,
+        )[0]
+    )
     return {"lam": lam, "s": time.perf_counter() - t0, "compile": csec, "matvecs": count[0]}
 
 
@@ -593,8 +707,11 @@ def bench_theorem2(case, args, eigsh_on: bool) -> dict:
     L, n, m, spec = case
     inst = theorem2_instance(L, n, m)
     c, eps = inst["c"], inst["eps"]
-    print(f"\n--- Theorem 2: (L, n, m) = ({L}, {n}, {m}); c = {c:.6g}, ε = {eps:.6g}, {2 * L * L} parameters; "
-          f"λ_max by Lanczos ({args.lanczos_iters} iterations) ---", flush=True)
+    print(
+        f"\n--- Theorem 2: (L, n, m) = ({L}, {n}, {m}); c = {c:.6g}, ε = {eps:.6g}, {2 * L * L} parameters; "
+        f"λ_max by Lanczos ({args.lanczos_iters} iterations) ---",
+        flush=True,
+    )
     lams, secs = [], []
     prob0 = theta_seed0 = None
     for seed in range(args.t2_seeds):
@@ -613,25 +730,50 @@ def bench_theorem2(case, args, eigsh_on: bool) -> dict:
     cp_s = time.perf_counter() - t0
     print(f"  V₀ = cP exactly (seed-0 lists): λ_max = {lam_cp:.6g} ({fmt_time(cp_s)}, warm)", flush=True)
     lams_a = np.asarray(lams)
-    r = {"L": L, "n": n, "m": m, "c": c, "eps": eps, "spec": spec, "lams": lams, "secs": secs, "lam_cp": lam_cp,
-         "cp_s": cp_s, "min": float(lams_a.min()), "median": float(np.median(lams_a)), "max": float(lams_a.max()),
-         "below_spec": int(np.sum(lams_a < spec)), "scale": c**2 / (L * n**3), "eigsh": None,
-         "eigsh_cp": None}
-    where = ("below every draw" if r["below_spec"] == 0 else "above every draw" if r["below_spec"] == len(lams)
-             else f"above {r['below_spec']} of {len(lams)} draws")
+    r = {
+        "L": L,
+        "n": n,
+        "m": m,
+        "c": c,
+        "eps": eps,
+        "spec": spec,
+        "lams": lams,
+        "secs": secs,
+        "lam_cp": lam_cp,
+        "cp_s": cp_s,
+        "min": float(lams_a.min()),
+        "median": float(np.median(lams_a)),
+        "max": float(lams_a.max()),
+        "below_spec": int(np.sum(lams_a < spec)),
+        "scale": c**2 / (L * n**3),
+        "eigsh": None,
+        "eigsh_cp": None,
+    }
+    where = (
+        "below every draw"
+        if r["below_spec"] == 0
+        else "above every draw"
+        if r["below_spec"] == len(lams)
+        else f"above {r['below_spec']} of {len(lams)} draws"
+    )
     r["where"] = where
-    print(f"  λ_max(θ₀) over seeds 0..{args.t2_seeds - 1}: min {r['min']:.4g}, median {r['median']:.4g}, max "
-          f"{r['max']:.4g}; spec {spec:.3g} is {where} (spec/median {spec / r['median']:.3f}); c²/(L n³) = "
-          f"{r['scale']:.3g}", flush=True)
+    print(
+        f"  λ_max(θ₀) over seeds 0..{args.t2_seeds - 1}: min {r['min']:.4g}, median {r['median']:.4g}, max "
+        f"{r['max']:.4g}; spec {spec:.3g} is {where} (spec/median {spec / r['median']:.3f}); c²/(L n³) = "
+        f"{r['scale']:.3g}",
+        flush=True,
+    )
     if eigsh_on:
         for name, theta, lam in (("eigsh", theta_seed0, lams[0]), ("eigsh_cp", theta_cp, lam_cp)):
             e = eigsh_lambda(prob0, theta)
             e["rel"] = abs(e["lam"] - lam) / abs(lam)
             r[name] = e
-            print(f"  baseline eigsh ({'seed 0' if name == 'eigsh' else 'V₀ = cP'}): λ_max = {e['lam']:.10g} vs "
-                  f"Lanczos {lam:.10g} (rel diff {e['rel']:.1e}); {e['matvecs']} Hessian-vector products, "
-                  f"{fmt_time(e['s'])} (+ HVP compile {fmt_time(e['compile'])}); popdyn warm {fmt_time(cp_s)}",
-                  flush=True)
+            print(
+                f"  baseline eigsh ({'seed 0' if name == 'eigsh' else 'V₀ = cP'}): λ_max = {e['lam']:.10g} vs "
+                f"Lanczos {lam:.10g} (rel diff {e['rel']:.1e}); {e['matvecs']} Hessian-vector products, "
+                f"{fmt_time(e['s'])} (+ HVP compile {fmt_time(e['compile'])}); popdyn warm {fmt_time(cp_s)}",
+                flush=True,
+            )
     return r
 
 
@@ -644,8 +786,17 @@ def fmt_t(x: float | None) -> str:
     return "0 (PC at every t > 0)" if x < 1e-9 else f"{x:.8g}"
 
 
-def render(p1: list[dict], mc: list[dict], t1: list[dict], t2: list[dict], info: dict, args, command: str,
-           date: str, total: float) -> str:
+def render(
+    p1: list[dict],
+    mc: list[dict],
+    t1: list[dict],
+    t2: list[dict],
+    info: dict,
+    args,
+    command: str,
+    date: str,
+    total: float,
+) -> str:
     out = [SECTION, ""]
     out.append(f"Written by `benchmarks/decision_lists.py` on {date} (total run {total:.0f} s).  ")
     out.append(f"Command: `{command}`")
@@ -661,11 +812,15 @@ def render(p1: list[dict], mc: list[dict], t1: list[dict], t2: list[dict], info:
     out.append("")
     out.append("### 1. Exact loss + gradient")
     out.append("")
-    out.append("Path B (`DecisionList.loss`, histogram enumeration) vs brute force over all L^n sequences "
-               "(`brute_force_loss`), both `jit(value_and_grad)`:")
+    out.append(
+        "Path B (`DecisionList.loss`, histogram enumeration) vs brute force over all L^n sequences "
+        "(`brute_force_loss`), both `jit(value_and_grad)`:"
+    )
     out.append("")
-    out.append("| (L, n) | law | sequences (of L^n) | histograms | ℒ | \\|Δℒ\\| | max\\|Δ∇ℒ\\| | path B compile | "
-               "path B warm | brute compile | brute warm | brute / path B (warm) |")
+    out.append(
+        "| (L, n) | law | sequences (of L^n) | histograms | ℒ | \\|Δℒ\\| | max\\|Δ∇ℒ\\| | path B compile | "
+        "path B warm | brute compile | brute warm | brute / path B (warm) |"
+    )
     out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in p1:
         out.append(
@@ -675,11 +830,15 @@ def render(p1: list[dict], mc: list[dict], t1: list[dict], t2: list[dict], info:
             f"{fmt_ratio(r['ratio'])} |"
         )
     out.append("")
-    out.append(f"Larger cases, distinct tokens (brute force is out of reach: L^n ≥ 3.2e6 sequences). XLA's "
-               f"temporaries are from `compiled.memory_analysis()`; a program runs only if they fit in "
-               f"{MEMORY_FRACTION:.0%} of the available memory:")
+    out.append(
+        f"Larger cases, distinct tokens (brute force is out of reach: L^n ≥ 3.2e6 sequences). XLA's "
+        f"temporaries are from `compiled.memory_analysis()`; a program runs only if they fit in "
+        f"{MEMORY_FRACTION:.0%} of the available memory:"
+    )
     out.append("")
-    out.append("| (L, n) | subsets | table build | path B variant | compile | XLA temporaries | first call | warm | ℒ |")
+    out.append(
+        "| (L, n) | subsets | table build | path B variant | compile | XLA temporaries | first call | warm | ℒ |"
+    )
     out.append("|---|---|---|---|---|---|---|---|---|")
     for r in mc:
         for v in r["variants"]:
@@ -689,8 +848,10 @@ def render(p1: list[dict], mc: list[dict], t1: list[dict], t2: list[dict], info:
                 first = fmt_time(v["first"])
                 warm = "skipped" if v.get("warm") is None else f"{fmt_time(v['warm'])} ({v['n_warm']} runs)"
             loss = f"{v['loss']:.12f}" if "loss" in v else "—"
-            out.append(f"| ({r['L']}, {r['n']}) | {r['subsets']:,} | {fmt_time(r['table_s'])} | {v['label']} | "
-                       f"{fmt_time(v['compile'])} | {fmt_gb(v['temp'])} | {first} | {warm} | {loss} |")
+            out.append(
+                f"| ({r['L']}, {r['n']}) | {r['subsets']:,} | {fmt_time(r['table_s'])} | {v['label']} | "
+                f"{fmt_time(v['compile'])} | {fmt_gb(v['temp'])} | {first} | {warm} | {loss} |"
+            )
     out.append("")
     done = [r for r in mc if "rows" in r and r["rows"]]
     if done:
@@ -705,8 +866,10 @@ def render(p1: list[dict], mc: list[dict], t1: list[dict], t2: list[dict], info:
             "Ratio = MC time / exact warm time, from the run where there is one, else from the prediction (pred.)."
         )
         out.append("")
-        out.append("| (L, n) | exact (warm) | criterion | ε | B(ε) | predicted MC (with / without sampling) | run: "
-                   "batches × b, wall | ratio MC/exact | run's \\|Δℒ\\|/ℒ, ‖Δ∇‖/‖∇ℒ‖ |")
+        out.append(
+            "| (L, n) | exact (warm) | criterion | ε | B(ε) | predicted MC (with / without sampling) | run: "
+            "batches × b, wall | ratio MC/exact | run's \\|Δℒ\\|/ℒ, ‖Δ∇‖/‖∇ℒ‖ |"
+        )
         out.append("|---|---|---|---|---|---|---|---|---|")
         for r in done:
             for row in r["rows"]:
@@ -714,9 +877,13 @@ def render(p1: list[dict], mc: list[dict], t1: list[dict], t2: list[dict], info:
                 out.append(
                     f"| ({r['L']}, {r['n']}) | {fmt_time(r['exact_warm'])} | {row['crit']} | {row['eps']:g} | "
                     f"{fmt_n(row['B'])} | {fmt_time(row['T'])} / {fmt_time(row['T_grad'])} | "
-                    + (f"{row['run_nb']} × {row['run_b']:,}, {fmt_time(row['run_s'])} | {fmt_ratio(row['ratio_run'])} | "
-                       f"{row['run_loss_err']:.1e}, {row['run_grad_err']:.1e} |" if ran else
-                       f"not run | {fmt_ratio(row['ratio'])} (pred.) | — |"))
+                    + (
+                        f"{row['run_nb']} × {row['run_b']:,}, {fmt_time(row['run_s'])} | {fmt_ratio(row['ratio_run'])} | "
+                        f"{row['run_loss_err']:.1e}, {row['run_grad_err']:.1e} |"
+                        if ran
+                        else f"not run | {fmt_ratio(row['ratio'])} (pred.) | — |"
+                    )
+                )
         out.append("")
         for r in done:
             out.append(
@@ -742,18 +909,23 @@ def render(p1: list[dict], mc: list[dict], t1: list[dict], t2: list[dict], info:
     out.append(
         "popdyn: `theorem1_run(L, n, M, c)` (reduced flow on (w, u = √(L−m)·ω), Tsit5 rtol 1e-10 atol 1e-12, "
         "`first_passage` on 4000 log-spaced records, linear interpolation). Baseline (the spec's): per list length m, "
-        f"`solve_ivp(method=\"LSODA\", rtol={LSODA_RTOL:g}, atol={LSODA_ATOL:g}, dense_output=True)` on dw/dt = "
+        f'`solve_ivp(method="LSODA", rtol={LSODA_RTOL:g}, atol={LSODA_ATOL:g}, dense_output=True)` on dw/dt = '
         "−∂ℒ_m/∂w, dω/dt = −∂ℒ_m/∂ω/(L−m), RHS = jitted `jax.grad(column_loss)`, same horizon t1; T* by bisection "
         f"(relative {BISECT_RTOL:g}) on w_1 > … > w_m > ω through the dense output. Reference: the same with DOP853, "
         f"rtol {REF_RTOL:g}, atol {REF_ATOL:g}, to 1.5·T*."
     )
     out.append("")
-    out.append("| (L, n, M) | c | m | T* popdyn | T* LSODA | rel. diff | T* reference | popdyn err | LSODA err | spec |")
+    out.append(
+        "| (L, n, M) | c | m | T* popdyn | T* LSODA | rel. diff | T* reference | popdyn err | LSODA err | spec |"
+    )
     out.append("|---|---|---|---|---|---|---|---|---|---|")
     for r in t1:
         for row in r["rows"]:
-            spec = row["spec"] if row["spec"] is not None else (
-                f"max_m {r['spec_max']:g}" if r["spec_max"] and row["m"] == r["M"] else "—")
+            spec = (
+                row["spec"]
+                if row["spec"] is not None
+                else (f"max_m {r['spec_max']:g}" if r["spec_max"] and row["m"] == r["M"] else "—")
+            )
             out.append(
                 f"| ({r['L']}, {r['n']}, {r['M']}) | {r['c']:.6g} | {row['m']} | {fmt_t(row['popdyn'])} | "
                 f"{fmt_t(row['lsoda'])} | {row['rel']:.1e} | {fmt_t(row['ref'])} | "
@@ -761,8 +933,10 @@ def render(p1: list[dict], mc: list[dict], t1: list[dict], t2: list[dict], info:
                 f"{'—' if row['err_lsoda'] is None else format(row['err_lsoda'], '.1e')} | {spec} |"
             )
     out.append("")
-    out.append("| (L, n, M) | c | t1 | popdyn cold | popdyn warm | LSODA cold (Σ m) | LSODA warm (Σ m) | LSODA RHS evals "
-               "| LSODA / popdyn (warm) | bound T₁ (γ = δ/L; γ = δ) |")
+    out.append(
+        "| (L, n, M) | c | t1 | popdyn cold | popdyn warm | LSODA cold (Σ m) | LSODA warm (Σ m) | LSODA RHS evals "
+        "| LSODA / popdyn (warm) | bound T₁ (γ = δ/L; γ = δ) |"
+    )
     out.append("|---|---|---|---|---|---|---|---|---|---|")
     for r in t1:
         out.append(
@@ -771,12 +945,15 @@ def render(p1: list[dict], mc: list[dict], t1: list[dict], t2: list[dict], info:
             f"{fmt_ratio(r['ratio'])} | {r['bound']:.4g}; {r['bound_gd']:.4g} |"
         )
     out.append("")
-    pers = all(row["persisted_pd"] in (True, None) and row["persisted_lsoda"] in (True, None)
-               for r in t1 for row in r["rows"])
-    out.append(f"PC persisted after T* on every record of both solvers: {'yes' if pers else '**no**'}. popdyn's flow "
-               "status at t1: " + ", ".join(f"({r['L']}, {r['n']}, {r['M']}) {r['status']} after {r['n_steps']} steps"
-                                            for r in t1)
-               + " ('max_steps' is popdyn's label for a flow that reached t1 without becoming steady).")
+    pers = all(
+        row["persisted_pd"] in (True, None) and row["persisted_lsoda"] in (True, None) for r in t1 for row in r["rows"]
+    )
+    out.append(
+        f"PC persisted after T* on every record of both solvers: {'yes' if pers else '**no**'}. popdyn's flow "
+        "status at t1: "
+        + ", ".join(f"({r['L']}, {r['n']}, {r['M']}) {r['status']} after {r['n_steps']} steps" for r in t1)
+        + " ('max_steps' is popdyn's label for a flow that reached t1 without becoming steady)."
+    )
     out.append("")
 
     out.append("### 3. Theorem 2: λ_max(θ₀) over random draws")
@@ -786,18 +963,26 @@ def render(p1: list[dict], mc: list[dict], t1: list[dict], t2: list[dict], info:
         "seed), random_perm(L, seed), c=c, init_eps=ε).init(PRNGKey(seed))`, i.e. W₀ = 0, V₀ = cP + U(−ε/2, ε/2). "
         f"λ_max = `popdyn.lambda_max(prob, θ₀, iters={args.lanczos_iters})` (Lanczos on exact Hessian-vector "
         "products). Per-seed times include a compile (the lists are static); the V₀ = cP call reuses seed 0's lists "
-        "and is warm. Baseline: `scipy.sparse.linalg.eigsh(k=1, which=\"LA\", tol=1e-10)` on a `LinearOperator` of "
+        'and is warm. Baseline: `scipy.sparse.linalg.eigsh(k=1, which="LA", tol=1e-10)` on a `LinearOperator` of '
         "the jitted exact HVP, at seed 0's θ₀ and at V₀ = cP (time excludes the HVP's compile)."
     )
     out.append("")
-    out.append("| (L, n, m) | c | ε | seeds | λ_max(θ₀) min / median / max | spec | spec's place | λ_max at V₀ = cP | "
-               "c²/(L n³) | popdyn per seed (cold, median) | popdyn warm (V₀ = cP) | eigsh seed 0: λ, rel. diff, HVPs, time "
-               "| eigsh V₀ = cP: λ, rel. diff, HVPs, time |")
+    out.append(
+        "| (L, n, m) | c | ε | seeds | λ_max(θ₀) min / median / max | spec | spec's place | λ_max at V₀ = cP | "
+        "c²/(L n³) | popdyn per seed (cold, median) | popdyn warm (V₀ = cP) | eigsh seed 0: λ, rel. diff, HVPs, time "
+        "| eigsh V₀ = cP: λ, rel. diff, HVPs, time |"
+    )
     out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 
     def eig(e):
-        return "—" if e is None else (f"{e['lam']:.6g}, {e['rel']:.1e}, {e['matvecs']}, {fmt_time(e['s'])} (+ "
-                                      f"{fmt_time(e['compile'])} compile)")
+        return (
+            "—"
+            if e is None
+            else (
+                f"{e['lam']:.6g}, {e['rel']:.1e}, {e['matvecs']}, {fmt_time(e['s'])} (+ "
+                f"{fmt_time(e['compile'])} compile)"
+            )
+        )
 
     for r in t2:
         es = eig(r["eigsh"]) + " | " + eig(r["eigsh_cp"])
@@ -809,8 +994,11 @@ def render(p1: list[dict], mc: list[dict], t1: list[dict], t2: list[dict], info:
         )
     out.append("")
     for r in t2:
-        out.append(f"- ({r['L']}, {r['n']}, {r['m']}) per seed: " + ", ".join(
-            f"{s}: {lam:.5g}" for s, lam in enumerate(r["lams"])) + ".")
+        out.append(
+            f"- ({r['L']}, {r['n']}, {r['m']}) per seed: "
+            + ", ".join(f"{s}: {lam:.5g}" for s, lam in enumerate(r["lams"]))
+            + "."
+        )
     out.append("")
 
     out.append("What this shows:")
@@ -823,50 +1011,71 @@ def render(p1: list[dict], mc: list[dict], t1: list[dict], t2: list[dict], info:
 def conclusions(p1, mc, t1, t2) -> list[str]:
     out = []
     if p1:
-        out.append("Path B equals brute force to ≤ " + f"{max(r['dv'] for r in p1):.0e} in the loss and "
-                   f"{max(r['dg'] for r in p1):.0e} in the gradient at (8, 4), and is "
-                   + " / ".join(f"{fmt_ratio(r['ratio'])} ({r['dist']})" for r in p1)
-                   + " faster warm; compile times are comparable.")
+        out.append(
+            "Path B equals brute force to ≤ " + f"{max(r['dv'] for r in p1):.0e} in the loss and "
+            f"{max(r['dg'] for r in p1):.0e} in the gradient at (8, 4), and is "
+            + " / ".join(f"{fmt_ratio(r['ratio'])} ({r['dist']})" for r in p1)
+            + " faster warm; compile times are comparable."
+        )
     for r in mc:
         if not r.get("rows"):
             continue
         big = [v for v in r["variants"] if not v["run"]]
-        note = (f" `value_and_grad(prob.loss)` would need {fmt_gb(big[0]['temp'])} of XLA temporaries (reverse mode "
-                "through the chunk scan keeps every chunk's residuals), so the exact gradient used here is the "
-                "chunk-wise one." if big else "")
+        note = (
+            f" `value_and_grad(prob.loss)` would need {fmt_gb(big[0]['temp'])} of XLA temporaries (reverse mode "
+            "through the chunk scan keeps every chunk's residuals), so the exact gradient used here is the "
+            "chunk-wise one."
+            if big
+            else ""
+        )
         loss_rows = {row["eps"]: row for row in r["rows"] if row["crit"].startswith("loss")}
         grad_rows = {row["eps"]: row for row in r["rows"] if row["crit"].startswith("gradient")}
+
         def ratio(row):
             return fmt_ratio(row["ratio_run"]) if "ratio_run" in row else fmt_ratio(row["ratio"]) + " (pred.)"
 
-        parts = ", ".join(f"ε = {e:g}: {ratio(loss_rows[e])} (loss) / {ratio(grad_rows[e])} (gradient)"
-                          for e in loss_rows)
-        out.append(f"({r['L']}, {r['n']}): exact warm {fmt_time(r['exact_warm'])}; MC/exact time ratio {parts}. MC "
-                   f"is cheaper than the exact value only for relative precision coarser than ε* = "
-                   f"{r['eps_star_loss']:.2g} (loss) / {r['eps_star_grad']:.2g} (gradient), and never gives the exact "
-                   f"value.{note}")
+        parts = ", ".join(
+            f"ε = {e:g}: {ratio(loss_rows[e])} (loss) / {ratio(grad_rows[e])} (gradient)" for e in loss_rows
+        )
+        out.append(
+            f"({r['L']}, {r['n']}): exact warm {fmt_time(r['exact_warm'])}; MC/exact time ratio {parts}. MC "
+            f"is cheaper than the exact value only for relative precision coarser than ε* = "
+            f"{r['eps_star_loss']:.2g} (loss) / {r['eps_star_grad']:.2g} (gradient), and never gives the exact "
+            f"value.{note}"
+        )
     if t1:
         worst = max(row["rel"] for r in t1 for row in r["rows"])
         perr = [row["err_pd"] for r in t1 for row in r["rows"] if row["err_pd"] is not None]
         lerr = [row["err_lsoda"] for r in t1 for row in r["rows"] if row["err_lsoda"] is not None]
-        out.append(f"Theorem 1: popdyn and the LSODA baseline agree on every T* to relative {worst:.1e}; against the "
-                   f"tight DOP853 reference popdyn's error is ≤ {max(perr):.1e} (log-grid interpolation) and LSODA's ≤ "
-                   f"{max(lerr):.1e}. Warm wall time LSODA / popdyn: " + " / ".join(fmt_ratio(r["ratio"]) for r in t1)
-                   + " (> 1: popdyn faster); popdyn's cold call (one XLA compile per case) takes "
-                   + " / ".join(fmt_time(r["cold"]) for r in t1) + " vs the baseline's "
-                   + " / ".join(fmt_time(r["b_cold"]) for r in t1) + ".")
+        out.append(
+            f"Theorem 1: popdyn and the LSODA baseline agree on every T* to relative {worst:.1e}; against the "
+            f"tight DOP853 reference popdyn's error is ≤ {max(perr):.1e} (log-grid interpolation) and LSODA's ≤ "
+            f"{max(lerr):.1e}. Warm wall time LSODA / popdyn: "
+            + " / ".join(fmt_ratio(r["ratio"]) for r in t1)
+            + " (> 1: popdyn faster); popdyn's cold call (one XLA compile per case) takes "
+            + " / ".join(fmt_time(r["cold"]) for r in t1)
+            + " vs the baseline's "
+            + " / ".join(fmt_time(r["b_cold"]) for r in t1)
+            + "."
+        )
     for r in t2:
-        out.append(f"Theorem 2 ({r['L']}, {r['n']}, {r['m']}): λ_max(θ₀) spans {r['min']:.3g}–{r['max']:.3g} over "
-                   f"{len(r['lams'])} draws of V₀ (median {r['median']:.3g}; V₀ = cP: {r['lam_cp']:.3g}); the spec's "
-                   f"{r['spec']:.3g} is {r['where']}"
-                   + ("" if r["eigsh"] is None else f"; eigsh agrees with popdyn's Lanczos to "
-                      f"{max(r['eigsh']['rel'], r['eigsh_cp']['rel']):.0e} and takes {fmt_time(r['eigsh']['s'])} "
-                      f"({r['eigsh']['matvecs']} HVPs) vs popdyn's warm {fmt_time(r['cp_s'])}")
-                   + f". Exactly at V₀ = cP, λ_max is {r['lam_cp'] / r['median']:.2f}× the median draw, although the "
-                   f"perturbation is ≤ ε/2 = {r['eps'] / 2:.3g} ≈ {r['eps'] / 2 / r['c']:.0e}·c per entry: at W₀ = 0 "
-                   "the n present labels' logits are exactly tied at c/n, and the perturbation shifts them by "
-                   f"O(ε/√n) ≈ {r['eps'] / math.sqrt(12 * r['n']):.2g} (std), which is O(1) on the softmax scale "
-                   "(an interpretation, not a measurement).")
+        out.append(
+            f"Theorem 2 ({r['L']}, {r['n']}, {r['m']}): λ_max(θ₀) spans {r['min']:.3g}–{r['max']:.3g} over "
+            f"{len(r['lams'])} draws of V₀ (median {r['median']:.3g}; V₀ = cP: {r['lam_cp']:.3g}); the spec's "
+            f"{r['spec']:.3g} is {r['where']}"
+            + (
+                ""
+                if r["eigsh"] is None
+                else f"; eigsh agrees with popdyn's Lanczos to "
+                f"{max(r['eigsh']['rel'], r['eigsh_cp']['rel']):.0e} and takes {fmt_time(r['eigsh']['s'])} "
+                f"({r['eigsh']['matvecs']} HVPs) vs popdyn's warm {fmt_time(r['cp_s'])}"
+            )
+            + f". Exactly at V₀ = cP, λ_max is {r['lam_cp'] / r['median']:.2f}× the median draw, although the "
+            f"perturbation is ≤ ε/2 = {r['eps'] / 2:.3g} ≈ {r['eps'] / 2 / r['c']:.0e}·c per entry: at W₀ = 0 "
+            "the n present labels' logits are exactly tied at c/n, and the perturbation shifts them by "
+            f"O(ε/√n) ≈ {r['eps'] / math.sqrt(12 * r['n']):.2g} (std), which is O(1) on the softmax scale "
+            "(an interpretation, not a measurement)."
+        )
     return out
 
 
@@ -876,56 +1085,104 @@ def headline(p1, mc, t1, t2, args, command: str, date: str, info: dict, total: f
     vs brute force, Theorem 1 vs LSODA and Theorem 2's Lanczos vs eigsh (warm)."""
     rows = []
     for r in p1:
-        rows.append(headline_row("decision-list", f"exact loss+gradient, ({r['L']}, {r['n']}) {r['dist']}: path B vs "
-                                 "brute force over all L^n sequences", "path B (histograms)", r["ex_warm"],
-                                 "brute force", r["bf_warm"]))
+        rows.append(
+            headline_row(
+                "decision-list",
+                f"exact loss+gradient, ({r['L']}, {r['n']}) {r['dist']}: path B vs brute force over all L^n sequences",
+                "path B (histograms)",
+                r["ex_warm"],
+                "brute force",
+                r["bf_warm"],
+            )
+        )
     done = [r for r in mc if r.get("rows")]
     for r in done:
         grad = [row for row in r["rows"] if row["crit"].startswith("gradient")]
         c = next((row for row in grad if row["eps"] == SUMMARY_EPS), min(grad, key=lambda row: row["eps"]))
         ran = "run_s" in c
-        rows.append(headline_row(
-            "decision-list", f"exact loss+gradient vs Monte Carlo at gradient RMSE ε‖∇ℒ‖, ε = {c['eps']:g}; "
-            f"(L, n) = ({r['L']}, {r['n']})", r["exact_label"], r["exact_warm"],
-            f"MC, B(ε) = {fmt_n(c['B'])} sequences ({'run' if ran else 'predicted'})",
-            c["run_s"] if ran else c["T"], primary=r is done[-1]))
+        rows.append(
+            headline_row(
+                "decision-list",
+                f"exact loss+gradient vs Monte Carlo at gradient RMSE ε‖∇ℒ‖, ε = {c['eps']:g}; "
+                f"(L, n) = ({r['L']}, {r['n']})",
+                r["exact_label"],
+                r["exact_warm"],
+                f"MC, B(ε) = {fmt_n(c['B'])} sequences ({'run' if ran else 'predicted'})",
+                c["run_s"] if ran else c["T"],
+                primary=r is done[-1],
+            )
+        )
     for r in t1:
-        rows.append(headline_row("decision-list", f"Theorem 1 T*, (L, n, M) = ({r['L']}, {r['n']}, {r['M']}) (warm)",
-                                 "`theorem1_run`", r["warm"], "`solve_ivp` LSODA per m", r["b_warm"],
-                                 note=f"cold: popdyn {fmt_time(r['cold'])}, LSODA {fmt_time(r['b_cold'])}"))
+        rows.append(
+            headline_row(
+                "decision-list",
+                f"Theorem 1 T*, (L, n, M) = ({r['L']}, {r['n']}, {r['M']}) (warm)",
+                "`theorem1_run`",
+                r["warm"],
+                "`solve_ivp` LSODA per m",
+                r["b_warm"],
+                note=f"cold: popdyn {fmt_time(r['cold'])}, LSODA {fmt_time(r['b_cold'])}",
+            )
+        )
     for r in t2:
         if r["eigsh_cp"] is not None:
-            rows.append(headline_row("decision-list", f"Theorem 2 λ_max at V₀ = cP, (L, n, m) = ({r['L']}, {r['n']}, "
-                                     f"{r['m']}) (warm)", "`lambda_max` (Lanczos on exact HVPs)", r["cp_s"],
-                                     "`scipy.sparse.linalg.eigsh` on the same HVP", r["eigsh_cp"]["s"]))
+            rows.append(
+                headline_row(
+                    "decision-list",
+                    f"Theorem 2 λ_max at V₀ = cP, (L, n, m) = ({r['L']}, {r['n']}, {r['m']}) (warm)",
+                    "`lambda_max` (Lanczos on exact HVPs)",
+                    r["cp_s"],
+                    "`scipy.sparse.linalg.eigsh` on the same HVP",
+                    r["eigsh_cp"]["s"],
+                )
+            )
     checks = [(f"({r['L']}, {r['n']}) {r['dist']}: path B equals brute force", r["ok"]) for r in p1]
-    checks += [(f"({r['L']}, {r['n']}): exact loss and gradient within 4 SE of the MC pilot", r["check_ok"])
-               for r in done]
+    checks += [
+        (f"({r['L']}, {r['n']}): exact loss and gradient within 4 SE of the MC pilot", r["check_ok"]) for r in done
+    ]
     return make_headline("decision_lists", SECTION, command, date, info, args.quick, total, rows, checks)
 
 
 # ---------------------------------------------------------------------------------------------------------------
 def parse_args(argv=None):
     ap = parser(__doc__)
-    ap.add_argument("--mc-cases", nargs="+", default=None,
-                    help="L,n pairs for the exact-vs-MC part (default 20,5 30,8; --quick: 20,5)")
+    ap.add_argument(
+        "--mc-cases",
+        nargs="+",
+        default=None,
+        help="L,n pairs for the exact-vs-MC part (default 20,5 30,8; --quick: 20,5)",
+    )
     ap.add_argument("--eps", type=float, nargs="+", default=[1e-2, 1e-3], help="relative precisions (1e-2 1e-3)")
     ap.add_argument("--pilot", type=int, default=16384, help="pilot sequences for the MC variances (default 16384)")
     ap.add_argument("--mc-batch", type=int, default=8192, help="MC batch size (default 8192)")
-    ap.add_argument("--mc-cap", type=float, default=20.0,
-                    help="actually run an MC estimate when its predicted time is ≤ this many seconds (default 20)")
-    ap.add_argument("--exact-limit", type=float, default=60.0,
-                    help="skip warm repeats and MC of a case whose exact gradient takes longer (default 60 s)")
+    ap.add_argument(
+        "--mc-cap",
+        type=float,
+        default=20.0,
+        help="actually run an MC estimate when its predicted time is ≤ this many seconds (default 20)",
+    )
+    ap.add_argument(
+        "--exact-limit",
+        type=float,
+        default=60.0,
+        help="skip warm repeats and MC of a case whose exact gradient takes longer (default 60 s)",
+    )
     ap.add_argument("--repeats", type=int, default=7, help="warm timing repeats (default 7)")
     ap.add_argument("--t2-seeds", type=int, default=None, help="Theorem 2 seeds (default 10; --quick 3)")
     ap.add_argument("--lanczos-iters", type=int, default=32, help="Lanczos iterations for λ_max (default 32)")
     ap.add_argument("--no-eigsh", action="store_true", help="skip the eigsh cross-check of λ_max")
     ap.add_argument("--seed", type=int, default=0, help="seed of θ, lists and π in part 1 and of the MC keys")
-    ap.add_argument("--quick", action="store_true",
-                    help="MC at (20, 5) only, 3 Theorem-2 seeds, eigsh only at (23, 20, 1); writes no results unless "
-                         "--results")
-    ap.add_argument("--results", type=Path, default=None,
-                    help="markdown file to update (default benchmarks/RESULTS.md; with --quick: none)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="MC at (20, 5) only, 3 Theorem-2 seeds, eigsh only at (23, 20, 1); writes no results unless --results",
+    )
+    ap.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="markdown file to update (default benchmarks/RESULTS.md; with --quick: none)",
+    )
     args = ap.parse_args(argv)
     if args.mc_cases is None:
         args.mc_cases = ["20,5"] if args.quick else ["20,5", "30,8"]
@@ -958,8 +1215,10 @@ def main(argv=None) -> int:
     print("\n=== 2. Theorem 1 T*: theorem1_run vs solve_ivp LSODA ===", flush=True)
     t1 = [bench_theorem1(case, args) for case in THEOREM1_CASES]
     print("\n=== 3. Theorem 2 λ_max(θ₀) ===", flush=True)
-    t2 = [bench_theorem2(case, args, eigsh_on=not args.no_eigsh and not (args.quick and case[0] == 32))
-          for case in THEOREM2_CASES]
+    t2 = [
+        bench_theorem2(case, args, eigsh_on=not args.no_eigsh and not (args.quick and case[0] == 32))
+        for case in THEOREM2_CASES
+    ]
     total = time.perf_counter() - t_start
     try:
         info["load_avg_end"] = " ".join(f"{x:.2f}" for x in os.getloadavg())

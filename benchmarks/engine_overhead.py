@@ -93,9 +93,9 @@ import popdyn  # noqa: E402
 import popdyn.dynamics.descent as descent_mod  # noqa: E402
 import popdyn.dynamics.flow as flow_mod  # noqa: E402
 import popdyn.dynamics.trajectory as trajectory_mod  # noqa: E402
+from benchmarks._common import fmt_time, headline_row, make_headline, parser, peak_rss_gb, run_header  # noqa: E402
 from popdyn.batching import as_batch  # noqa: E402
 from popdyn.tasks.markov import Canonical  # noqa: E402
-from benchmarks._common import fmt_time, headline_row, make_headline, parser, peak_rss_gb, run_header  # noqa: E402
 
 SCRIPT = "engine_overhead"
 HEADING = "## Engine overhead (GD and flow against hand kernels)"
@@ -118,12 +118,15 @@ def popdyn_source() -> dict:
     if commit_file.exists():
         info["snapshot_of"] = commit_file.read_text().strip()
     try:
-        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=path, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=path, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", str(path)], cwd=path, capture_output=True,
-                               text=True, check=True).stdout.strip()
+        top = subprocess.run(
+            ["git", "rev-parse", "--show-toplevel"], cwd=path, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=path, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", str(path)], cwd=path, capture_output=True, text=True, check=True
+        ).stdout.strip()
         info["git"] = f"{top} @ {head}" + (" (popdyn/ has uncommitted changes)" if dirty else " (popdyn/ clean)")
     except (OSError, subprocess.CalledProcessError):
         info.setdefault("git", "not in a git checkout")
@@ -158,6 +161,7 @@ def captured(module, names: tuple[str, ...]):
         def f(*args, **kwargs):
             got[n] = (args, kwargs)
             return orig[n](*args, **kwargs)
+
         return f
 
     for n in names:
@@ -194,6 +198,7 @@ def split_engine(engine, loop_module, loop_names: tuple[str, ...], log: list):
                 out = jax.block_until_ready(fn(*args, **kwargs))
                 rec[key] = rec.get(key, 0.0) + time.perf_counter() - t0
                 return out
+
             return f
 
         for m, n, fn, key in saved:
@@ -219,8 +224,7 @@ def split_rows(log: list[dict], loop_label: str, rest_label: str) -> tuple[list,
     bestof = {k: min(r.get(k, 0.0) for r in timed) for k in keys if any(k in r for r in timed)}
     labels = {"loop": f"  {loop_label}", "finish": "  finish pass", "rest": f"  {rest_label}"}
     med = {k: float(np.median([r.get(k, 0.0) for r in timed])) for k in bestof}
-    rows = [(labels.get(k, f"    {k}"), v, med[k], "split within each call")
-            for k, v in bestof.items() if k != "total"]
+    rows = [(labels.get(k, f"    {k}"), v, med[k], "split within each call") for k, v in bestof.items() if k != "total"]
     return rows, bestof
 
 
@@ -281,11 +285,14 @@ def speed_floor(speed0):
 # ---------------------------------------------------------------------------------------------------------------
 def _gd_end_points(grad, batch, steps: int, lr: float):
     """vmap(scan) of θ ← θ − η∇L(θ) over ``batch``: the end points only."""
+
     def one(theta):
         def body(t, _):
             g = grad(t)
             return {k: t[k] - lr * g[k] for k in t}, None
+
         return jax.lax.scan(body, theta, None, length=steps)[0]
+
     return jax.vmap(one)(batch)
 
 
@@ -313,16 +320,30 @@ def hand_gd_records(prob, steps: int, lr: float):
             def body(t, _):
                 loss, g = vg(t)
                 return {k: t[k] - lr * g[k] for k in t}, (loss, optax.tree.norm(g))
+
             final, (ls, gs) = jax.lax.scan(body, theta, None, length=steps)
             loss, g = vg(final)
             return final, jnp.append(ls, loss), jnp.append(gs, optax.tree.norm(g))
+
         return jax.vmap(one)(batch)
 
     return run
 
 
-def gd_replica(prob, steps: int, k: int, lr: float, *, rule: str, div=True, keyed=True, records="separate",
-               ts_out=True, status=True, layout="BT"):
+def gd_replica(
+    prob,
+    steps: int,
+    k: int,
+    lr: float,
+    *,
+    rule: str,
+    div=True,
+    keyed=True,
+    records="separate",
+    ts_out=True,
+    status=True,
+    layout="BT",
+):
     """A copy of the plain-GD loop of ``popdyn.dynamics.descent._descend_batch`` (HEAD) with parts switchable:
     ``div`` per-step divergence bookkeeping; ``keyed`` per-step fold_in + split of the point's key; ``records``
     "separate" (value_and_grad again at each record, as the engine), "fused" (the record at a block's start is the
@@ -364,8 +385,11 @@ def gd_replica(prob, steps: int, k: int, lr: float, *, rule: str, div=True, keye
             gn = optax.tree.norm(g)
             rec = {"loss": loss, "grad_norm": gn}
             if status:
-                rec["steady"] = (gn < GTOL if rule == "norm" else
-                                 curvature_steady(field, theta, ATOL + RTOL * optax.tree.norm(theta), floor))
+                rec["steady"] = (
+                    gn < GTOL
+                    if rule == "norm"
+                    else curvature_steady(field, theta, ATOL + RTOL * optax.tree.norm(theta), floor)
+                )
             return rec
 
         def snapshot(theta):
@@ -380,12 +404,15 @@ def gd_replica(prob, steps: int, k: int, lr: float, *, rule: str, div=True, keye
             (final, bad), _ = jax.lax.scan(step, carry0, jnp.arange(steps))
             return {"final": final}
         if records == "separate":
+
             def block(carry, b):
                 carry, _ = jax.lax.scan(step, carry, b * k + jnp.arange(k))
                 return carry, snapshot(carry[0])
+
             (final, bad), recs = jax.lax.scan(block, carry0, jnp.arange(n_rec))
             recs = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), snapshot(theta), recs)
         elif records == "carry":  # the gradient at θ rides in the carry: one evaluation per step, records included
+
             def gstep(carry, i):
                 theta, g, bad = carry
                 theta, bad = advance(theta, bad, g)
@@ -404,7 +431,7 @@ def gd_replica(prob, steps: int, k: int, lr: float, *, rule: str, div=True, keye
                     if rule == "secant":  # gᵀHg ≈ g_k·(g_k − g_{k+1})/η from the next step's gradient
                         curv = optax.tree.vdot(g, jax.tree_util.tree_map(jnp.subtract, g, g1)) / lr
                         tol = ATOL + RTOL * optax.tree.norm(theta)
-                        rec["steady"] = (gn ** 3 <= tol * curv) | (gn <= floor)
+                        rec["steady"] = (gn**3 <= tol * curv) | (gn <= floor)
                     else:
                         rec["steady"] = record(theta, loss, g)["steady"]
                 if k > 1:
@@ -420,6 +447,7 @@ def gd_replica(prob, steps: int, k: int, lr: float, *, rule: str, div=True, keye
                 last["steady"] = curvature_steady(field, final, ATOL + RTOL * optax.tree.norm(final), floor)
             recs = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b[None]]), recs, last)
         else:  # fused
+
             def block(carry, b):
                 theta, bad = carry
                 loss, g = vg(theta)
@@ -431,6 +459,7 @@ def gd_replica(prob, steps: int, k: int, lr: float, *, rule: str, div=True, keye
                 if k > 1:
                     carry, _ = jax.lax.scan(step, carry, b * k + 1 + jnp.arange(k - 1))
                 return carry, rec
+
             (final, bad), recs = jax.lax.scan(block, carry0, jnp.arange(n_rec))
             recs = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b[None]]), recs, snapshot(final))
         out = {"final": final, "loss": recs["loss"], "grad_norm": recs["grad_norm"]}
@@ -439,8 +468,9 @@ def gd_replica(prob, steps: int, k: int, lr: float, *, rule: str, div=True, keye
             gn = recs["grad_norm"]
             out["t_final"] = jnp.where(jnp.any(below), ts[jnp.argmax(below)], float(steps))
             finite = jnp.isfinite(recs["loss"][-1]) & jnp.isfinite(gn[-1])
-            out["status"] = jnp.where(bad >= 0, bad, jnp.where(~finite, NAN_CODE, jnp.where(
-                below[-1], CONVERGED_CODE, MAX_STEPS_CODE)))
+            out["status"] = jnp.where(
+                bad >= 0, bad, jnp.where(~finite, NAN_CODE, jnp.where(below[-1], CONVERGED_CODE, MAX_STEPS_CODE))
+            )
         if ts_out:
             out["ts"] = ts
         return out
@@ -500,16 +530,29 @@ def flow_replica(prob, grad, *, event="norm", blowup=True, saveat="t1", t1=1e4, 
     def run_with(pr, batch, args):
         if traced:
             current["grad"] = jax.grad(pr.loss)
-        sa = (diffrax.SaveAt(subs=[diffrax.SubSaveAt(t1=True), diffrax.SubSaveAt(ts=times, fn=record)])
-              if saveat == "subs" else diffrax.SaveAt(t1=True))
+        sa = (
+            diffrax.SaveAt(subs=[diffrax.SubSaveAt(t1=True), diffrax.SubSaveAt(ts=times, fn=record)])
+            if saveat == "subs"
+            else diffrax.SaveAt(t1=True)
+        )
 
         def one(y0, a):
             if event == "curvature":
                 a = speed_floor(optax.tree.norm(field(0.0, y0, None)))
             sol = diffrax.diffeqsolve(
-                diffrax.ODETerm(field), diffrax.Tsit5(), t0=0.0, t1=t1, dt0=None, y0=y0, args=a, saveat=sa,
+                diffrax.ODETerm(field),
+                diffrax.Tsit5(),
+                t0=0.0,
+                t1=t1,
+                dt0=None,
+                y0=y0,
+                args=a,
+                saveat=sa,
                 stepsize_controller=diffrax.PIDController(rtol=RTOL, atol=ATOL, pcoeff=PCOEFF, icoeff=ICOEFF),
-                event=ev, max_steps=MAX_STEPS, throw=False)
+                event=ev,
+                max_steps=MAX_STEPS,
+                throw=False,
+            )
             ys, tt = (sol.ys[0], sol.ts[0]) if saveat == "subs" else (sol.ys, sol.ts)
             return jax.tree_util.tree_map(lambda x: x[0], ys), sol.stats["num_steps"], tt[0]
 
@@ -536,11 +579,14 @@ def building_blocks(prob) -> list[dict]:
         "value_and_grad(prob.loss)": jax.value_and_grad(prob.loss),
         "steady test, norm (field + 2 norms)": lambda y: optax.tree.norm(field(y)) < ATOL + RTOL * optax.tree.norm(y),
         "steady test, curvature (field + jvp)": lambda y: curvature_steady(
-            field, y, ATOL + RTOL * optax.tree.norm(y), 0.0),
+            field, y, ATOL + RTOL * optax.tree.norm(y), 0.0
+        ),
         "divergence bookkeeping (norm + 3 where)": lambda y: jax.tree_util.tree_map(
-            lambda a: jnp.where(~jnp.isfinite(optax.tree.norm(y)) | (optax.tree.norm(y) > DIVERGE), a, a + 1.0), y),
-        "PRNG fold_in + split": lambda y: jax.random.split(jax.random.fold_in(jax.random.PRNGKey(0),
-                                                                               y["e"].astype(jnp.int32))),
+            lambda a: jnp.where(~jnp.isfinite(optax.tree.norm(y)) | (optax.tree.norm(y) > DIVERGE), a, a + 1.0), y
+        ),
+        "PRNG fold_in + split": lambda y: jax.random.split(
+            jax.random.fold_in(jax.random.PRNGKey(0), y["e"].astype(jnp.int32))
+        ),
     }
     rows = []
     for name, f in blocks.items():
@@ -549,8 +595,13 @@ def building_blocks(prob) -> list[dict]:
         try:
             ca = jax.jit(jax.vmap(f)).lower(x).compile().cost_analysis()
             ca = ca[0] if isinstance(ca, (list, tuple)) else ca
-            rows.append({"block": name, "flops": float(ca.get("flops", float("nan"))) / n,
-                         "transcendentals": float(ca.get("transcendentals", float("nan"))) / n})
+            rows.append(
+                {
+                    "block": name,
+                    "flops": float(ca.get("flops", float("nan"))) / n,
+                    "transcendentals": float(ca.get("transcendentals", float("nan"))) / n,
+                }
+            )
         except Exception as exc:  # noqa: BLE001 — cost analysis is information only
             rows.append({"block": name, "error": repr(exc)})
     return rows
@@ -559,17 +610,27 @@ def building_blocks(prob) -> list[dict]:
 # ---------------------------------------------------------------------------------------------------------------
 # Groups
 # ---------------------------------------------------------------------------------------------------------------
-def table(title: str, rows: list[tuple[str, float, float | None, str]], total: float, base: float,
-          base_name: str, med_total: float, med_base: float) -> list[str]:
+def table(
+    title: str,
+    rows: list[tuple[str, float, float | None, str]],
+    total: float,
+    base: float,
+    base_name: str,
+    med_total: float,
+    med_base: float,
+) -> list[str]:
     """Lines of a printed table: part, best seconds, % of the engine total, ratio to the hand kernel; the same for
     the median of the rounds where there is one."""
-    out = [f"\n{title}", f"  {'part':72s} {'best s':>9s} {'% engine':>9s} {'/ hand':>7s} {'median s':>9s} "
-                         f"{'/ hand':>7s}  note"]
+    out = [
+        f"\n{title}",
+        f"  {'part':72s} {'best s':>9s} {'% engine':>9s} {'/ hand':>7s} {'median s':>9s} {'/ hand':>7s}  note",
+    ]
     for name, s, med, note in rows:
-        m = (f"{med:9.4f} {med / med_base:6.2f}×" if med is not None else f"{'':9s} {'':7s}")
+        m = f"{med:9.4f} {med / med_base:6.2f}×" if med is not None else f"{'':9s} {'':7s}"
         out.append(f"  {name:72s} {s:9.4f} {100 * s / total:8.1f}% {s / base:6.2f}× {m}  {note}")
-    out.append(f"  (hand kernel: {base_name}: best {base:.4f} s, median {med_base:.4f} s; engine median "
-               f"{med_total:.4f} s)")
+    out.append(
+        f"  (hand kernel: {base_name}: best {base:.4f} s, median {med_base:.4f} s; engine median {med_total:.4f} s)"
+    )
     return out
 
 
@@ -595,10 +656,18 @@ def gd_group(prob, theta0, args, rec_every: int, checks: list) -> dict:
         d = maxdiff(f_end, traj.final)
         dl = float(np.max(np.abs(np.asarray(ls) - np.asarray(traj.loss))))
         dg = float(np.max(np.abs(np.asarray(gs) - np.asarray(traj.grad_norm))))
-        print(f"hand kernel (records every step) vs engine: end points {d:.2e}, loss records {dl:.2e}, "
-              f"‖∇L‖ records {dg:.2e}", flush=True)
-        checks.append((f"GD record_every=1: hand kernel end points and records equal the engine's to 1e-12 "
-                       f"({d:.1e}, {dl:.1e}, {dg:.1e})", max(d, dl, dg) <= 1e-12))
+        print(
+            f"hand kernel (records every step) vs engine: end points {d:.2e}, loss records {dl:.2e}, "
+            f"‖∇L‖ records {dg:.2e}",
+            flush=True,
+        )
+        checks.append(
+            (
+                f"GD record_every=1: hand kernel end points and records equal the engine's to 1e-12 "
+                f"({d:.1e}, {dl:.1e}, {dg:.1e})",
+                max(d, dl, dg) <= 1e-12,
+            )
+        )
         del f_end, ls, gs
         base_name = "hand_rec: scan, one value_and_grad per step, records emitted"
         variants[base_name] = lambda: hand(batch)
@@ -609,17 +678,28 @@ def gd_group(prob, theta0, args, rec_every: int, checks: list) -> dict:
             "replica, fused, no ts, no divergence bookkeeping": {"records": "fused", "ts_out": False, "div": False},
             "replica, fused, no ts, records left (T, B)": {"records": "fused", "ts_out": False, "layout": "TB"},
             f"replica, {other} stopping rule at every record": {"rule": other},
-            "replica, gradient carried, no ts, secant stopping rule (no jvp)": {"records": "carry", "rule": "secant",
-                                                                               "ts_out": False},
+            "replica, gradient carried, no ts, secant stopping rule (no jvp)": {
+                "records": "carry",
+                "rule": "secant",
+                "ts_out": False,
+            },
         }
     else:
         closed, auto = hand_gd(closed_grad(prob), steps, lr), hand_gd(jax.grad(prob.loss), steps, lr)
         e_closed, e_auto = closed(batch), auto(batch)
         d1, d2, d12 = maxdiff(e_closed, traj.final), maxdiff(e_auto, traj.final), maxdiff(e_closed, e_auto)
-        print(f"end points: hand closed-form vs engine {d1:.2e}, hand jax.grad vs engine {d2:.2e}, closed vs jax.grad "
-              f"{d12:.2e}", flush=True)
-        checks.append((f"GD record_every=steps: hand kernels' end points equal the engine's to 1e-12 (closed form "
-                       f"{d1:.1e}, jax.grad {d2:.1e})", max(d1, d2) <= 1e-12))
+        print(
+            f"end points: hand closed-form vs engine {d1:.2e}, hand jax.grad vs engine {d2:.2e}, closed vs jax.grad "
+            f"{d12:.2e}",
+            flush=True,
+        )
+        checks.append(
+            (
+                f"GD record_every=steps: hand kernels' end points equal the engine's to 1e-12 (closed form "
+                f"{d1:.1e}, jax.grad {d2:.1e})",
+                max(d1, d2) <= 1e-12,
+            )
+        )
         base_name = "hand_closed: scan, closed-form gradient"
         variants[base_name] = lambda: closed(batch)
         variants["hand_autodiff: scan, jax.grad(prob.loss)"] = lambda: auto(batch)
@@ -649,8 +729,10 @@ def gd_group(prob, theta0, args, rec_every: int, checks: list) -> dict:
         fn = gd_replica(prob, steps, rec_every, lr, **({"rule": args.rule} | flags))
         out = fn(batch, keys)
         if flags and "t_final" in out and "t_final" in ref:  # agreement of an ablation with the engine's outcome
-            agree = {"final_maxdiff": maxdiff(out["final"], ref["final"]),
-                     "same_t_final": float(np.mean(np.asarray(out["t_final"]) == np.asarray(ref["t_final"])))}
+            agree = {
+                "final_maxdiff": maxdiff(out["final"], ref["final"]),
+                "same_t_final": float(np.mean(np.asarray(out["t_final"]) == np.asarray(ref["t_final"]))),
+            }
             if "status" in ref:
                 agree["same_status"] = float(np.mean(np.asarray(out["status"]) == np.asarray(ref["status"])))
             if ref.get("loss") is not None and np.shape(ref["loss"]) == np.shape(traj.loss):
@@ -665,34 +747,50 @@ def gd_group(prob, theta0, args, rec_every: int, checks: list) -> dict:
                     diffs[key] = float(np.nanmax(np.abs(np.asarray(out[key], float) - np.asarray(ref[key], float))))
             same = all(v <= 1e-12 for v in diffs.values())
             info["replica_vs_engine"] = diffs
-            print(f"replica vs engine loop output: {diffs} → {'equal' if same else 'DIFFERENT (engine changed?)'}",
-                  flush=True)
-            checks.append((f"GD record_every={rec_every}: replica of the HEAD loop reproduces the engine's loop "
-                           f"output", same))
+            print(
+                f"replica vs engine loop output: {diffs} → {'equal' if same else 'DIFFERENT (engine changed?)'}",
+                flush=True,
+            )
+            checks.append(
+                (f"GD record_every={rec_every}: replica of the HEAD loop reproduces the engine's loop output", same)
+            )
         del out
-        variants[name] = (lambda fn=fn: fn(batch, keys))
+        variants[name] = lambda fn=fn: fn(batch, keys)
     del ref, traj
     load0 = os.getloadavg()
     times = race(variants, args.repeats, skip_warm=tuple(variants))  # every variant has run (compiled) once already
     res = {name: best(t) for name, t in times.items()}
     load = {"before": load0, "after": os.getloadavg()}
     total, base = res["engine"], res[base_name]
-    split, parts = split_rows(split_log, f"jitted loop {info['engine_loop']}",
-                              "rest (validation, as_batch, keys, map_chunks, Python)")
+    split, parts = split_rows(
+        split_log, f"jitted loop {info['engine_loop']}", "rest (validation, as_batch, keys, map_chunks, Python)"
+    )
     loop = parts.get("loop", math.nan)
     med = {name: float(np.median(t)) for name, t in times.items()}
     rows = [("engine total: popdyn.gradient_descent", total, med["engine"], "")] + split
     for name, s in res.items():
         if not name.startswith("engine"):
             rows.append((name, s, med[name], ""))
-    title = (f"GD, {n:,} points × {steps} steps, record_every={rec_every} (best of {args.repeats}, warm; % of the "
-             "engine total; / hand = ÷ hand kernel)")
+    title = (
+        f"GD, {n:,} points × {steps} steps, record_every={rec_every} (best of {args.repeats}, warm; % of the "
+        "engine total; / hand = ÷ hand kernel)"
+    )
     lines = table(title, rows, total, base, base_name, med["engine"], med[base_name])
     print("\n".join(lines), flush=True)
-    info.update({"times_best": res, "times_median": med, "times_all": times, "load_avg": load,
-                 "engine_split_best": parts,
-                 "engine_split_calls": split_log, "hand": base_name, "engine_over_hand": total / base,
-                 "loop_over_hand": loop / base, "table": lines})
+    info.update(
+        {
+            "times_best": res,
+            "times_median": med,
+            "times_all": times,
+            "load_avg": load,
+            "engine_split_best": parts,
+            "engine_split_calls": split_log,
+            "hand": base_name,
+            "engine_over_hand": total / base,
+            "loop_over_hand": loop / base,
+            "table": lines,
+        }
+    )
     return info
 
 
@@ -713,20 +811,35 @@ def flow_group(prob, theta0, args, checks: list) -> dict:
     what = {"norm": "norm rule: field + 2 norms per step", "curvature": "curvature rule: field + jvp per step"}
     kernels = {
         f"hand: Tsit5+PID, Event({rule} steady, blow-up), SaveAt(t1), jax.grad": (
-            flow_replica(prob, g_auto, t1=t1, event=rule), dummy),
+            flow_replica(prob, g_auto, t1=t1, event=rule),
+            dummy,
+        ),
         "hand, closed-form gradient": (flow_replica(prob, g_closed, t1=t1, event=rule), dummy),
         "hand, problem a traced argument (its data leaves traced, as the engine's)": (
-            flow_replica(prob, None, t1=t1, event=rule, traced=True), dummy),
+            flow_replica(prob, None, t1=t1, event=rule, traced=True),
+            dummy,
+        ),
         "hand + engine's record SaveAt (subs: t1, ts=[0, t1] fn)": (
-            flow_replica(prob, g_auto, t1=t1, event=rule, saveat="subs"), dummy),
+            flow_replica(prob, g_auto, t1=t1, event=rule, saveat="subs"),
+            dummy,
+        ),
         "hand, no blow-up test": (flow_replica(prob, g_auto, t1=t1, event=rule, blowup=False), dummy),
         "hand, oracle stop t ≥ t_final(engine): no field in the event": (
-            flow_replica(prob, g_auto, t1=t1, event="oracle", blowup=False), t_stop),
-        f"hand, the other stopping rule ({what[other]})": (
-            flow_replica(prob, g_auto, t1=t1, event=other), dummy),
+            flow_replica(prob, g_auto, t1=t1, event="oracle", blowup=False),
+            t_stop,
+        ),
+        f"hand, the other stopping rule ({what[other]})": (flow_replica(prob, g_auto, t1=t1, event=other), dummy),
         "hand + 64 records (SaveAt subs as the engine's default ts=64)": (
-            flow_replica(prob, g_auto, t1=t1, event=rule, saveat="subs",
-                         times=np.concatenate([[0.0], np.geomspace(1e-6 * t1, t1, 63)])), dummy),
+            flow_replica(
+                prob,
+                g_auto,
+                t1=t1,
+                event=rule,
+                saveat="subs",
+                times=np.concatenate([[0.0], np.geomspace(1e-6 * t1, t1, 63)]),
+            ),
+            dummy,
+        ),
     }
     base_name = next(iter(kernels))
     split_log = []
@@ -735,53 +848,90 @@ def flow_group(prob, theta0, args, checks: list) -> dict:
         "engine, ts=64 records (its default)": lambda: popdyn.gradient_flow(prob, theta0, t1=t1),
     }
     eng_steps = np.asarray(traj.n_steps)
-    info = {"points": n, "t1": t1, "rule": rule, "engine_loop": next(iter(got), "unknown"),
-            "engine_steps_mean": float(eng_steps.mean()),
-            "engine_steps_max": int(eng_steps.max()), "engine_status": traj.status_counts(), "kernels": {}}
+    info = {
+        "points": n,
+        "t1": t1,
+        "rule": rule,
+        "engine_loop": next(iter(got), "unknown"),
+        "engine_steps_mean": float(eng_steps.mean()),
+        "engine_steps_max": int(eng_steps.max()),
+        "engine_status": traj.status_counts(),
+        "kernels": {},
+    }
     for name, (fn, a) in kernels.items():
         ends, steps, tf = fn(batch, a)
         steps = np.asarray(steps)
         d = maxdiff(ends, traj.final)
         same_steps = float(np.mean(steps == eng_steps))
-        info["kernels"][name] = {"maxdiff_vs_engine": d, "steps_mean": float(steps.mean()),
-                                 "steps_max": int(steps.max()), "same_steps_fraction": same_steps}
-        print(f"{name}: end points vs engine {d:.2e}; steps mean {steps.mean():.1f}, max {steps.max()}; same step "
-              f"count as the engine at {100 * same_steps:.1f}% of the points", flush=True)
-        variants[name] = (lambda fn=fn, a=a: fn(batch, a))
+        info["kernels"][name] = {
+            "maxdiff_vs_engine": d,
+            "steps_mean": float(steps.mean()),
+            "steps_max": int(steps.max()),
+            "same_steps_fraction": same_steps,
+        }
+        print(
+            f"{name}: end points vs engine {d:.2e}; steps mean {steps.mean():.1f}, max {steps.max()}; same step "
+            f"count as the engine at {100 * same_steps:.1f}% of the points",
+            flush=True,
+        )
+        variants[name] = lambda fn=fn, a=a: fn(batch, a)
     hb = info["kernels"][base_name]
-    checks.append((f"flow: hand kernel (the engine's {rule} stopping rule) reproduces the engine's end points to "
-                   f"1e-12 ({hb['maxdiff_vs_engine']:.1e})",
-                   hb["maxdiff_vs_engine"] <= 1e-12))
+    checks.append(
+        (
+            f"flow: hand kernel (the engine's {rule} stopping rule) reproduces the engine's end points to "
+            f"1e-12 ({hb['maxdiff_vs_engine']:.1e})",
+            hb["maxdiff_vs_engine"] <= 1e-12,
+        )
+    )
     orc = info["kernels"]["hand, oracle stop t ≥ t_final(engine): no field in the event"]
-    checks.append(("flow: oracle-stop kernel takes the engine's steps at every point",
-                   orc["same_steps_fraction"] == 1.0))
+    checks.append(
+        ("flow: oracle-stop kernel takes the engine's steps at every point", orc["same_steps_fraction"] == 1.0)
+    )
     load0 = os.getloadavg()
     times = race(variants, args.flow_repeats, skip_warm=tuple(v for v in variants if "ts=64" not in v))
     res = {name: best(t) for name, t in times.items()}
     load = {"before": load0, "after": os.getloadavg()}
     total, base = res["engine"], res[base_name]
-    split, parts = split_rows(split_log, f"jitted solve {info['engine_loop']}", "rest (validation, as_batch, map_chunks, Python)")
+    split, parts = split_rows(
+        split_log, f"jitted solve {info['engine_loop']}", "rest (validation, as_batch, map_chunks, Python)"
+    )
     loop = parts.get("loop", math.nan)
     med = {name: float(np.median(t)) for name, t in times.items()}
     rows = [("engine total: popdyn.gradient_flow(ts=None)", total, med["engine"], "")] + split
     for name, s in res.items():
         if name != "engine":
             rows.append((name, s, med[name], ""))
-    lines = table(f"Gradient flow, {n:,} points, t1 = {t1:g} (best of {args.flow_repeats}, warm); engine steps per "
-                  f"point mean {eng_steps.mean():.1f}, max {eng_steps.max()}", rows, total, base, base_name,
-                  med["engine"], med[base_name])
+    lines = table(
+        f"Gradient flow, {n:,} points, t1 = {t1:g} (best of {args.flow_repeats}, warm); engine steps per "
+        f"point mean {eng_steps.mean():.1f}, max {eng_steps.max()}",
+        rows,
+        total,
+        base,
+        base_name,
+        med["engine"],
+        med[base_name],
+    )
     print("\n".join(lines), flush=True)
-    info.update({"times_best": res, "times_median": med, "times_all": times, "load_avg": load,
-                 "engine_split_best": parts,
-                 "engine_split_calls": split_log, "hand": base_name, "engine_over_hand": total / base,
-                 "solve_over_hand": loop / base, "table": lines})
+    info.update(
+        {
+            "times_best": res,
+            "times_median": med,
+            "times_all": times,
+            "load_avg": load,
+            "engine_split_best": parts,
+            "engine_split_calls": split_log,
+            "hand": base_name,
+            "engine_over_hand": total / base,
+            "solve_over_hand": loop / base,
+            "table": lines,
+        }
+    )
     return info
 
 
 def parse_args(argv=None):
     ap = parser(__doc__)
-    ap.add_argument("--quick", action="store_true",
-                    help="GD 64² × 200 steps, flow 16²; writes nothing unless --json")
+    ap.add_argument("--quick", action="store_true", help="GD 64² × 200 steps, flow 16²; writes nothing unless --json")
     ap.add_argument("--gd-grid", type=int, default=None, help="GD grid n (n² points; default 256)")
     ap.add_argument("--steps", type=int, default=None, help="GD steps (default 2000)")
     ap.add_argument("--lr", type=float, default=0.1)
@@ -791,14 +941,22 @@ def parse_args(argv=None):
     ap.add_argument("--q", type=float, default=0.9)
     ap.add_argument("--repeats", type=int, default=5, help="timed rounds of the GD groups (best reported)")
     ap.add_argument("--flow-repeats", type=int, default=10, help="timed rounds of the flow group")
-    ap.add_argument("--rule", choices=("auto", "norm", "curvature"), default="auto",
-                    help="stopping rule of the hand kernels and replicas: auto = the engine's (curvature when "
-                         "popdyn.dynamics.stopping exists, else HEAD-before-it's ‖∇L‖ / ‖f‖ norm test)")
+    ap.add_argument(
+        "--rule",
+        choices=("auto", "norm", "curvature"),
+        default="auto",
+        help="stopping rule of the hand kernels and replicas: auto = the engine's (curvature when "
+        "popdyn.dynamics.stopping exists, else HEAD-before-it's ‖∇L‖ / ‖f‖ norm test)",
+    )
     ap.add_argument("--skip-rec1", action="store_true", help="skip the record_every=1 GD group")
     ap.add_argument("--skip-gd", action="store_true")
     ap.add_argument("--skip-flow", action="store_true")
-    ap.add_argument("--json", type=Path, default=None,
-                    help=f"where to write the numbers (default benchmarks/results/{SCRIPT}.json; --quick: none)")
+    ap.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        help=f"where to write the numbers (default benchmarks/results/{SCRIPT}.json; --quick: none)",
+    )
     args = ap.parse_args(argv)
     args.gd_grid = args.gd_grid or (64 if args.quick else 256)
     args.steps = args.steps or (200 if args.quick else 2000)
@@ -821,8 +979,14 @@ def main(argv=None) -> int:
     out["building_blocks"] = building_blocks(prob)
     print("\nPer-point cost of one evaluation (XLA cost analysis of the vmapped block):")
     for r in out["building_blocks"]:
-        print(f"  {r['block']:44s} " + (f"flops {r['flops']:8.1f}  transcendentals {r['transcendentals']:5.1f}"
-                                         if "error" not in r else r["error"]))
+        print(
+            f"  {r['block']:44s} "
+            + (
+                f"flops {r['flops']:8.1f}  transcendentals {r['transcendentals']:5.1f}"
+                if "error" not in r
+                else r["error"]
+            )
+        )
     if not args.skip_gd:
         theta = popdyn.Grid.square("e", "w", -2, 2, args.gd_grid).points(prob)
         out["gd_record_end"] = gd_group(prob, theta, args, args.steps, checks)
@@ -836,17 +1000,31 @@ def main(argv=None) -> int:
     for key, label in (("gd_record_end", "record_every=steps"), ("gd_record_every_step", "record_every=1 (default)")):
         if key in out:
             g = out[key]
-            rows.append(headline_row(
-                "engine-overhead", f"GD {g['points']:,} points × {g['steps']} steps, {label}: engine vs hand kernel",
-                "`popdyn.gradient_descent`", g["times_best"]["engine"], g["hand"], g["times_best"][g["hand"]],
-                primary=key == "gd_record_end",
-                note=f"engine ÷ hand {g['engine_over_hand']:.2f}, loop ÷ hand {g['loop_over_hand']:.2f}"))
+            rows.append(
+                headline_row(
+                    "engine-overhead",
+                    f"GD {g['points']:,} points × {g['steps']} steps, {label}: engine vs hand kernel",
+                    "`popdyn.gradient_descent`",
+                    g["times_best"]["engine"],
+                    g["hand"],
+                    g["times_best"][g["hand"]],
+                    primary=key == "gd_record_end",
+                    note=f"engine ÷ hand {g['engine_over_hand']:.2f}, loop ÷ hand {g['loop_over_hand']:.2f}",
+                )
+            )
     if "flow" in out:
         f = out["flow"]
-        rows.append(headline_row(
-            "engine-overhead", f"gradient flow {f['points']:,} points, t1 = {f['t1']:g}, ts=None: engine vs hand "
-            "diffeqsolve", "`popdyn.gradient_flow`", f["times_best"]["engine"], f["hand"], f["times_best"][f["hand"]],
-            note=f"engine ÷ hand {f['engine_over_hand']:.2f}, solve ÷ hand {f['solve_over_hand']:.2f}"))
+        rows.append(
+            headline_row(
+                "engine-overhead",
+                f"gradient flow {f['points']:,} points, t1 = {f['t1']:g}, ts=None: engine vs hand diffeqsolve",
+                "`popdyn.gradient_flow`",
+                f["times_best"]["engine"],
+                f["hand"],
+                f["times_best"][f["hand"]],
+                note=f"engine ÷ hand {f['engine_over_hand']:.2f}, solve ÷ hand {f['solve_over_hand']:.2f}",
+            )
+        )
     print("\nChecks:")
     for name, ok in checks:
         print(f"  [{'PASS' if ok else 'FAIL'}] {name}")

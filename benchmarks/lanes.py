@@ -48,7 +48,13 @@ import numpy as np  # noqa: E402
 
 import popdyn  # noqa: E402
 from benchmarks._common import (  # noqa: E402
-    finish_section, fmt_n, make_headline, parser, publish, run_header, warm_times,
+    finish_section,
+    fmt_n,
+    make_headline,
+    parser,
+    publish,
+    run_header,
+    warm_times,
 )
 from popdyn.dynamics.lanes import executed_work  # noqa: E402
 from popdyn.tasks.markov import Canonical  # noqa: E402
@@ -72,13 +78,24 @@ def cases(args) -> dict:
     plane = plane_to_column(np.append(X.ravel(), 0.0), np.append(Y.ravel(), 0.0), 10)
     steps = args.gd_steps
     return {
-        "Markov flow": (f"Canonical(0.9, 0.9), {args.markov_grid}² grid, t1 = 1e4", grid,
-                        lambda th, **kw: popdyn.gradient_flow(markov, th, t1=1e4, ts=None, **kw), None),
-        "Markov GD": (f"the same grid, {steps:,} steps at η = 0.1, end points only", grid,
-                      lambda th, **kw: popdyn.gradient_descent(markov, th, lr=0.1, steps=steps,
-                                                               **({"record_every": steps} | kw)), steps),
-        "decision-list flow": (f"reduced (e, w, a) flow, {args.dl_grid}² plane + origin, t1 = 100", plane,
-                               lambda th, **kw: popdyn.gradient_flow(dl, th, t1=100.0, ts=None, **kw), None),
+        "Markov flow": (
+            f"Canonical(0.9, 0.9), {args.markov_grid}² grid, t1 = 1e4",
+            grid,
+            lambda th, **kw: popdyn.gradient_flow(markov, th, t1=1e4, ts=None, **kw),
+            None,
+        ),
+        "Markov GD": (
+            f"the same grid, {steps:,} steps at η = 0.1, end points only",
+            grid,
+            lambda th, **kw: popdyn.gradient_descent(markov, th, lr=0.1, steps=steps, **({"record_every": steps} | kw)),
+            steps,
+        ),
+        "decision-list flow": (
+            f"reduced (e, w, a) flow, {args.dl_grid}² plane + origin, t1 = 100",
+            plane,
+            lambda th, **kw: popdyn.gradient_flow(dl, th, t1=100.0, ts=None, **kw),
+            None,
+        ),
     }
 
 
@@ -100,39 +117,57 @@ def bench(name: str, desc: str, points, run, steps, args) -> dict:
     for width in args.widths:
         if width >= n:
             continue
-        secs = warm_times(lambda: run(points, lanes=width), repeats=args.repeats)
+        secs = warm_times(lambda width=width: run(points, lanes=width), repeats=args.repeats)
         tr = run(points, lanes=width)
-        rows.append({"how": f"lanes, width {width:,}", "seconds": float(secs.min()),
-                     "executed": executed_work(np.asarray(tr.n_steps), width, SEGMENT),
-                     "max_dloss": float(np.max(np.abs(np.asarray(tr.final_loss) - np.asarray(batch.final_loss)))
-                                        / scale)})
+        rows.append(
+            {
+                "how": f"lanes, width {width:,}",
+                "seconds": float(secs.min()),
+                "executed": executed_work(np.asarray(tr.n_steps), width, SEGMENT),
+                "max_dloss": float(np.max(np.abs(np.asarray(tr.final_loss) - np.asarray(batch.final_loss))) / scale),
+            }
+        )
     for r in rows:
         r |= {"ratio": r["executed"] / needed, "us_per_point": r["seconds"] / n * 1e6}
-        print(f"  {r['how']:20s} executed {r['executed']:>12,} / needed {needed:,} = {r['ratio']:5.2f}; "
-              f"{r['seconds']:7.3f} s, {r['us_per_point']:8.1f} µs/point; max |Δ end loss| {r['max_dloss']:.1e}",
-              flush=True)
+        print(
+            f"  {r['how']:20s} executed {r['executed']:>12,} / needed {needed:,} = {r['ratio']:5.2f}; "
+            f"{r['seconds']:7.3f} s, {r['us_per_point']:8.1f} µs/point; max |Δ end loss| {r['max_dloss']:.1e}",
+            flush=True,
+        )
     q = np.percentile(need, [50, 100])
-    return {"case": name, "desc": desc, "points": n, "needed": needed, "mean": float(need.mean()),
-            "median": float(q[0]), "max": int(q[1]), "rows": rows}
+    return {
+        "case": name,
+        "desc": desc,
+        "points": n,
+        "needed": needed,
+        "mean": float(need.mean()),
+        "median": float(q[0]),
+        "max": int(q[1]),
+        "rows": rows,
+    }
 
 
 def section(results: list[dict], info: dict, command: str, date: str) -> str:
     lines = [
-        HEADING, "",
+        HEADING,
+        "",
         "Under `vmap` every member of a batch runs as long as the slowest one; lanes refill a finished point's lane "
-        "with the next one (docs/dynamics.md, \"Lanes\"). Both ways are run on the same points in one run of "
+        'with the next one (docs/dynamics.md, "Lanes"). Both ways are run on the same points in one run of '
         "`benchmarks/lanes.py`. *Needed* is the sum of the steps each point needs (flow: its solver steps until its "
         "own stop; GD: its first steady step); *executed* is batch size × the slowest point for the vmapped batch and "
         "the lanes' own work (rounds × width × the longest segment of each round, idle lanes included) for lanes. "
-        "Times are warm (best of several calls, compile excluded).", "",
+        "Times are warm (best of several calls, compile excluded).",
+        "",
         "| case | points | steps needed per point | how | executed ÷ needed | time | µs/point | max \\|Δ end loss\\| |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for c in results:
         for r in c["rows"]:
-            lines.append(f"| {c['case']} ({c['desc']}) | {c['points']:,} | mean {c['mean']:.1f}, median "
-                         f"{c['median']:.0f}, max {c['max']:,} | {r['how']} | {r['ratio']:.2f} | {r['seconds']:.2f} s | "
-                         f"{fmt_n(r['us_per_point'])} | {r['max_dloss']:.1e} |")
+            lines.append(
+                f"| {c['case']} ({c['desc']}) | {c['points']:,} | mean {c['mean']:.1f}, median "
+                f"{c['median']:.0f}, max {c['max']:,} | {r['how']} | {r['ratio']:.2f} | {r['seconds']:.2f} s | "
+                f"{fmt_n(r['us_per_point'])} | {r['max_dloss']:.1e} |"
+            )
     lines += ["", f"Command: `{command}` ({date})."]
     return finish_section(lines, info)
 
@@ -153,8 +188,13 @@ def main(argv=None) -> int:
     command, date, info = run_header(SCRIPT, argv)
     t0 = time.perf_counter()
     results = [bench(name, *spec, args) for name, spec in cases(args).items()]
-    checks = [(f"{c['case']}: lanes execute less than the vmapped batch",
-               all(r["ratio"] < c["rows"][0]["ratio"] for r in c["rows"][1:])) for c in results]
+    checks = [
+        (
+            f"{c['case']}: lanes execute less than the vmapped batch",
+            all(r["ratio"] < c["rows"][0]["ratio"] for r in c["rows"][1:]),
+        )
+        for c in results
+    ]
     head = make_headline(SCRIPT, HEADING, command, date, info, args.quick, time.perf_counter() - t0, [], checks)
     head["cases"] = results
     publish(section(results, info, command, date), HEADING, args.results, head)

@@ -75,12 +75,22 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
+from benchmarks._common import (  # noqa: E402
+    aot,
+    at_eps,
+    finish_section,
+    fmt_n,
+    fmt_ratio,
+    fmt_time,
+    headline_row,
+    make_headline,
+    parser,
+    publish,
+    run_header,
+    warm_times,
+)
 from popdyn.exact import Chain, sample
 from popdyn.tasks.markov import Transformer
-from benchmarks._common import (  # noqa: E402
-    aot, at_eps, finish_section, fmt_n, fmt_ratio, fmt_time, headline_row, make_headline, parser, publish,
-    run_header, warm_times,
-)
 
 SECTION = "## Markov full model: exact gradient vs Monte Carlo"
 EXACT_VAR_MAX_LEN = 16  # enumerate all 2^(N+1) sequences for the exact Σ_i Var_i check while N + 1 ≤ this
@@ -105,9 +115,11 @@ def bench_point(label: str, std: float, model: Transformer, fns: dict, args, rng
     g = np.asarray(ravel_pytree(g)[0])
     gnorm = float(np.linalg.norm(g))
     exact_s = float(np.median(t_ex))
-    print(f"exact: L = {L:.12f}, ‖∇L‖ = {gnorm:.6e}; warm median "
-          f"{fmt_time(exact_s)} (min {fmt_time(t_ex.min())}, {args.repeats} runs, {model.n_sequences} sequences)",
-          flush=True)
+    print(
+        f"exact: L = {L:.12f}, ‖∇L‖ = {gnorm:.6e}; warm median "
+        f"{fmt_time(exact_s)} (min {fmt_time(t_ex.min())}, {args.repeats} runs, {model.n_sequences} sequences)",
+        flush=True,
+    )
 
     # ---- MC time per sequence ---------------------------------------------------------------------------------
     bt = args.time_batch
@@ -119,9 +131,12 @@ def bench_point(label: str, std: float, model: Transformer, fns: dict, args, rng
     t_mc = warm_times(mc_c, theta, Xt_dev, repeats=args.repeats)
     mc_batch_s = float(np.median(t_mc))
     t_seq = mc_batch_s / bt
-    print(f"MC gradient, batch {bt}: warm median {fmt_time(mc_batch_s)} "
-          f"(min {fmt_time(t_mc.min())}) → {t_seq * 1e6:.3f} µs/sequence; sampling {bt} sequences with "
-          f"popdyn.exact.sample: {fmt_time(sample_s)} ({sample_s / bt * 1e6:.3f} µs/sequence, not counted)", flush=True)
+    print(
+        f"MC gradient, batch {bt}: warm median {fmt_time(mc_batch_s)} "
+        f"(min {fmt_time(t_mc.min())}) → {t_seq * 1e6:.3f} µs/sequence; sampling {bt} sequences with "
+        f"popdyn.exact.sample: {fmt_time(sample_s)} ({sample_s / bt * 1e6:.3f} µs/sequence, not counted)",
+        flush=True,
+    )
 
     # ---- variance from K batches of b0 -----------------------------------------------------------------------
     K, b0 = args.batches, args.batch
@@ -165,16 +180,26 @@ def bench_point(label: str, std: float, model: Transformer, fns: dict, args, rng
     sum_var_exact = loss_var_exact = None
     if "exact_var" in fns:
         sum_var_exact, loss_var_exact = (float(v) for v in fns["exact_var"](theta))
-    print(f"variance: {K} batches × {b0} sequences ({fmt_time(var_wall)}); Σ_i Var_i = {sum_var:.6e} (per-sequence "
-          f"gradients), {sum_var_batch:.6e} (spread of the {K} batch gradients; ratio {sum_var_batch / sum_var:.3f}); "
-          f"relative single-sequence RMSE sqrt(ΣVar)/‖∇L‖ = {math.sqrt(sum_var) / gnorm:.4g}"
-          + ("" if sum_var_exact is None else f"; exact Σ_i Var_i by enumerating all {2 ** (N + 1)} sequences: "
-             f"{sum_var_exact:.6e} (estimate/exact {sum_var / sum_var_exact:.4f}), exact Var ℓ {loss_var_exact:.4e} "
-             f"(estimate/exact {loss_var / loss_var_exact:.4f})"), flush=True)
-    print(f"check: MC mean of {n_tot} sequences vs exact ∇L: {frac * 100:.2f}% of {P} coordinates within "
-          f"{COVERAGE_SE:g} SE (max |z| = {z.max():.2f}); ‖mean − ∇L‖/‖∇L‖ = {rel_err_mean:.3e} (expected "
-          f"≈ {rel_err_pred:.3e}); loss: MC {Lb.mean():.6f} ± {loss_se:.1e} vs exact {L:.6f} (|z| = {loss_z:.2f}) "
-          f"→ [{'PASS' if ok else 'FAIL'}]", flush=True)
+    print(
+        f"variance: {K} batches × {b0} sequences ({fmt_time(var_wall)}); Σ_i Var_i = {sum_var:.6e} (per-sequence "
+        f"gradients), {sum_var_batch:.6e} (spread of the {K} batch gradients; ratio {sum_var_batch / sum_var:.3f}); "
+        f"relative single-sequence RMSE sqrt(ΣVar)/‖∇L‖ = {math.sqrt(sum_var) / gnorm:.4g}"
+        + (
+            ""
+            if sum_var_exact is None
+            else f"; exact Σ_i Var_i by enumerating all {2 ** (N + 1)} sequences: "
+            f"{sum_var_exact:.6e} (estimate/exact {sum_var / sum_var_exact:.4f}), exact Var ℓ {loss_var_exact:.4e} "
+            f"(estimate/exact {loss_var / loss_var_exact:.4f})"
+        ),
+        flush=True,
+    )
+    print(
+        f"check: MC mean of {n_tot} sequences vs exact ∇L: {frac * 100:.2f}% of {P} coordinates within "
+        f"{COVERAGE_SE:g} SE (max |z| = {z.max():.2f}); ‖mean − ∇L‖/‖∇L‖ = {rel_err_mean:.3e} (expected "
+        f"≈ {rel_err_pred:.3e}); loss: MC {Lb.mean():.6f} ± {loss_se:.1e} vs exact {L:.6f} (|z| = {loss_z:.2f}) "
+        f"→ [{'PASS' if ok else 'FAIL'}]",
+        flush=True,
+    )
 
     # ---- cost table -----------------------------------------------------------------------------------------------
     rows = []
@@ -183,21 +208,46 @@ def bench_point(label: str, std: float, model: Transformer, fns: dict, args, rng
         B_int = max(1, math.ceil(B))
         T = B_int * t_seq
         rows.append({"eps": eps, "B": B_int, "T": T, "ratio": T / exact_s})
-        print(f"  ε = {eps:g}: B = {fmt_n(B_int)} sequences, MC {fmt_time(T)} vs exact {fmt_time(exact_s)} → "
-              f"ratio MC/exact {fmt_ratio(T / exact_s)}", flush=True)
+        print(
+            f"  ε = {eps:g}: B = {fmt_n(B_int)} sequences, MC {fmt_time(T)} vs exact {fmt_time(exact_s)} → "
+            f"ratio MC/exact {fmt_ratio(T / exact_s)}",
+            flush=True,
+        )
     eps_star = math.sqrt(sum_var * t_seq / exact_s) / gnorm  # T_MC(ε*) = T_exact
     B_star = exact_s / t_seq
     # batch at which the MC loss's standard error equals float64 rounding of L (ulp-level relative precision)
     B_loss_fp64 = loss_var / (np.finfo(np.float64).eps * abs(L)) ** 2
-    print(f"  break-even: ε* = {eps_star:.3g} (B = {B_star:,.0f} sequences take the exact time; MC is cheaper only "
-          f"for relative RMSE > ε*); loss SE = float64 eps·L needs B ≈ {B_loss_fp64:.2g}", flush=True)
+    print(
+        f"  break-even: ε* = {eps_star:.3g} (B = {B_star:,.0f} sequences take the exact time; MC is cheaper only "
+        f"for relative RMSE > ε*); loss SE = float64 eps·L needs B ≈ {B_loss_fp64:.2g}",
+        flush=True,
+    )
     return {
-        "label": label, "std": std, "P": P, "L": L, "gnorm": gnorm, "exact_s": exact_s, "exact_min": float(t_ex.min()),
-        "t_seq": t_seq, "mc_batch_s": mc_batch_s,
-        "sample_seq": sample_s / bt, "sum_var": sum_var, "sum_var_batch": sum_var_batch, "loss_var": loss_var,
-        "frac": frac, "zmax": float(z.max()), "loss_z": loss_z, "ok": ok, "rel_err_mean": rel_err_mean,
-        "rel_err_pred": rel_err_pred, "sum_var_exact": sum_var_exact, "rows": rows, "eps_star": eps_star, "B_star": B_star,
-        "B_loss_fp64": float(B_loss_fp64), "var_wall": var_wall,
+        "label": label,
+        "std": std,
+        "P": P,
+        "L": L,
+        "gnorm": gnorm,
+        "exact_s": exact_s,
+        "exact_min": float(t_ex.min()),
+        "t_seq": t_seq,
+        "mc_batch_s": mc_batch_s,
+        "sample_seq": sample_s / bt,
+        "sum_var": sum_var,
+        "sum_var_batch": sum_var_batch,
+        "loss_var": loss_var,
+        "frac": frac,
+        "zmax": float(z.max()),
+        "loss_z": loss_z,
+        "ok": ok,
+        "rel_err_mean": rel_err_mean,
+        "rel_err_pred": rel_err_pred,
+        "sum_var_exact": sum_var_exact,
+        "rows": rows,
+        "eps_star": eps_star,
+        "B_star": B_star,
+        "B_loss_fp64": float(B_loss_fp64),
+        "var_wall": var_wall,
     }
 
 
@@ -212,7 +262,7 @@ def render(results: list[dict], compile_s: dict, info: dict, args, command: str,
     out.append("")
     out.append(
         f"Model: `Transformer(Chain.binary({args.p:g}, {args.q:g}), N={N}, d={d})` ({results[0]['P']} parameters); "
-        f"exact loss = sum over all 2^{N} = {2 ** N:,} sequences, `jit(value_and_grad(model.loss))`. "
+        f"exact loss = sum over all 2^{N} = {2**N:,} sequences, `jit(value_and_grad(model.loss))`. "
         f"Monte Carlo (baseline): B sequences of length N+1 from `popdyn.exact.sample`, per-sequence loss "
         f"(1/N) Σ_n −log softmax(logits(θ, x_1..N))[n, x_(n+1)], `jit(value_and_grad)` of the batch mean. "
         f"float64, default JAX backend (CPU). Exact time: median of {args.repeats} warm calls; compile (AOT "
@@ -232,12 +282,16 @@ def render(results: list[dict], compile_s: dict, info: dict, args, command: str,
         "gradient itself is accurate to float64 rounding."
     )
     out.append("")
-    out.append(f"Compile (AOT `jit(...).lower(θ).compile()`, once, shared by both points): exact loss+gradient "
-               f"{fmt_time(compile_s['exact'])}; MC batch loss+gradient (batch {args.time_batch}) "
-               f"{fmt_time(compile_s['mc'])}.")
+    out.append(
+        f"Compile (AOT `jit(...).lower(θ).compile()`, once, shared by both points): exact loss+gradient "
+        f"{fmt_time(compile_s['exact'])}; MC batch loss+gradient (batch {args.time_batch}) "
+        f"{fmt_time(compile_s['mc'])}."
+    )
     out.append("")
-    out.append("| point | L | ‖∇L‖ | exact warm (median / min) | MC µs/sequence | MC batch of "
-               f"{args.time_batch} | Σ Var_i | sqrt(ΣVar)/‖∇L‖ | ε* (break-even) | B at break-even |")
+    out.append(
+        "| point | L | ‖∇L‖ | exact warm (median / min) | MC µs/sequence | MC batch of "
+        f"{args.time_batch} | Σ Var_i | sqrt(ΣVar)/‖∇L‖ | ε* (break-even) | B at break-even |"
+    )
     out.append("|---|---|---|---|---|---|---|---|---|---|")
     for r in results:
         out.append(
@@ -256,8 +310,10 @@ def render(results: list[dict], compile_s: dict, info: dict, args, command: str,
                 f"{row['eps']:g} | {fmt_n(row['B'])} | {fmt_time(row['T'])} | {fmt_ratio(row['ratio'])} |"
             )
     out.append("")
-    out.append(f"Checks (MC mean of {args.batches}×{args.batch} sequences vs the exact values; pass: ≥ "
-               f"{COVERAGE_MIN:.0%} of gradient coordinates and the loss within {COVERAGE_SE:g} standard errors):")
+    out.append(
+        f"Checks (MC mean of {args.batches}×{args.batch} sequences vs the exact values; pass: ≥ "
+        f"{COVERAGE_MIN:.0%} of gradient coordinates and the loss within {COVERAGE_SE:g} standard errors):"
+    )
     out.append("")
     for r in results:
         out.append(
@@ -266,8 +322,12 @@ def render(results: list[dict], compile_s: dict, info: dict, args, command: str,
             f"(predicted from ΣVar: {r['rel_err_pred']:.2e}); loss |z| = {r['loss_z']:.2f}. Σ_i Var_i from the "
             f"batch spread {r['sum_var_batch']:.4e} vs per-sequence {r['sum_var']:.4e} (ratio "
             f"{r['sum_var_batch'] / r['sum_var']:.3f})"
-            + ("" if r["sum_var_exact"] is None else f"; exact Σ_i Var_i = E‖∇ℓ‖² − ‖∇L‖² by enumerating all "
-               f"2^{N + 1} sequences: {r['sum_var_exact']:.4e} (estimate/exact {r['sum_var'] / r['sum_var_exact']:.4f})")
+            + (
+                ""
+                if r["sum_var_exact"] is None
+                else f"; exact Σ_i Var_i = E‖∇ℓ‖² − ‖∇L‖² by enumerating all "
+                f"2^{N + 1} sequences: {r['sum_var_exact']:.4e} (estimate/exact {r['sum_var'] / r['sum_var_exact']:.4f})"
+            )
             + f". Sampling costs a further {r['sample_seq'] * 1e6:.2f} "
             f"µs/sequence (not counted). MC loss standard error = float64 eps·L would need B ≈ "
             f"{r['B_loss_fp64']:.1g} sequences."
@@ -285,13 +345,25 @@ def parse_args(argv=None):
     ap.add_argument("--batch", type=int, default=None, help="b0 sequences per batch (default 256; --quick 128)")
     ap.add_argument("--time-batch", type=int, default=None, help="MC timing batch (default 4096; --quick 1024)")
     ap.add_argument("--repeats", type=int, default=11, help="warm timing repeats (≥ 5; default 11)")
-    ap.add_argument("--eps", type=float, nargs="+", default=[1e-2, 1e-3, 1e-4, 1e-6],
-                    help="target relative RMSE levels (default 1e-2 1e-3 1e-4 1e-6)")
+    ap.add_argument(
+        "--eps",
+        type=float,
+        nargs="+",
+        default=[1e-2, 1e-3, 1e-4, 1e-6],
+        help="target relative RMSE levels (default 1e-2 1e-3 1e-4 1e-6)",
+    )
     ap.add_argument("--seed", type=int, default=0, help="PRNGKey of θ and NumPy seed of the samples")
-    ap.add_argument("--quick", action="store_true",
-                    help="N = 8, 32 batches of 128, timing batch 1024; writes no results unless --results")
-    ap.add_argument("--results", type=Path, default=None,
-                    help="markdown file to update (default benchmarks/RESULTS.md; with --quick: none)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="N = 8, 32 batches of 128, timing batch 1024; writes no results unless --results",
+    )
+    ap.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="markdown file to update (default benchmarks/RESULTS.md; with --quick: none)",
+    )
     args = ap.parse_args(argv)
     if args.N is None:
         args.N = 8 if args.quick else 12
@@ -353,6 +425,7 @@ def main(argv=None) -> int:
 
     # compile everything once (AOT, same shapes and dtypes for both parameter points)
     theta0 = model.init(jax.random.PRNGKey(args.seed))
+
     def Xspec(b):  # popdyn.exact.sample returns int64 arrays (kept int64 by x64)
         return jax.ShapeDtypeStruct((b, N + 1), jnp.int64)
 
@@ -364,8 +437,11 @@ def main(argv=None) -> int:
     fns["per_seq"], _ = aot(jax.vmap(jax.value_and_grad(seq_loss), in_axes=(None, 0)), theta0, Xspec(args.batch))
     if N + 1 <= EXACT_VAR_MAX_LEN:
         fns["exact_var"], _ = aot(exact_variance(model, seq_loss), theta0)
-    print(f"\ncompile (AOT lower + compile): exact loss+grad {fmt_time(compile_s['exact'])}; MC batch loss+grad "
-          f"(batch {args.time_batch}) {fmt_time(compile_s['mc'])}", flush=True)
+    print(
+        f"\ncompile (AOT lower + compile): exact loss+grad {fmt_time(compile_s['exact'])}; MC batch loss+grad "
+        f"(batch {args.time_batch}) {fmt_time(compile_s['mc'])}",
+        flush=True,
+    )
     rng = np.random.default_rng(args.seed)
     results = [bench_point(label, std, model, fns, args, rng) for label, std in POINTS]
     total = time.perf_counter() - t0
@@ -380,10 +456,18 @@ def headline(results: list[dict], args, command: str, date: str, info: dict, tot
     rows = []
     for i, r in enumerate(results):
         c = at_eps(r["rows"])
-        rows.append(headline_row(
-            "markov", f"exact loss+gradient vs Monte Carlo at gradient RMSE ε‖∇L‖, ε = {c['eps']:g}; {r['label']}, "
-            f"N = {args.N}", f"`value_and_grad(model.loss)` over 2^{args.N} sequences", r["exact_s"],
-            f"MC, B(ε) = {fmt_n(c['B'])} sequences", c["T"], primary=i == 0))
+        rows.append(
+            headline_row(
+                "markov",
+                f"exact loss+gradient vs Monte Carlo at gradient RMSE ε‖∇L‖, ε = {c['eps']:g}; {r['label']}, "
+                f"N = {args.N}",
+                f"`value_and_grad(model.loss)` over 2^{args.N} sequences",
+                r["exact_s"],
+                f"MC, B(ε) = {fmt_n(c['B'])} sequences",
+                c["T"],
+                primary=i == 0,
+            )
+        )
     checks = [(f"{r['label']}: exact loss and gradient within 4 SE of the MC mean", r["ok"]) for r in results]
     return make_headline("markov_full_mc", SECTION, command, date, info, args.quick, total, rows, checks)
 

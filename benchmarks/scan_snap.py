@@ -69,12 +69,27 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import popdyn  # noqa: E402
-from popdyn.tasks.scan_snap import Classes, ScanSnap, syn_medium, syn_small  # noqa: E402
 from benchmarks._common import (  # noqa: E402
-    MC_DEFINITION, check_text, equal_precision, exact_timing, finish_section, fmt_ratio, fmt_time, grad_check_line,
-    headline_row, make_headline, max_relative_difference, mc_headline_rows, mc_table, parser, peak_rss_gb, publish,
-    run_header, sampled_task_checks,
+    MC_DEFINITION,
+    check_text,
+    equal_precision,
+    exact_timing,
+    finish_section,
+    fmt_ratio,
+    fmt_time,
+    grad_check_line,
+    headline_row,
+    make_headline,
+    max_relative_difference,
+    mc_headline_rows,
+    mc_table,
+    parser,
+    peak_rss_gb,
+    publish,
+    run_header,
+    sampled_task_checks,
 )
+from popdyn.tasks.scan_snap import Classes, ScanSnap, syn_medium, syn_small  # noqa: E402
 
 SECTION = "## Scan and Snap: exact loss and gradient vs Monte Carlo, exact GD vs the authors' SGD"
 RECORD_EVERY = 10
@@ -133,8 +148,9 @@ class NumpyScanSnap:
         return loss, dY, dZ
 
 
-def numpy_sgd(model: NumpyScanSnap, steps: int, batch: int, lr: float, scales: dict, momentum: float,
-              seed: int) -> tuple[dict, float]:
+def numpy_sgd(
+    model: NumpyScanSnap, steps: int, batch: int, lr: float, scales: dict, momentum: float, seed: int
+) -> tuple[dict, float]:
     """The authors' loop: a fresh batch every step, heavy-ball SGD in PyTorch's convention (b ← μb + τ⊙g,
     θ ← θ − ηb, b₀ = 0), from Y = Z = 0. Returns θ every RECORD_EVERY steps ({"Y", "Z"}: (records, M, M)) and the
     loop's wall seconds."""
@@ -177,8 +193,20 @@ def mc_point(label: str, prob: ScanSnap, theta, args, key) -> dict:
 
     per_sequence = jax.jit(jax.vmap(jax.value_and_grad(prob.sequence_loss), in_axes=(None, 0, 0)))
     draw = jax.jit(lambda k, b: prob.sample(k, b), static_argnums=1)
-    return equal_precision(label, prob.loss, theta, batch_loss, per_sequence, draw, key, time_batch=args.time_batch,
-                           pilot=args.pilot, repeats=args.repeats, eps=args.eps, unit="sequence")
+    return equal_precision(
+        label,
+        prob.loss,
+        theta,
+        batch_loss,
+        per_sequence,
+        draw,
+        key,
+        time_batch=args.time_batch,
+        pilot=args.pilot,
+        repeats=args.repeats,
+        eps=args.eps,
+        unit="sequence",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -189,9 +217,16 @@ PERTURBATION = 1e-3  # control run: exact GD from θ0 + PERTURBATION·N(0, 1)
 
 def run_gd(prob: ScanSnap, theta0, args):
     """popdyn's exact heavy-ball GD with the SGD loop's settings, θ recorded every RECORD_EVERY steps."""
-    traj = popdyn.gradient_descent(prob, theta0, lr=args.lr, steps=args.steps, momentum=args.momentum,
-                                   record_every=RECORD_EVERY, save_params=True,
-                                   time_scales={"Y": args.eta_y, "Z": args.eta_z})
+    traj = popdyn.gradient_descent(
+        prob,
+        theta0,
+        lr=args.lr,
+        steps=args.steps,
+        momentum=args.momentum,
+        record_every=RECORD_EVERY,
+        save_params=True,
+        time_scales={"Y": args.eta_y, "Z": args.eta_z},
+    )
     return jax.block_until_ready(traj)
 
 
@@ -211,8 +246,11 @@ def deviation(loss, gd_params: dict, sgd_params: dict) -> dict:
     diff = np.sqrt(sum(np.sum((np.asarray(gd_params[k]) - sgd_params[k]) ** 2, axis=(1, 2)) for k in ("Y", "Z")))
     size = np.sqrt(sum(np.sum(np.asarray(gd_params[k]) ** 2, axis=(1, 2)) for k in ("Y", "Z")))
     sgd = {k: jnp.asarray(v) for k, v in sgd_params.items()}
-    return {"rel": diff / np.where(size > 0, size, 1.0), "loss_gd": np.asarray(loss(gd_params)),
-            "loss_sgd": np.asarray(loss(sgd))}
+    return {
+        "rel": diff / np.where(size > 0, size, 1.0),
+        "loss_gd": np.asarray(loss(gd_params)),
+        "loss_sgd": np.asarray(loss(sgd)),
+    }
 
 
 def sgd_case(name: str, prob: ScanSnap, seq_T: int, classes: Classes, args) -> dict:
@@ -220,23 +258,44 @@ def sgd_case(name: str, prob: ScanSnap, seq_T: int, classes: Classes, args) -> d
     exact GD from a perturbed start, to show how much the dynamics themselves amplify a small difference."""
     traj, cold, warm = timed_gd(prob, args)
     model = NumpyScanSnap(classes, seq_T)
-    runs = [numpy_sgd(model, args.steps, args.batch, args.lr, {"Y": args.eta_y, "Z": args.eta_z}, args.momentum,
-                      args.seed + s) for s in range(args.sgd_seeds)]
+    runs = [
+        numpy_sgd(
+            model, args.steps, args.batch, args.lr, {"Y": args.eta_y, "Z": args.eta_z}, args.momentum, args.seed + s
+        )
+        for s in range(args.sgd_seeds)
+    ]
     loss = jax.jit(jax.vmap(prob.loss))
     devs = [deviation(loss, traj.params, rec) for rec, _ in runs]
     keys = jax.random.split(jax.random.PRNGKey(args.seed), 2)
-    start = {k: v + PERTURBATION * jax.random.normal(kk, v.shape) for (k, v), kk in zip(prob.init(None).items(), keys)}
+    start = {
+        k: v + PERTURBATION * jax.random.normal(kk, v.shape)
+        for (k, v), kk in zip(prob.init(None).items(), keys, strict=False)
+    }
     control = deviation(loss, traj.params, {k: np.asarray(v) for k, v in run_gd(prob, start, args).params.items()})
-    r = {"name": name, "T": prob.T, "seq_T": seq_T, "gd_cold": cold, "gd_warm": warm,
-         "sgd_s": float(np.median([w for _, w in runs])), "steps_rec": np.asarray(traj.ts), "devs": devs,
-         "control": control, "gd_params": traj.params}
+    r = {
+        "name": name,
+        "T": prob.T,
+        "seq_T": seq_T,
+        "gd_cold": cold,
+        "gd_warm": warm,
+        "sgd_s": float(np.median([w for _, w in runs])),
+        "steps_rec": np.asarray(traj.ts),
+        "devs": devs,
+        "control": control,
+        "gd_params": traj.params,
+    }
     exact_T = "T → ∞" if prob.T is None else f"T = {prob.T}"
-    print(f"\n--- {name}: exact GD ({exact_T}) {args.steps} steps: cold {fmt_time(cold)}, warm {fmt_time(warm)}; "
-          f"NumPy SGD (sequences of length {seq_T}, batch {args.batch}) "
-          f"{fmt_time(r['sgd_s'])} (median of {args.sgd_seeds} seeds); final ‖θ_SGD − θ_GD‖/‖θ_GD‖ "
-          + ", ".join(f"{d['rel'][-1]:.3g}" for d in devs) + f"; exact loss GD {devs[0]['loss_gd'][-1]:.4g} vs SGD "
-          + ", ".join(f"{d['loss_sgd'][-1]:.4g}" for d in devs) + f"; control (exact GD from θ0 + {PERTURBATION:g}·N(0, "
-          f"1)): deviation {control['rel'][-1]:.3g}, loss {control['loss_sgd'][-1]:.4g} ---", flush=True)
+    print(
+        f"\n--- {name}: exact GD ({exact_T}) {args.steps} steps: cold {fmt_time(cold)}, warm {fmt_time(warm)}; "
+        f"NumPy SGD (sequences of length {seq_T}, batch {args.batch}) "
+        f"{fmt_time(r['sgd_s'])} (median of {args.sgd_seeds} seeds); final ‖θ_SGD − θ_GD‖/‖θ_GD‖ "
+        + ", ".join(f"{d['rel'][-1]:.3g}" for d in devs)
+        + f"; exact loss GD {devs[0]['loss_gd'][-1]:.4g} vs SGD "
+        + ", ".join(f"{d['loss_sgd'][-1]:.4g}" for d in devs)
+        + f"; control (exact GD from θ0 + {PERTURBATION:g}·N(0, "
+        f"1)): deviation {control['rel'][-1]:.3g}, loss {control['loss_sgd'][-1]:.4g} ---",
+        flush=True,
+    )
     return r
 
 
@@ -246,57 +305,90 @@ def sgd_case(name: str, prob: ScanSnap, seq_T: int, classes: Classes, args) -> d
 def describe(classes: Classes, args) -> str:
     supp = sorted({int(s) for s in (classes.probs > 0).sum(1)})
     name = "syn_small()" if args.medium is None else f"syn_medium({args.medium})"
-    return (f"`{name}` (K = {classes.K} classes, M = {classes.M} tokens, supports of "
-            f"{'/'.join(map(str, supp))} tokens)")
+    return f"`{name}` (K = {classes.K} classes, M = {classes.M} tokens, supports of {'/'.join(map(str, supp))} tokens)"
 
 
 def render(points, ref_inf, sgd, grad_check, classes, args, info, command, date, total) -> str:
     n_hist = sum(comb(int(s) + args.T - 2, args.T - 1) for s in (classes.probs > 0).sum(1))
-    out = [SECTION, "",
-           f"Written by `benchmarks/scan_snap.py` on {date} (total run {total:.0f} s).  ", f"Command: `{command}`", "",
-           f"Classes: {describe(classes, args)}. Exact loss at T = {args.T} (T − 1 = {args.T - 1} contextual tokens): "
-           f"the expectation over {n_hist:,} count vectors in all, `jit(value_and_grad(prob.loss))`; compile (AOT) "
-           f"apart, warm = median of {args.repeats} calls. Monte Carlo: `ScanSnap.sample` + the literal "
-           "`ScanSnap.sequence_loss`, `jit(value_and_grad)` of the batch mean; µs/sequence = warm median at batch "
-           f"{args.time_batch} ÷ {args.time_batch}, sampling excluded (which favours MC); Var_i from a pilot of "
-           f"{points[0]['check']['n']:,} single-sequence gradients. float64, CPU. Peak resident memory of the run: "
-           f"{peak_rss_gb():.2f} GB.", "", MC_DEFINITION, ""]
+    out = [
+        SECTION,
+        "",
+        f"Written by `benchmarks/scan_snap.py` on {date} (total run {total:.0f} s).  ",
+        f"Command: `{command}`",
+        "",
+        f"Classes: {describe(classes, args)}. Exact loss at T = {args.T} (T − 1 = {args.T - 1} contextual tokens): "
+        f"the expectation over {n_hist:,} count vectors in all, `jit(value_and_grad(prob.loss))`; compile (AOT) "
+        f"apart, warm = median of {args.repeats} calls. Monte Carlo: `ScanSnap.sample` + the literal "
+        "`ScanSnap.sequence_loss`, `jit(value_and_grad)` of the batch mean; µs/sequence = warm median at batch "
+        f"{args.time_batch} ÷ {args.time_batch}, sampling excluded (which favours MC); Var_i from a pilot of "
+        f"{points[0]['check']['n']:,} single-sequence gradients. float64, CPU. Peak resident memory of the run: "
+        f"{peak_rss_gb():.2f} GB.",
+        "",
+        MC_DEFINITION,
+        "",
+    ]
     out += mc_table(points, "sequence")
-    out += ["", "Compile and sampling: " + "; ".join(
-        f"{p['label']}: exact compile {fmt_time(p['exact_compile'])}, MC batch compile {fmt_time(p['mc_compile'])}, "
-        f"sampling {p['t_draw'] * 1e6:.3f} µs/sequence (not counted)" for p in points)
+    out += [
+        "",
+        "Compile and sampling: "
+        + "; ".join(
+            f"{p['label']}: exact compile {fmt_time(p['exact_compile'])}, MC batch compile {fmt_time(p['mc_compile'])}, "
+            f"sampling {p['t_draw'] * 1e6:.3f} µs/sequence (not counted)"
+            for p in points
+        )
         + f". For reference, the T → ∞ loss+gradient (`ScanSnap(..., T=None)`, what popdyn's Fig. 4/6 dynamics "
         f"integrate; no sampler can estimate it without bias): compile {fmt_time(ref_inf['compile'])}, warm "
-        f"{fmt_time(ref_inf['warm'])}.", ""]
-    out += [f"Exact GD against the authors' training loop: {args.steps} steps, lr {args.lr:g}, (η_Y, η_Z) = "
-            f"({args.eta_y:g}, {args.eta_z:g}), momentum {args.momentum:g} (PyTorch's heavy ball, both sides), "
-            "Y(0) = Z(0) = 0. popdyn: `gradient_descent(prob, θ0, momentum=…, time_scales=…, save_params=True)`, cold "
-            "= first call (compilation included), warm = identical second call. Baseline: the loop in NumPy (fresh "
-            f"batch of {args.batch} sampled sequences per step, hand-written backward pass; it equals JAX autodiff "
-            f"to {grad_check:.1e} relative on a test batch), wall of the whole loop, median over {args.sgd_seeds} "
-            "seeds. Deviation: ‖θ_SGD − θ_GD‖/‖θ_GD‖ at the last step (each seed) and its maximum over the records "
-            f"every {RECORD_EVERY} steps; exact loss of the GD problem at the last step of both. *Control*: exact GD "
-            f"from Y, Z = {PERTURBATION:g}·N(0, 1) instead of 0, compared with the run from 0: how much the "
-            "dynamics themselves amplify a small difference of θ (SGD differs from exact GD by sampling noise at "
-            "every step, amplified the same way).", "",
-            "| case | exact GD loss | SGD sequences | popdyn cold | popdyn warm | NumPy SGD | SGD ÷ popdyn warm | "
-            "final deviation (per seed) | max deviation | exact loss: GD → SGD (per seed) | control: deviation, loss |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]
+        f"{fmt_time(ref_inf['warm'])}.",
+        "",
+    ]
+    out += [
+        f"Exact GD against the authors' training loop: {args.steps} steps, lr {args.lr:g}, (η_Y, η_Z) = "
+        f"({args.eta_y:g}, {args.eta_z:g}), momentum {args.momentum:g} (PyTorch's heavy ball, both sides), "
+        "Y(0) = Z(0) = 0. popdyn: `gradient_descent(prob, θ0, momentum=…, time_scales=…, save_params=True)`, cold "
+        "= first call (compilation included), warm = identical second call. Baseline: the loop in NumPy (fresh "
+        f"batch of {args.batch} sampled sequences per step, hand-written backward pass; it equals JAX autodiff "
+        f"to {grad_check:.1e} relative on a test batch), wall of the whole loop, median over {args.sgd_seeds} "
+        "seeds. Deviation: ‖θ_SGD − θ_GD‖/‖θ_GD‖ at the last step (each seed) and its maximum over the records "
+        f"every {RECORD_EVERY} steps; exact loss of the GD problem at the last step of both. *Control*: exact GD "
+        f"from Y, Z = {PERTURBATION:g}·N(0, 1) instead of 0, compared with the run from 0: how much the "
+        "dynamics themselves amplify a small difference of θ (SGD differs from exact GD by sampling noise at "
+        "every step, amplified the same way).",
+        "",
+        "| case | exact GD loss | SGD sequences | popdyn cold | popdyn warm | NumPy SGD | SGD ÷ popdyn warm | "
+        "final deviation (per seed) | max deviation | exact loss: GD → SGD (per seed) | control: deviation, loss |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in sgd:
         exact_T = "T → ∞" if r["T"] is None else f"T = {r['T']}"
         out.append(
             f"| {r['name']} | {exact_T} | T = {r['seq_T']}, batch "
             f"{args.batch} | {fmt_time(r['gd_cold'])} | {fmt_time(r['gd_warm'])} | {fmt_time(r['sgd_s'])} | "
-            f"{fmt_ratio(r['sgd_s'] / r['gd_warm'])} | " + ", ".join(f"{d['rel'][-1]:.3g}" for d in r["devs"])
+            f"{fmt_ratio(r['sgd_s'] / r['gd_warm'])} | "
+            + ", ".join(f"{d['rel'][-1]:.3g}" for d in r["devs"])
             + f" | {max(float(d['rel'][1:].max()) for d in r['devs']):.3g} | {r['devs'][0]['loss_gd'][-1]:.4g} → "
             + ", ".join(f"{d['loss_sgd'][-1]:.4g}" for d in r["devs"])
-            + f" | {r['control']['rel'][-1]:.3g}, {r['control']['loss_sgd'][-1]:.4g} |")
-    out += ["", "Deviation along the run (seed 0), ‖θ_SGD − θ_GD‖/‖θ_GD‖ at steps "
-            + ", ".join(str(int(s)) for s in sgd[0]["steps_rec"][1:]) + ":", ""]
-    out += [f"- {r['name']}: " + ", ".join(f"{x:.3g}" for x in r["devs"][0]["rel"][1:]) + "; control: "
-            + ", ".join(f"{x:.3g}" for x in r["control"]["rel"][1:]) for r in sgd]
-    out += ["", "Checks (exact values against the pilot's Monte-Carlo means; pass: ≥ 99% of the live gradient "
-            "coordinates and the loss within 4 standard errors, every zero-variance coordinate equal):", ""]
+            + f" | {r['control']['rel'][-1]:.3g}, {r['control']['loss_sgd'][-1]:.4g} |"
+        )
+    out += [
+        "",
+        "Deviation along the run (seed 0), ‖θ_SGD − θ_GD‖/‖θ_GD‖ at steps "
+        + ", ".join(str(int(s)) for s in sgd[0]["steps_rec"][1:])
+        + ":",
+        "",
+    ]
+    out += [
+        f"- {r['name']}: "
+        + ", ".join(f"{x:.3g}" for x in r["devs"][0]["rel"][1:])
+        + "; control: "
+        + ", ".join(f"{x:.3g}" for x in r["control"]["rel"][1:])
+        for r in sgd
+    ]
+    out += [
+        "",
+        "Checks (exact values against the pilot's Monte-Carlo means; pass: ≥ 99% of the live gradient "
+        "coordinates and the loss within 4 standard errors, every zero-variance coordinate equal):",
+        "",
+    ]
     out += [f"- {p['label']}: {check_text(p['check'])}." for p in points]
     out.append(grad_check_line(grad_check))
     return finish_section(out, info)
@@ -305,16 +397,25 @@ def render(points, ref_inf, sgd, grad_check, classes, args, info, command, date,
 def headline(points, sgd, grad_check, args, command, date, info, total) -> dict:
     """Headline figures for run_all's summary: exact vs MC at ε = 1e-3 per point (the first is the task's row) and
     the SGD loop against exact GD (warm) for each case."""
-    rows = mc_headline_rows("scan-snap", points, f"T = {args.T}", "`value_and_grad(prob.loss)` (count vectors)",
-                            "sequence")
+    rows = mc_headline_rows(
+        "scan-snap", points, f"T = {args.T}", "`value_and_grad(prob.loss)` (count vectors)", "sequence"
+    )
     for r in sgd:
-        rows.append(headline_row(
-            "scan-snap", f"{args.steps} training steps, {r['name']}", "exact GD (`gradient_descent`, warm)",
-            r["gd_warm"], f"NumPy SGD, batch {args.batch}, sequences of length {r['seq_T']}", r["sgd_s"],
-            note=f"final ‖θ_SGD − θ_GD‖/‖θ_GD‖ {np.median([d['rel'][-1] for d in r['devs']]):.3g} (median of "
-            f"{args.sgd_seeds} seeds); popdyn cold {fmt_time(r['gd_cold'])}"))
-    return make_headline("scan_snap", SECTION, command, date, info, args.quick, total, rows,
-                         sampled_task_checks(points, grad_check))
+        rows.append(
+            headline_row(
+                "scan-snap",
+                f"{args.steps} training steps, {r['name']}",
+                "exact GD (`gradient_descent`, warm)",
+                r["gd_warm"],
+                f"NumPy SGD, batch {args.batch}, sequences of length {r['seq_T']}",
+                r["sgd_s"],
+                note=f"final ‖θ_SGD − θ_GD‖/‖θ_GD‖ {np.median([d['rel'][-1] for d in r['devs']]):.3g} (median of "
+                f"{args.sgd_seeds} seeds); popdyn cold {fmt_time(r['gd_cold'])}",
+            )
+        )
+    return make_headline(
+        "scan_snap", SECTION, command, date, info, args.quick, total, rows, sampled_task_checks(points, grad_check)
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -335,14 +436,24 @@ def parse_args(argv=None):
     ap.add_argument("--seq-T", type=int, default=128, help="sequence length of the paper's setting (default 128)")
     ap.add_argument("--sgd-seeds", type=int, default=None, help="SGD runs per case (default 3; --quick 2)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the initialisation, MC keys and SGD runs")
-    ap.add_argument("--quick", action="store_true", help="T = 4, pilot 4096, 2 SGD seeds; writes no results unless "
-                    "--results")
-    ap.add_argument("--results", type=Path, default=None,
-                    help="markdown file to update (default benchmarks/RESULTS.md; with --quick: none)")
+    ap.add_argument(
+        "--quick", action="store_true", help="T = 4, pilot 4096, 2 SGD seeds; writes no results unless --results"
+    )
+    ap.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="markdown file to update (default benchmarks/RESULTS.md; with --quick: none)",
+    )
     args = ap.parse_args(argv)
     quick = args.quick
-    for name, full, small in (("T", 6, 4), ("pilot", 16384, 4096), ("time_batch", 8192, 2048), ("repeats", 11, 5),
-                              ("sgd_seeds", 3, 2)):
+    for name, full, small in (
+        ("T", 6, 4),
+        ("pilot", 16384, 4096),
+        ("time_batch", 8192, 2048),
+        ("repeats", 11, 5),
+        ("sgd_seeds", 3, 2),
+    ):
         if getattr(args, name) is None:
             setattr(args, name, small if quick else full)
     if args.results is None and not quick:
@@ -363,13 +474,22 @@ def main(argv=None) -> int:
     model = NumpyScanSnap(classes, args.T)
     grad_check = numpy_grad_check(prob, model, args.batch, args.seed)
     print(f"NumPy backward pass vs JAX autodiff on one batch: max relative difference {grad_check:.1e}", flush=True)
-    sgd = [sgd_case("(a) same loss", prob, args.T, classes, args),
-           sgd_case("(b) the paper's setting", prob_inf, args.seq_T, classes, args)]
+    sgd = [
+        sgd_case("(a) same loss", prob, args.T, classes, args),
+        sgd_case("(b) the paper's setting", prob_inf, args.seq_T, classes, args),
+    ]
     fig4 = {k: v[FIG4_POINT_STEP // RECORD_EVERY] for k, v in sgd[0]["gd_params"].items()}
     key = jax.random.PRNGKey(args.seed + 1)
-    points = [mc_point("PyTorch init U(±1/√M)", prob, prob.init_uniform(jax.random.PRNGKey(args.seed)), args,
-                       jax.random.fold_in(key, 0)),
-              mc_point(f"exact GD (a), step {FIG4_POINT_STEP}", prob, fig4, args, jax.random.fold_in(key, 1))]
+    points = [
+        mc_point(
+            "PyTorch init U(±1/√M)",
+            prob,
+            prob.init_uniform(jax.random.PRNGKey(args.seed)),
+            args,
+            jax.random.fold_in(key, 0),
+        ),
+        mc_point(f"exact GD (a), step {FIG4_POINT_STEP}", prob, fig4, args, jax.random.fold_in(key, 1)),
+    ]
     ref_inf = exact_timing(prob_inf.loss, prob_inf.init_uniform(jax.random.PRNGKey(args.seed)), args.repeats)
     total = time.perf_counter() - t_start
     section = render(points, ref_inf, sgd, grad_check, classes, args, info, command, date, total)

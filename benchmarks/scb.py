@@ -42,8 +42,18 @@ jax.config.update("jax_enable_x64", True)
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 from _common import (  # noqa: E402
-    REPO, SUMMARY_EPS, Moments, at_eps, exactness_check, finish_section, headline_row, make_headline, parser,
-    peak_rss_gb, publish, run_header,
+    REPO,
+    SUMMARY_EPS,
+    Moments,
+    at_eps,
+    exactness_check,
+    finish_section,
+    headline_row,
+    make_headline,
+    parser,
+    peak_rss_gb,
+    publish,
+    run_header,
 )
 
 from popdyn.jobs.scb import gradient_variance  # noqa: E402
@@ -99,10 +109,23 @@ def bench_size(N: int, T: int, batch: int, pilot: int, eps: list[float], repeats
     for e in eps:
         B = total_var / (e * e * g_sq)
         mc.append({"eps": e, "batch_needed": B, "seconds": B / batch * sa_warm, "ratio": B / batch * sa_warm / st_warm})
-    return {"N": N, "T": T, "params": N * N + T * N, "vg_first": vg_first, "vg_warm": vg_warm, "step_first": st_first,
-            "step_warm": st_warm, "sampled_first": sa_first, "sampled_warm": sa_warm, "pilot_s": pilot_s,
-            "var": var, "grad_norm": g_sq**0.5, "mc": mc, "peak_rss_gb": peak,
-            "check": exactness(prob, theta, jax.random.PRNGKey(3), pilot, batch)}
+    return {
+        "N": N,
+        "T": T,
+        "params": N * N + T * N,
+        "vg_first": vg_first,
+        "vg_warm": vg_warm,
+        "step_first": st_first,
+        "step_warm": st_warm,
+        "sampled_first": sa_first,
+        "sampled_warm": sa_warm,
+        "pilot_s": pilot_s,
+        "var": var,
+        "grad_norm": g_sq**0.5,
+        "mc": mc,
+        "peak_rss_gb": peak,
+        "check": exactness(prob, theta, jax.random.PRNGKey(3), pilot, batch),
+    }
 
 
 def exactness(prob: SparseBigram, theta, key, samples: int, chunk: int) -> dict:
@@ -111,14 +134,17 @@ def exactness(prob: SparseBigram, theta, key, samples: int, chunk: int) -> dict:
     g = jax.grad(prob.loss)(theta)
     gn = jnp.sqrt(sum(jnp.sum(x**2) for x in g.values()))
     ku, key = jax.random.split(key)
-    r = {k: jax.random.normal(kk, x.shape) for (k, x), kk in zip(theta.items(), jax.random.split(ku, len(theta)))}
+    r = {
+        k: jax.random.normal(kk, x.shape)
+        for (k, x), kk in zip(theta.items(), jax.random.split(ku, len(theta)), strict=False)
+    }
     rn = jnp.sqrt(sum(jnp.sum(x**2) for x in r.values()))
     dirs = [{k: x / gn for k, x in g.items()}, {k: x / rn for k, x in r.items()}]
     exact_d = np.array([float(sum(jnp.sum(g[k] * u[k]) for k in g)) for u in dirs])
     mom = Moments(len(dirs))
     for kc in jax.random.split(key, -(-samples // chunk)):
         data = prob.sample(kc, chunk)
-        outs = [jax.jvp(lambda th: per_sample_loss(prob, th, data), (theta,), (u,)) for u in dirs]
+        outs = [jax.jvp(lambda th, data=data: per_sample_loss(prob, th, data), (theta,), (u,)) for u in dirs]
         mom.add(outs[0][0], np.stack([np.asarray(d) for _, d in outs], axis=1))
     return exactness_check(float(prob.loss(theta)), exact_d, mom)
 
@@ -143,36 +169,63 @@ def main(argv=None):
         N, T = (int(v) for v in size.split(","))
         r = bench_size(N, T, args.batch, args.pilot, args.eps, args.repeats)
         rows.append(r)
-        print(f"N={N}, T={T}: exact step {r['step_warm']:.3f} s, sampled step {r['sampled_warm']:.3f} s, "
-              f"peak RSS {r['peak_rss_gb']:.2f} GB; check {'PASS' if r['check']['ok'] else 'FAIL'}")
-    lines = [HEADING, "", f"`{command}` — {date}", "",
-             f"One exact population step (loss, gradient and the preconditioned projected update, η = {ETA}) against "
-             f"one minibatch step of B = {args.batch} exact draws (sampling included), at θ half-way between the "
-             f"start and (P, Qm); Q = 2. Warm times are medians of {args.repeats} calls; first calls include "
-             f"compilation. The Monte-Carlo columns are the batch whose preconditioned gradient has relative RMSE "
-             f"ε (variances from {args.pilot} exact per-sample gradients) and its time in batch-{args.batch} steps.",
-             "",
-             "| N | T | parameters | exact loss+grad (warm / first) | exact step (warm / first) | "
-             f"sampled B={args.batch} step (warm / first) | peak RSS |",
-             "|---|---|---|---|---|---|---|"]
+        print(
+            f"N={N}, T={T}: exact step {r['step_warm']:.3f} s, sampled step {r['sampled_warm']:.3f} s, "
+            f"peak RSS {r['peak_rss_gb']:.2f} GB; check {'PASS' if r['check']['ok'] else 'FAIL'}"
+        )
+    lines = [
+        HEADING,
+        "",
+        f"`{command}` — {date}",
+        "",
+        f"One exact population step (loss, gradient and the preconditioned projected update, η = {ETA}) against "
+        f"one minibatch step of B = {args.batch} exact draws (sampling included), at θ half-way between the "
+        f"start and (P, Qm); Q = 2. Warm times are medians of {args.repeats} calls; first calls include "
+        f"compilation. The Monte-Carlo columns are the batch whose preconditioned gradient has relative RMSE "
+        f"ε (variances from {args.pilot} exact per-sample gradients) and its time in batch-{args.batch} steps.",
+        "",
+        "| N | T | parameters | exact loss+grad (warm / first) | exact step (warm / first) | "
+        f"sampled B={args.batch} step (warm / first) | peak RSS |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        lines.append(f"| {r['N']} | {r['T']:,} | {r['params']:,} | {r['vg_warm']:.3f} s / {r['vg_first']:.2f} s | "
-                     f"{r['step_warm']:.3f} s / {r['step_first']:.2f} s | {r['sampled_warm']:.3f} s / "
-                     f"{r['sampled_first']:.2f} s | {r['peak_rss_gb']:.2f} GB |")
-    lines += ["", "| N | T | ε | batch for relative RMSE ε | Monte-Carlo time | ratio MC / exact step |",
-              "|---|---|---|---|---|---|"]
+        lines.append(
+            f"| {r['N']} | {r['T']:,} | {r['params']:,} | {r['vg_warm']:.3f} s / {r['vg_first']:.2f} s | "
+            f"{r['step_warm']:.3f} s / {r['step_first']:.2f} s | {r['sampled_warm']:.3f} s / "
+            f"{r['sampled_first']:.2f} s | {r['peak_rss_gb']:.2f} GB |"
+        )
+    lines += [
+        "",
+        "| N | T | ε | batch for relative RMSE ε | Monte-Carlo time | ratio MC / exact step |",
+        "|---|---|---|---|---|---|",
+    ]
     for r in rows:
         for m in r["mc"]:
-            lines.append(f"| {r['N']} | {r['T']:,} | {m['eps']:g} | {m['batch_needed']:.3g} | {m['seconds']:.3g} s | "
-                         f"{m['ratio']:.3g}× |")
-    lines += ["", "Per-entry variances of the preconditioned per-sample gradient: " + "; ".join(
-        f"N={r['N']}, T={r['T']:,}: var_V {r['var']['V']:.3g}, var_A {r['var']['A']:.3g}, ‖∇̃L‖ {r['grad_norm']:.3g}"
-        for r in rows) + "."]
-    lines += ["", "Checks (exact L and ⟨∇L, u⟩ against the Monte-Carlo means of the per-sample loss and its directional "
-              f"derivatives over {args.pilot} fresh draws, u₁ = ∇L/‖∇L‖ and u₂ a random unit direction; pass: all "
-              "within 4 standard errors):", ""]
-    lines += [f"- N={r['N']}, T={r['T']:,}: {'PASS' if r['check']['ok'] else '**FAIL**'} — loss |z| = "
-              f"{r['check']['loss_z']:.2f}, directional derivatives max |z| = {r['check']['zmax']:.2f}" for r in rows]
+            lines.append(
+                f"| {r['N']} | {r['T']:,} | {m['eps']:g} | {m['batch_needed']:.3g} | {m['seconds']:.3g} s | "
+                f"{m['ratio']:.3g}× |"
+            )
+    lines += [
+        "",
+        "Per-entry variances of the preconditioned per-sample gradient: "
+        + "; ".join(
+            f"N={r['N']}, T={r['T']:,}: var_V {r['var']['V']:.3g}, var_A {r['var']['A']:.3g}, ‖∇̃L‖ {r['grad_norm']:.3g}"
+            for r in rows
+        )
+        + ".",
+    ]
+    lines += [
+        "",
+        "Checks (exact L and ⟨∇L, u⟩ against the Monte-Carlo means of the per-sample loss and its directional "
+        f"derivatives over {args.pilot} fresh draws, u₁ = ∇L/‖∇L‖ and u₂ a random unit direction; pass: all "
+        "within 4 standard errors):",
+        "",
+    ]
+    lines += [
+        f"- N={r['N']}, T={r['T']:,}: {'PASS' if r['check']['ok'] else '**FAIL**'} — loss |z| = "
+        f"{r['check']['loss_z']:.2f}, directional derivatives max |z| = {r['check']['zmax']:.2f}"
+        for r in rows
+    ]
     total = time.perf_counter() - t_start
     publish(finish_section(lines, info), HEADING, results, headline(rows, args, command, date, info, total))
     return 0 if all(r["check"]["ok"] for r in rows) else 1
@@ -185,14 +238,34 @@ def headline(rows: list[dict], args, command: str, date: str, info: dict, total:
     for r in rows:
         m = at_eps(r["mc"])
         tag = f"N = {r['N']}, T = {r['T']:,}"
-        out.append(headline_row("scb", f"exact preconditioned step vs Monte Carlo at gradient RMSE ε‖∇̃L‖, ε = "
-                                f"{m['eps']:g}; {tag}", "one exact population step", r["step_warm"],
-                                f"MC, {m['batch_needed']:.3g} draws in batch-{args.batch} steps", m["seconds"],
-                                primary=r is rows[-1]))
-        out.append(headline_row("scb", f"one step, {tag}", "one exact population step", r["step_warm"],
-                                f"one sampled batch-{args.batch} step", r["sampled_warm"]))
-    checks = [(f"N = {r['N']}, T = {r['T']:,}: exact loss and directional derivatives within 4 SE of Monte Carlo",
-               r["check"]["ok"]) for r in rows]
+        out.append(
+            headline_row(
+                "scb",
+                f"exact preconditioned step vs Monte Carlo at gradient RMSE ε‖∇̃L‖, ε = {m['eps']:g}; {tag}",
+                "one exact population step",
+                r["step_warm"],
+                f"MC, {m['batch_needed']:.3g} draws in batch-{args.batch} steps",
+                m["seconds"],
+                primary=r is rows[-1],
+            )
+        )
+        out.append(
+            headline_row(
+                "scb",
+                f"one step, {tag}",
+                "one exact population step",
+                r["step_warm"],
+                f"one sampled batch-{args.batch} step",
+                r["sampled_warm"],
+            )
+        )
+    checks = [
+        (
+            f"N = {r['N']}, T = {r['T']:,}: exact loss and directional derivatives within 4 SE of Monte Carlo",
+            r["check"]["ok"],
+        )
+        for r in rows
+    ]
     return make_headline("scb", HEADING, command, date, info, args.quick, total, out, checks)
 
 

@@ -62,14 +62,28 @@ import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
 
 import popdyn  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    MC_DEFINITION,
+    check_text,
+    equal_precision,
+    finish_section,
+    fmt_ratio,
+    fmt_time,
+    grad_check_line,
+    headline_row,
+    make_headline,
+    max_relative_difference,
+    mc_headline_rows,
+    mc_table,
+    parser,
+    peak_rss_gb,
+    publish,
+    run_header,
+    sampled_task_checks,
+)
 from popdyn.tasks.teacher import TEACHERS, BilinearTeacher  # noqa: E402
 from popdyn.tasks.teacher.builders import build  # noqa: E402
 from popdyn.tasks.teacher.online import OnlineGradient  # noqa: E402
-from benchmarks._common import (  # noqa: E402
-    MC_DEFINITION, check_text, equal_precision, finish_section, fmt_ratio, fmt_time, grad_check_line, headline_row,
-    make_headline, max_relative_difference, mc_headline_rows, mc_table, parser, peak_rss_gb, publish, run_header,
-    sampled_task_checks,
-)
 
 SECTION = "## Bilinear teacher: exact loss and gradient vs Monte Carlo, exact GD vs online SGD"
 RECORDS = 20  # deviation records along a run
@@ -155,8 +169,20 @@ def mc_point(label: str, prob: BilinearTeacher, theta, args, key) -> dict:
 
     per_draw = jax.jit(jax.vmap(jax.value_and_grad(draw_loss), in_axes=(None, 0, 0)))
     draw = jax.jit(lambda k, b: prob.sample(k, b), static_argnums=1)
-    return equal_precision(label, prob.loss, theta, batch_loss, per_draw, draw, key, time_batch=args.time_batch,
-                           pilot=args.pilot, repeats=args.repeats, eps=args.eps, unit="draw")
+    return equal_precision(
+        label,
+        prob.loss,
+        theta,
+        batch_loss,
+        per_draw,
+        draw,
+        key,
+        time_batch=args.time_batch,
+        pilot=args.pilot,
+        repeats=args.repeats,
+        eps=args.eps,
+        unit="draw",
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -179,11 +205,24 @@ def cosine(W: np.ndarray, V: np.ndarray) -> float:
 def sgd_vs_gd(prob: BilinearTeacher, theta0: dict, args) -> dict:
     """popdyn's exact GD and in-JAX online SGD, and the NumPy online SGD, from θ0 for --steps steps at η."""
     every = args.steps // RECORDS
-    traj, gd_cold, gd_warm = cold_warm(lambda: popdyn.gradient_descent(
-        prob, theta0, lr=args.lr, steps=args.steps, record_every=every, save_params=True))
-    _, jx_cold, jx_warm = cold_warm(lambda: popdyn.gradient_descent(
-        prob, theta0, lr=args.lr, steps=args.steps, record_every=every, gradient=OnlineGradient(prob, args.batch),
-        seed=args.seed).final)
+    traj, gd_cold, gd_warm = cold_warm(
+        lambda: popdyn.gradient_descent(
+            prob, theta0, lr=args.lr, steps=args.steps, record_every=every, save_params=True
+        )
+    )
+    _, jx_cold, jx_warm = cold_warm(
+        lambda: (
+            popdyn.gradient_descent(
+                prob,
+                theta0,
+                lr=args.lr,
+                steps=args.steps,
+                record_every=every,
+                gradient=OnlineGradient(prob, args.batch),
+                seed=args.seed,
+            ).final
+        )
+    )
     model = NumpyTeacher(prob)
     runs = [numpy_sgd(model, theta0, args.steps, args.batch, args.lr, args.seed + s) for s in range(args.sgd_seeds)]
     loss = jax.jit(jax.vmap(prob.loss))
@@ -193,17 +232,35 @@ def sgd_vs_gd(prob: BilinearTeacher, theta0: dict, args) -> dict:
     devs = []
     for rec, _ in runs:
         diff = np.sqrt(sum(np.sum((gd[k] - rec[k]) ** 2, axis=(1, 2)) for k in gd))
-        devs.append({"rel": diff / size, "excess_sgd": np.asarray(loss({k: jnp.asarray(v) for k, v in rec.items()}))
-                     - L_opt, "cos": cosine(rec["W"][-1], np.asarray(prob.V_star))})
-    r = {"steps_rec": np.asarray(traj.ts), "gd_cold": gd_cold, "gd_warm": gd_warm, "jax_cold": jx_cold,
-         "jax_warm": jx_warm, "sgd_s": float(np.median([w for _, w in runs])), "devs": devs,
-         "excess_gd": np.asarray(traj.loss) - L_opt, "cos_gd": cosine(gd["W"][-1], np.asarray(prob.V_star)),
-         "final": traj.final}
-    print(f"\n--- {args.steps} steps at η = {args.lr:.4g}: exact GD cold {fmt_time(gd_cold)}, warm {fmt_time(gd_warm)}; "
-          f"in-JAX online SGD cold {fmt_time(jx_cold)}, warm {fmt_time(jx_warm)}; NumPy online SGD (batch "
-          f"{args.batch}) {fmt_time(r['sgd_s'])} (median of {args.sgd_seeds} seeds); final ‖θ_SGD − θ_GD‖/‖θ_GD‖ "
-          + ", ".join(f"{d['rel'][-1]:.3g}" for d in devs) + f"; excess loss GD {r['excess_gd'][-1]:.4g} vs SGD "
-          + ", ".join(f"{d['excess_sgd'][-1]:.4g}" for d in devs) + " ---", flush=True)
+        devs.append(
+            {
+                "rel": diff / size,
+                "excess_sgd": np.asarray(loss({k: jnp.asarray(v) for k, v in rec.items()})) - L_opt,
+                "cos": cosine(rec["W"][-1], np.asarray(prob.V_star)),
+            }
+        )
+    r = {
+        "steps_rec": np.asarray(traj.ts),
+        "gd_cold": gd_cold,
+        "gd_warm": gd_warm,
+        "jax_cold": jx_cold,
+        "jax_warm": jx_warm,
+        "sgd_s": float(np.median([w for _, w in runs])),
+        "devs": devs,
+        "excess_gd": np.asarray(traj.loss) - L_opt,
+        "cos_gd": cosine(gd["W"][-1], np.asarray(prob.V_star)),
+        "final": traj.final,
+    }
+    print(
+        f"\n--- {args.steps} steps at η = {args.lr:.4g}: exact GD cold {fmt_time(gd_cold)}, warm {fmt_time(gd_warm)}; "
+        f"in-JAX online SGD cold {fmt_time(jx_cold)}, warm {fmt_time(jx_warm)}; NumPy online SGD (batch "
+        f"{args.batch}) {fmt_time(r['sgd_s'])} (median of {args.sgd_seeds} seeds); final ‖θ_SGD − θ_GD‖/‖θ_GD‖ "
+        + ", ".join(f"{d['rel'][-1]:.3g}" for d in devs)
+        + f"; excess loss GD {r['excess_gd'][-1]:.4g} vs SGD "
+        + ", ".join(f"{d['excess_sgd'][-1]:.4g}" for d in devs)
+        + " ---",
+        flush=True,
+    )
     return r
 
 
@@ -211,43 +268,71 @@ def sgd_vs_gd(prob: BilinearTeacher, theta0: dict, args) -> dict:
 # RESULTS.md
 # ---------------------------------------------------------------------------------------------------------------
 def render(prob, points, run, grad_check, args, info, command, date, total) -> str:
-    out = [SECTION, "",
-           f"Written by `benchmarks/teacher.py` on {date} (total run {total:.0f} s).  ", f"Command: `{command}`", "",
-           f"Teacher: `build(\"{args.teacher}\", activation=\"{args.activation}\")` — D = {prob.D}, K = {prob.K}, "
-           f"d = {prob.d}, M = {prob.M}, ‖V*‖² = {float(prob.v):.4g}, α = {float(prob.alpha):g}, σ_x = "
-           f"{float(prob.sigma_x):g}, σ_ε = {float(prob.sigma_eps):g}; {prob.n_params():,} parameters (W, A). Exact "
-           "loss: the closed-form Gaussian expectation, `jit(value_and_grad(prob.loss))`; compile (AOT) apart, warm "
-           f"= median of {args.repeats} calls. Monte Carlo: `BilinearTeacher.sample` + the per-draw loss "
-           "½‖Y − σ(WXS)‖²_F, `jit(value_and_grad)` of the batch mean; µs/draw = warm median at batch "
-           f"{args.time_batch} ÷ {args.time_batch}, sampling excluded (which favours MC); Var_i from a pilot of "
-           f"{points[0]['check']['n']:,} per-draw gradients. float64, CPU. Peak resident memory of the run: "
-           f"{peak_rss_gb():.2f} GB.", "", MC_DEFINITION, ""]
+    out = [
+        SECTION,
+        "",
+        f"Written by `benchmarks/teacher.py` on {date} (total run {total:.0f} s).  ",
+        f"Command: `{command}`",
+        "",
+        f'Teacher: `build("{args.teacher}", activation="{args.activation}")` — D = {prob.D}, K = {prob.K}, '
+        f"d = {prob.d}, M = {prob.M}, ‖V*‖² = {float(prob.v):.4g}, α = {float(prob.alpha):g}, σ_x = "
+        f"{float(prob.sigma_x):g}, σ_ε = {float(prob.sigma_eps):g}; {prob.n_params():,} parameters (W, A). Exact "
+        "loss: the closed-form Gaussian expectation, `jit(value_and_grad(prob.loss))`; compile (AOT) apart, warm "
+        f"= median of {args.repeats} calls. Monte Carlo: `BilinearTeacher.sample` + the per-draw loss "
+        "½‖Y − σ(WXS)‖²_F, `jit(value_and_grad)` of the batch mean; µs/draw = warm median at batch "
+        f"{args.time_batch} ÷ {args.time_batch}, sampling excluded (which favours MC); Var_i from a pilot of "
+        f"{points[0]['check']['n']:,} per-draw gradients. float64, CPU. Peak resident memory of the run: "
+        f"{peak_rss_gb():.2f} GB.",
+        "",
+        MC_DEFINITION,
+        "",
+    ]
     out += mc_table(points, "draw")
-    out += ["", "Compile and sampling: " + "; ".join(
-        f"{p['label']}: exact compile {fmt_time(p['exact_compile'])}, MC batch compile {fmt_time(p['mc_compile'])}, "
-        f"sampling {p['t_draw'] * 1e6:.3f} µs/draw (not counted)" for p in points) + ".", ""]
+    out += [
+        "",
+        "Compile and sampling: "
+        + "; ".join(
+            f"{p['label']}: exact compile {fmt_time(p['exact_compile'])}, MC batch compile {fmt_time(p['mc_compile'])}, "
+            f"sampling {p['t_draw'] * 1e6:.3f} µs/draw (not counted)"
+            for p in points
+        )
+        + ".",
+        "",
+    ]
     fin = [d["rel"][-1] for d in run["devs"]]
-    out += [f"Exact GD against the paper's online SGD: {args.steps} steps at η = {args.lr:.6g}"
-            + (" (= 1/λ_max at the teacher)" if args.lr_default else "") + f", from W = {args.start:g}·V*, A = 0. "
-            "popdyn: `gradient_descent(prob, θ0, lr, steps, save_params=True)` on the exact loss, and for "
-            f"information the same call with `gradient=OnlineGradient(prob, {args.batch})` (popdyn's in-JAX online "
-            "SGD); cold = first call (compilation included), warm = identical second call. Baseline: the NumPy loop "
-            f"(fresh Gaussian batch of {args.batch} per step, hand-written backward pass; it equals JAX autodiff to "
-            f"{grad_check:.1e} relative on a test batch), wall of the whole loop, median over {args.sgd_seeds} seeds.",
-            "", "| popdyn exact GD cold | popdyn exact GD warm | popdyn in-JAX online SGD cold / warm | NumPy online "
-            "SGD | NumPy SGD ÷ exact GD warm | final ‖θ_SGD − θ_GD‖/‖θ_GD‖ (per seed) | excess loss L − L_opt: GD → "
-            "SGD (per seed) | cos(W, V*): GD → SGD (per seed) |", "|---|---|---|---|---|---|---|---|",
-            f"| {fmt_time(run['gd_cold'])} | {fmt_time(run['gd_warm'])} | {fmt_time(run['jax_cold'])} / "
-            f"{fmt_time(run['jax_warm'])} | {fmt_time(run['sgd_s'])} | {fmt_ratio(run['sgd_s'] / run['gd_warm'])} | "
-            + ", ".join(f"{x:.3g}" for x in fin) + f" | {run['excess_gd'][-1]:.4g} → "
-            + ", ".join(f"{d['excess_sgd'][-1]:.4g}" for d in run["devs"]) + f" | {run['cos_gd']:.12f} → "
-            + ", ".join(f"{d['cos']:.6f}" for d in run["devs"]) + " |", "",
-            "Along the run (seed 0), at steps " + ", ".join(str(int(s)) for s in run["steps_rec"][1:]) + ":", "",
-            "- ‖θ_SGD − θ_GD‖/‖θ_GD‖: " + ", ".join(f"{x:.3g}" for x in run["devs"][0]["rel"][1:]),
-            "- excess loss, exact GD: " + ", ".join(f"{x:.3g}" for x in run["excess_gd"][1:]),
-            "- excess loss, NumPy SGD: " + ", ".join(f"{x:.3g}" for x in run["devs"][0]["excess_sgd"][1:]), "",
-            "Checks (exact values against the pilot's Monte-Carlo means; pass: ≥ 99% of the live gradient "
-            "coordinates and the loss within 4 standard errors, every zero-variance coordinate equal):", ""]
+    out += [
+        f"Exact GD against the paper's online SGD: {args.steps} steps at η = {args.lr:.6g}"
+        + (" (= 1/λ_max at the teacher)" if args.lr_default else "")
+        + f", from W = {args.start:g}·V*, A = 0. "
+        "popdyn: `gradient_descent(prob, θ0, lr, steps, save_params=True)` on the exact loss, and for "
+        f"information the same call with `gradient=OnlineGradient(prob, {args.batch})` (popdyn's in-JAX online "
+        "SGD); cold = first call (compilation included), warm = identical second call. Baseline: the NumPy loop "
+        f"(fresh Gaussian batch of {args.batch} per step, hand-written backward pass; it equals JAX autodiff to "
+        f"{grad_check:.1e} relative on a test batch), wall of the whole loop, median over {args.sgd_seeds} seeds.",
+        "",
+        "| popdyn exact GD cold | popdyn exact GD warm | popdyn in-JAX online SGD cold / warm | NumPy online "
+        "SGD | NumPy SGD ÷ exact GD warm | final ‖θ_SGD − θ_GD‖/‖θ_GD‖ (per seed) | excess loss L − L_opt: GD → "
+        "SGD (per seed) | cos(W, V*): GD → SGD (per seed) |",
+        "|---|---|---|---|---|---|---|---|",
+        f"| {fmt_time(run['gd_cold'])} | {fmt_time(run['gd_warm'])} | {fmt_time(run['jax_cold'])} / "
+        f"{fmt_time(run['jax_warm'])} | {fmt_time(run['sgd_s'])} | {fmt_ratio(run['sgd_s'] / run['gd_warm'])} | "
+        + ", ".join(f"{x:.3g}" for x in fin)
+        + f" | {run['excess_gd'][-1]:.4g} → "
+        + ", ".join(f"{d['excess_sgd'][-1]:.4g}" for d in run["devs"])
+        + f" | {run['cos_gd']:.12f} → "
+        + ", ".join(f"{d['cos']:.6f}" for d in run["devs"])
+        + " |",
+        "",
+        "Along the run (seed 0), at steps " + ", ".join(str(int(s)) for s in run["steps_rec"][1:]) + ":",
+        "",
+        "- ‖θ_SGD − θ_GD‖/‖θ_GD‖: " + ", ".join(f"{x:.3g}" for x in run["devs"][0]["rel"][1:]),
+        "- excess loss, exact GD: " + ", ".join(f"{x:.3g}" for x in run["excess_gd"][1:]),
+        "- excess loss, NumPy SGD: " + ", ".join(f"{x:.3g}" for x in run["devs"][0]["excess_sgd"][1:]),
+        "",
+        "Checks (exact values against the pilot's Monte-Carlo means; pass: ≥ 99% of the live gradient "
+        "coordinates and the loss within 4 standard errors, every zero-variance coordinate equal):",
+        "",
+    ]
     out += [f"- {p['label']}: {check_text(p['check'])}." for p in points]
     out.append(grad_check_line(grad_check))
     return finish_section(out, info)
@@ -256,15 +341,24 @@ def render(prob, points, run, grad_check, args, info, command, date, total) -> s
 def headline(points, run, grad_check, args, command, date, info, total) -> dict:
     """Headline figures for run_all's summary: exact vs MC at ε = 1e-3 per point (the first is the task's row) and
     the NumPy online SGD against exact GD (warm)."""
-    rows = mc_headline_rows("teacher", points, f"{args.teacher} {args.activation}",
-                            "`value_and_grad(prob.loss)` (closed form)", "draw")
-    rows.append(headline_row(
-        "teacher", f"{args.steps} training steps, {args.teacher} {args.activation}", "exact GD (`gradient_descent`, "
-        "warm)", run["gd_warm"], f"NumPy online SGD, batch {args.batch}", run["sgd_s"],
-        note=f"final ‖θ_SGD − θ_GD‖/‖θ_GD‖ {np.median([d['rel'][-1] for d in run['devs']]):.3g} (median of "
-        f"{args.sgd_seeds} seeds); popdyn in-JAX online SGD warm {fmt_time(run['jax_warm'])}"))
-    return make_headline("teacher", SECTION, command, date, info, args.quick, total, rows,
-                         sampled_task_checks(points, grad_check))
+    rows = mc_headline_rows(
+        "teacher", points, f"{args.teacher} {args.activation}", "`value_and_grad(prob.loss)` (closed form)", "draw"
+    )
+    rows.append(
+        headline_row(
+            "teacher",
+            f"{args.steps} training steps, {args.teacher} {args.activation}",
+            "exact GD (`gradient_descent`, warm)",
+            run["gd_warm"],
+            f"NumPy online SGD, batch {args.batch}",
+            run["sgd_s"],
+            note=f"final ‖θ_SGD − θ_GD‖/‖θ_GD‖ {np.median([d['rel'][-1] for d in run['devs']]):.3g} (median of "
+            f"{args.sgd_seeds} seeds); popdyn in-JAX online SGD warm {fmt_time(run['jax_warm'])}",
+        )
+    )
+    return make_headline(
+        "teacher", SECTION, command, date, info, args.quick, total, rows, sampled_task_checks(points, grad_check)
+    )
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -282,13 +376,23 @@ def parse_args(argv=None):
     ap.add_argument("--start", type=float, default=0.01, help="start at W = START·V*, A = 0 (default 0.01)")
     ap.add_argument("--sgd-seeds", type=int, default=None, help="NumPy SGD runs (default 3; --quick 2)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random point, MC keys and SGD runs")
-    ap.add_argument("--quick", action="store_true", help="1000 steps, pilot 4096, 2 SGD seeds; writes no results "
-                    "unless --results")
-    ap.add_argument("--results", type=Path, default=None,
-                    help="markdown file to update (default benchmarks/RESULTS.md; with --quick: none)")
+    ap.add_argument(
+        "--quick", action="store_true", help="1000 steps, pilot 4096, 2 SGD seeds; writes no results unless --results"
+    )
+    ap.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="markdown file to update (default benchmarks/RESULTS.md; with --quick: none)",
+    )
     args = ap.parse_args(argv)
-    for name, full, small in (("pilot", 16384, 4096), ("time_batch", 8192, 2048), ("repeats", 11, 5),
-                              ("steps", 4000, 1000), ("sgd_seeds", 3, 2)):
+    for name, full, small in (
+        ("pilot", 16384, 4096),
+        ("time_batch", 8192, 2048),
+        ("repeats", 11, 5),
+        ("steps", 4000, 1000),
+        ("sgd_seeds", 3, 2),
+    ):
         if getattr(args, name) is None:
             setattr(args, name, small if args.quick else full)
     if args.results is None and not args.quick:
@@ -314,8 +418,10 @@ def main(argv=None) -> int:
     theta0 = {"W": args.start * prob.V_star, "A": jnp.zeros((prob.D, prob.D))}
     run = sgd_vs_gd(prob, theta0, args)
     key = jax.random.PRNGKey(args.seed + 1)
-    points = [mc_point("random point N(0, 1)", prob, random_point, args, jax.random.fold_in(key, 0)),
-              mc_point(f"end of exact GD ({args.steps} steps)", prob, run["final"], args, jax.random.fold_in(key, 1))]
+    points = [
+        mc_point("random point N(0, 1)", prob, random_point, args, jax.random.fold_in(key, 0)),
+        mc_point(f"end of exact GD ({args.steps} steps)", prob, run["final"], args, jax.random.fold_in(key, 1)),
+    ]
     total = time.perf_counter() - t_start
     section = render(prob, points, run, grad_check, args, info, command, date, total)
     publish(section, SECTION, args.results, headline(points, run, grad_check, args, command, date, info, total))

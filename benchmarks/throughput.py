@@ -51,7 +51,15 @@ if str(REPO) not in sys.path:  # `python benchmarks/throughput.py` puts benchmar
 import numpy as np  # noqa: E402
 
 from benchmarks._common import (  # noqa: E402
-    finish_section, fmt_ratio, fmt_time, headline_row, make_headline, parser, peak_rss_gb, publish, run_header,
+    finish_section,
+    fmt_ratio,
+    fmt_time,
+    headline_row,
+    make_headline,
+    parser,
+    peak_rss_gb,
+    publish,
+    run_header,
 )
 
 SECTION = "## Basin-map throughput: 10² to 10⁶ initialisations"
@@ -82,10 +90,10 @@ def rss_now_gb() -> float:
 # ---------------------------------------------------------------------------------------------------------------
 def worker(method: str, s: int, p: float, q: float, k: int, seed: int) -> dict:
     """Cold and warm ``basin_map`` on the s×s grid; flow labels at the baseline's indices; memory."""
-    from benchmarks.basins_markov import HI, LO, timed_basin_map  # imports JAX with float64 on
-
     import jax
+
     import popdyn
+    from benchmarks.basins_markov import HI, LO, timed_basin_map  # imports JAX with float64 on
     from popdyn.tasks.markov import ATTRACTORS, Canonical
 
     prob = Canonical(p, q)
@@ -94,15 +102,26 @@ def worker(method: str, s: int, p: float, q: float, k: int, seed: int) -> dict:
     rss_before = rss_now_gb()
     bm, cold, cold_c = timed_basin_map(prob, grid, method, **kw)
     bm, warm, warm_c = timed_basin_map(prob, grid, method, **kw)
-    out = {"method": method, "side": s, "n": s * s, "cold": cold, "cold_compile": cold_c, "warm": warm,
-           "warm_compile": warm_c, "compute": max(warm - warm_c, 1e-9), "rss_before_gb": rss_before,
-           "peak_rss_gb": peak_rss_gb(), "fractions": bm.fractions}
+    out = {
+        "method": method,
+        "side": s,
+        "n": s * s,
+        "cold": cold,
+        "cold_compile": cold_c,
+        "warm": warm,
+        "warm_compile": warm_c,
+        "compute": max(warm - warm_c, 1e-9),
+        "rss_before_gb": rss_before,
+        "peak_rss_gb": peak_rss_gb(),
+        "fractions": bm.fractions,
+    }
     if method == "flow":
         predicted = np.asarray(jax.jit(jax.vmap(prob.predicted_basin))(grid.points(prob))).ravel()
         predicted = np.where(predicted < 0, -1, predicted)
         names = list(bm.attractors)
-        mapped = np.array([ATTRACTORS.index(names[i]) if i >= 0 and names[i] in ATTRACTORS else -1
-                           for i in bm.labels.ravel()])
+        mapped = np.array(
+            [ATTRACTORS.index(names[i]) if i >= 0 and names[i] in ATTRACTORS else -1 for i in bm.labels.ravel()]
+        )
         out["agree_pred"] = float(np.mean(mapped == predicted))
         out["subset_labels"] = mapped[subset(s * s, k, seed)].tolist()
     return out
@@ -110,18 +129,34 @@ def worker(method: str, s: int, p: float, q: float, k: int, seed: int) -> dict:
 
 def run_worker(method: str, n: int, args) -> dict:
     """One worker subprocess; its JSON answer."""
-    cmd = [sys.executable, str(Path(__file__).resolve()), "--worker", method, str(side(n)), "--p", str(args.p),
-           "--q", str(args.q), "--baseline-points", str(args.baseline_points), "--seed", str(args.seed)]
+    cmd = [
+        sys.executable,
+        str(Path(__file__).resolve()),
+        "--worker",
+        method,
+        str(side(n)),
+        "--p",
+        str(args.p),
+        "--q",
+        str(args.q),
+        "--baseline-points",
+        str(args.baseline_points),
+        "--seed",
+        str(args.seed),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)), None)
     if proc.returncode or line is None:
         raise RuntimeError(f"worker {method} n={n} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
-    r = json.loads(line[len(MARK):])
+    r = json.loads(line[len(MARK) :])
     r["pps"] = r["n"] / r["compute"]
-    print(f"{method:4s} {r['side']:5d}² = {r['n']:>9,} points: cold {fmt_time(r['cold'])}, warm {fmt_time(r['warm'])} "
-          f"(trace+compile {fmt_time(r['warm_compile'])}) → {r['pps']:,.0f} points/s; peak RSS "
-          f"{r['peak_rss_gb']:.2f} GB (before the map {r['rss_before_gb']:.2f} GB)"
-          + (f"; agreement with predicted_basin {r['agree_pred']:.6f}" if "agree_pred" in r else ""), flush=True)
+    print(
+        f"{method:4s} {r['side']:5d}² = {r['n']:>9,} points: cold {fmt_time(r['cold'])}, warm {fmt_time(r['warm'])} "
+        f"(trace+compile {fmt_time(r['warm_compile'])}) → {r['pps']:,.0f} points/s; peak RSS "
+        f"{r['peak_rss_gb']:.2f} GB (before the map {r['rss_before_gb']:.2f} GB)"
+        + (f"; agreement with predicted_basin {r['agree_pred']:.6f}" if "agree_pred" in r else ""),
+        flush=True,
+    )
     return r
 
 
@@ -138,10 +173,20 @@ def baseline(args, flow_big: dict) -> dict:
     idx = subset(s * s, args.baseline_points, args.seed)
     labels, _, steady, nfev, wall = run_baseline(args.p, args.q, E.ravel()[idx], W.ravel()[idx], "solve_ivp")
     agree = float(np.mean(labels == np.asarray(flow_big["subset_labels"])))
-    r = {"points": len(idx), "side": s, "wall": wall, "pps": len(idx) / wall, "steady": int(steady.sum()),
-         "nfev_median": float(np.median(nfev)), "agree_flow": agree}
-    print(f"baseline solve_ivp RK45: {len(idx)} points of the {s}² grid in {fmt_time(wall)} → {r['pps']:,.1f} "
-          f"points/s; labels agree with popdyn flow {agree:.4f}", flush=True)
+    r = {
+        "points": len(idx),
+        "side": s,
+        "wall": wall,
+        "pps": len(idx) / wall,
+        "steady": int(steady.sum()),
+        "nfev_median": float(np.median(nfev)),
+        "agree_flow": agree,
+    }
+    print(
+        f"baseline solve_ivp RK45: {len(idx)} points of the {s}² grid in {fmt_time(wall)} → {r['pps']:,.1f} "
+        f"points/s; labels agree with popdyn flow {agree:.4f}",
+        flush=True,
+    )
     return r
 
 
@@ -186,44 +231,69 @@ def figure(rows: list[dict], base: dict, path: Path) -> None:
 
 
 def render(rows, base, slopes, fig_name, args, info, command, date, total) -> str:
-    out = [SECTION, "",
-           f"Written by `benchmarks/throughput.py` on {date} (total run {total:.0f} s).  ", f"Command: `{command}`", "",
-           f"`basin_map(Canonical({args.p:g}, {args.q:g}), Grid.square(\"w\", \"e\", -3, 3, s), method)` with s = "
-           "round(√n), flow with basins_markov.py's settings (Tsit5, rtol 1e-8, atol 1e-10, t1 1e4, steady-state "
-           "stop), GD lr 0.5 × 2000 steps, default chunks of 16,384 points; float64, CPU. Every (method, n) runs in "
-           "a fresh subprocess: *cold* = its first call (compilation included), *warm* = an identical second call, "
-           "*compute* = warm − any trace/compile time `jax.monitoring` reports in it; points/s = n ÷ compute. *Peak "
-           "RSS* = that process's `ru_maxrss` (imports included); *before* = its resident memory just before the "
-           "first call. Baseline: the `solve_ivp` RK45 loop of basins_markov.py on "
-           f"{base['points']} random points (seed {args.seed}) of the {base['side']}² grid. "
-           f"![throughput]({fig_name})", "",
-           "| method | grid | points | wall (cold) | wall (warm) | trace+compile in warm | compute | µs/point | "
-           "points/s | speed-up vs solve_ivp | peak RSS | RSS before |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        SECTION,
+        "",
+        f"Written by `benchmarks/throughput.py` on {date} (total run {total:.0f} s).  ",
+        f"Command: `{command}`",
+        "",
+        f'`basin_map(Canonical({args.p:g}, {args.q:g}), Grid.square("w", "e", -3, 3, s), method)` with s = '
+        "round(√n), flow with basins_markov.py's settings (Tsit5, rtol 1e-8, atol 1e-10, t1 1e4, steady-state "
+        "stop), GD lr 0.5 × 2000 steps, default chunks of 16,384 points; float64, CPU. Every (method, n) runs in "
+        "a fresh subprocess: *cold* = its first call (compilation included), *warm* = an identical second call, "
+        "*compute* = warm − any trace/compile time `jax.monitoring` reports in it; points/s = n ÷ compute. *Peak "
+        "RSS* = that process's `ru_maxrss` (imports included); *before* = its resident memory just before the "
+        "first call. Baseline: the `solve_ivp` RK45 loop of basins_markov.py on "
+        f"{base['points']} random points (seed {args.seed}) of the {base['side']}² grid. "
+        f"![throughput]({fig_name})",
+        "",
+        "| method | grid | points | wall (cold) | wall (warm) | trace+compile in warm | compute | µs/point | "
+        "points/s | speed-up vs solve_ivp | peak RSS | RSS before |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        out.append(f"| {r['method']} | {r['side']}×{r['side']} | {r['n']:,} | {fmt_time(r['cold'])} | "
-                   f"{fmt_time(r['warm'])} | {fmt_time(r['warm_compile'])} | {fmt_time(r['compute'])} | "
-                   f"{r['compute'] / r['n'] * 1e6:.2f} | {r['pps']:,.0f} | {fmt_ratio(r['pps'] / base['pps'])} | "
-                   f"{r['peak_rss_gb']:.2f} GB | {r['rss_before_gb']:.2f} GB |")
-    out.append(f"| solve_ivp RK45 (baseline) | {base['points']} of {base['side']}² | {base['points']} | "
-               f"{fmt_time(base['wall'])} | – | – | {fmt_time(base['wall'])} | {1e6 / base['pps']:,.0f} | "
-               f"{base['pps']:,.1f} | 1× | – | – |")
-    out += ["", f"Growth of the cost (log-log slope of time against n; 1 = linear; pass: within "
-            f"[{SLOPE_OK[0]}, {SLOPE_OK[1]}] for the warm compute time):", ""]
+        out.append(
+            f"| {r['method']} | {r['side']}×{r['side']} | {r['n']:,} | {fmt_time(r['cold'])} | "
+            f"{fmt_time(r['warm'])} | {fmt_time(r['warm_compile'])} | {fmt_time(r['compute'])} | "
+            f"{r['compute'] / r['n'] * 1e6:.2f} | {r['pps']:,.0f} | {fmt_ratio(r['pps'] / base['pps'])} | "
+            f"{r['peak_rss_gb']:.2f} GB | {r['rss_before_gb']:.2f} GB |"
+        )
+    out.append(
+        f"| solve_ivp RK45 (baseline) | {base['points']} of {base['side']}² | {base['points']} | "
+        f"{fmt_time(base['wall'])} | – | – | {fmt_time(base['wall'])} | {1e6 / base['pps']:,.0f} | "
+        f"{base['pps']:,.1f} | 1× | – | – |"
+    )
+    out += [
+        "",
+        f"Growth of the cost (log-log slope of time against n; 1 = linear; pass: within "
+        f"[{SLOPE_OK[0]}, {SLOPE_OK[1]}] for the warm compute time):",
+        "",
+    ]
     for method, s in slopes.items():
-        verdict = ("PASS" if slope_ok(s) else "**FAIL**") if s["tested"] else (
-            f"not tested (fewer than two sizes ≥ {args.fit_from:,.0f}; fitted over the two largest)")
-        out.append(f"- {method}: {verdict} — compute time ∝ n^{s['compute']:.3f}, cold wall ∝ n^{s['cold']:.3f}, "
-                   "over n = " + ", ".join(f"{n:,}" for n in s["sizes"]) + ".")
+        verdict = (
+            ("PASS" if slope_ok(s) else "**FAIL**")
+            if s["tested"]
+            else (f"not tested (fewer than two sizes ≥ {args.fit_from:,.0f}; fitted over the two largest)")
+        )
+        out.append(
+            f"- {method}: {verdict} — compute time ∝ n^{s['compute']:.3f}, cold wall ∝ n^{s['cold']:.3f}, "
+            "over n = " + ", ".join(f"{n:,}" for n in s["sizes"]) + "."
+        )
     out += ["", f"Checks (pass: ≥ {AGREE_MIN:.0%} agreement):", ""]
     for r in rows:
         if "agree_pred" in r:
-            out.append(f"- flow {r['side']}²: {'PASS' if r['agree_pred'] >= AGREE_MIN else '**FAIL**'} — labels "
-                       f"agree with `predicted_basin` on {r['agree_pred']:.6f} of the points; fractions "
-                       + ", ".join(f"{k} {v:.4f}" for k, v in r["fractions"].items()) + ".")
-    out.append(f"- baseline: {'PASS' if base['agree_flow'] >= AGREE_MIN else '**FAIL**'} — solve_ivp labels agree "
-               f"with popdyn's flow labels on {base['agree_flow']:.4f} of its {base['points']} points (reached the "
-               f"steady state: {base['steady']}/{base['points']}; RHS evaluations per point median "
-               f"{base['nfev_median']:.0f}).")
+            out.append(
+                f"- flow {r['side']}²: {'PASS' if r['agree_pred'] >= AGREE_MIN else '**FAIL**'} — labels "
+                f"agree with `predicted_basin` on {r['agree_pred']:.6f} of the points; fractions "
+                + ", ".join(f"{k} {v:.4f}" for k, v in r["fractions"].items())
+                + "."
+            )
+    out.append(
+        f"- baseline: {'PASS' if base['agree_flow'] >= AGREE_MIN else '**FAIL**'} — solve_ivp labels agree "
+        f"with popdyn's flow labels on {base['agree_flow']:.4f} of its {base['points']} points (reached the "
+        f"steady state: {base['steady']}/{base['points']}; RHS evaluations per point median "
+        f"{base['nfev_median']:.0f})."
+    )
     return finish_section(out, info)
 
 
@@ -231,35 +301,59 @@ def headline(rows, base, slopes, args, command, date, info, total) -> dict:
     """Headline figures for run_all's summary: time per initialisation at the largest size per method against the
     solve_ivp loop (flow is the throughput row), and the fitted slopes as checks."""
     big = {m: max((r for r in rows if r["method"] == m), key=lambda r: r["n"]) for m in slopes}
-    out = [headline_row("throughput", f"basin map, {m}, {r['n']:,} initialisations: time per initialisation "
-                        "(warm compute)", f"`basin_map(method=\"{m}\")`, {r['pps']:,.0f} points/s", r["compute"] / r["n"],
-                        f"`solve_ivp` loop, {base['pps']:,.1f} points/s", 1.0 / base["pps"], primary=m == "flow",
-                        note=f"time ∝ n^{slopes[m]['compute']:.3f} over n ≥ {min(slopes[m]['sizes']):,}"
-                        + ("" if slopes[m]["tested"] else " (below the fit range: no test of the growth)")
-                        + f"; cold wall {fmt_time(r['cold'])}, peak RSS {r['peak_rss_gb']:.2f} GB")
-           for m, r in big.items()]
-    checks = [(f"{m}: time ∝ n^{s['compute']:.3f} over n ≥ {min(s['sizes']):,}, close to linear", slope_ok(s))
-              for m, s in slopes.items() if s["tested"]]
-    checks += [(f"flow {r['side']}²: labels agree with predicted_basin", r["agree_pred"] >= AGREE_MIN)
-               for r in rows if "agree_pred" in r]
+    out = [
+        headline_row(
+            "throughput",
+            f"basin map, {m}, {r['n']:,} initialisations: time per initialisation (warm compute)",
+            f'`basin_map(method="{m}")`, {r["pps"]:,.0f} points/s',
+            r["compute"] / r["n"],
+            f"`solve_ivp` loop, {base['pps']:,.1f} points/s",
+            1.0 / base["pps"],
+            primary=m == "flow",
+            note=f"time ∝ n^{slopes[m]['compute']:.3f} over n ≥ {min(slopes[m]['sizes']):,}"
+            + ("" if slopes[m]["tested"] else " (below the fit range: no test of the growth)")
+            + f"; cold wall {fmt_time(r['cold'])}, peak RSS {r['peak_rss_gb']:.2f} GB",
+        )
+        for m, r in big.items()
+    ]
+    checks = [
+        (f"{m}: time ∝ n^{s['compute']:.3f} over n ≥ {min(s['sizes']):,}, close to linear", slope_ok(s))
+        for m, s in slopes.items()
+        if s["tested"]
+    ]
+    checks += [
+        (f"flow {r['side']}²: labels agree with predicted_basin", r["agree_pred"] >= AGREE_MIN)
+        for r in rows
+        if "agree_pred" in r
+    ]
     checks.append(("solve_ivp labels agree with popdyn flow", base["agree_flow"] >= AGREE_MIN))
     return make_headline("throughput", SECTION, command, date, info, args.quick, total, out, checks)
 
 
 def parse_args(argv=None):
     ap = parser(__doc__)
-    ap.add_argument("--sizes", type=float, nargs="+", default=None,
-                    help="numbers of initialisations (default 1e2 1e3 1e4 1e5 1e6; --quick 1e2 1e4)")
+    ap.add_argument(
+        "--sizes",
+        type=float,
+        nargs="+",
+        default=None,
+        help="numbers of initialisations (default 1e2 1e3 1e4 1e5 1e6; --quick 1e2 1e4)",
+    )
     ap.add_argument("--methods", nargs="+", choices=("flow", "gd"), default=["flow", "gd"])
     ap.add_argument("--baseline-points", type=int, default=None, help="solve_ivp points (default 200; --quick 20)")
     ap.add_argument("--fit-from", type=float, default=1e4, help="fit the slope over n ≥ this (default 1e4)")
     ap.add_argument("--p", type=float, default=0.1)
     ap.add_argument("--q", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0, help="seed of the baseline subset")
-    ap.add_argument("--quick", action="store_true", help="sizes 1e2 1e4, 20 baseline points; writes no results "
-                    "unless --results")
-    ap.add_argument("--results", type=Path, default=None,
-                    help="markdown file to update (default benchmarks/RESULTS.md; with --quick: none)")
+    ap.add_argument(
+        "--quick", action="store_true", help="sizes 1e2 1e4, 20 baseline points; writes no results unless --results"
+    )
+    ap.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        help="markdown file to update (default benchmarks/RESULTS.md; with --quick: none)",
+    )
     ap.add_argument("--worker", nargs=2, metavar=("METHOD", "SIDE"), help=argparse.SUPPRESS)  # one (method, n)
     args = ap.parse_args(argv)
     if args.sizes is None:
@@ -270,8 +364,10 @@ def parse_args(argv=None):
     if args.results is None and not args.quick:
         args.results = REPO / "benchmarks" / "RESULTS.md"
     if min(args.sizes) < 4 or args.baseline_points < 1 or ("flow" not in args.methods and not args.worker):
-        ap.error("sizes must be ≥ 4, --baseline-points ≥ 1, and --methods must include flow (the baseline compares "
-                 "labels with it)")
+        ap.error(
+            "sizes must be ≥ 4, --baseline-points ≥ 1, and --methods must include flow (the baseline compares "
+            "labels with it)"
+        )
     return args
 
 

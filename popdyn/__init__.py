@@ -12,9 +12,26 @@ __version__ = "0.1.0"
 
 _HOME = {
     **dict.fromkeys(
-        ["BasinFractions", "BasinMap", "Distance", "GradNormBelow", "Grid", "HittingTimes", "LossBelow",
-         "StepSizeAudit", "basin_fractions", "basin_map", "extreme_eigenvalues", "hessian_spectrum", "hitting_times",
-         "lambda_max", "lambda_min", "step_size_audit"], "popdyn.analysis"),
+        [
+            "BasinFractions",
+            "BasinMap",
+            "Distance",
+            "GradNormBelow",
+            "Grid",
+            "HittingTimes",
+            "LossBelow",
+            "StepSizeAudit",
+            "basin_fractions",
+            "basin_map",
+            "extreme_eigenvalues",
+            "hessian_spectrum",
+            "hitting_times",
+            "lambda_max",
+            "lambda_min",
+            "step_size_audit",
+        ],
+        "popdyn.analysis",
+    ),
     **dict.fromkeys(["STATUS_NAMES", "Status", "Trajectory", "gradient_descent", "gradient_flow"], "popdyn.dynamics"),
     **dict.fromkeys(["Overlay", "Problem"], "popdyn.problem"),
 }

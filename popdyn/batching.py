@@ -22,13 +22,14 @@ from popdyn import _validate, distributed, sharding
 from popdyn.checkpoint import ChunkStore, fingerprint
 from popdyn.problem import Problem, Theta, check_problem
 
-
 _CHECKED: set = set()
 _WARNED_FLOAT32: list = []
 
-FLOAT32_WARNING = ("popdyn is running in float32 (jax_enable_x64 is off): exact losses, stopping rules and basin labels "
-                   "are only as good as float32's 1e-7; call jax.config.update('jax_enable_x64', True) before any "
-                   "JAX work (docs/problem.md, 'Precision')")
+FLOAT32_WARNING = (
+    "popdyn is running in float32 (jax_enable_x64 is off): exact losses, stopping rules and basin labels "
+    "are only as good as float32's 1e-7; call jax.config.update('jax_enable_x64', True) before any "
+    "JAX work (docs/problem.md, 'Precision')"
+)
 
 
 def warn_if_float32() -> None:
@@ -41,8 +42,10 @@ def warn_if_float32() -> None:
 def checked(prob: Problem) -> Problem:
     """``prob`` after ``popdyn.problem.check_problem``, run once per problem structure and leaf shapes (a new data
     value needs no new check, as it compiles nothing new)."""
-    key = (jax.tree_util.tree_structure(prob),
-           tuple((np.shape(x), str(getattr(x, "dtype", type(x)))) for x in jax.tree_util.tree_leaves(prob)))
+    key = (
+        jax.tree_util.tree_structure(prob),
+        tuple((np.shape(x), str(getattr(x, "dtype", type(x)))) for x in jax.tree_util.tree_leaves(prob)),
+    )
     warn_if_float32()
     if key not in _CHECKED:
         check_problem(prob)
@@ -58,7 +61,7 @@ def batch_size(prob: Problem, theta: Theta) -> int | None:
     if tdef != t_def:
         raise ValueError(f"theta has structure {tdef}, but the problem expects {t_def}")
     sizes = set()
-    for (path, leaf), t in zip(jax.tree_util.tree_flatten_with_path(theta)[0], t_leaves):
+    for (path, leaf), t in zip(jax.tree_util.tree_flatten_with_path(theta)[0], t_leaves, strict=False):
         shape = np.shape(leaf)
         name = jax.tree_util.keystr(path)
         if shape == t.shape:
@@ -110,9 +113,11 @@ def check_memory(nbytes: float, what: str) -> None:
     except (ValueError, OSError, AttributeError):  # not a POSIX system: no estimate to compare with
         return
     if nbytes > MEMORY_SHARE * total:
-        raise ValueError(f"{what} needs about {nbytes / 1e9:,.1f} GB of memory, more than {MEMORY_SHARE:.0%} of this "
-                         f"machine's {total / 1e9:.1f} GB: use smaller sizes, fewer initialisations or fewer records, or set "
-                         "POPDYN_MEMORY_CHECK=off to go ahead anyway")
+        raise ValueError(
+            f"{what} needs about {nbytes / 1e9:,.1f} GB of memory, more than {MEMORY_SHARE:.0%} of this "
+            f"machine's {total / 1e9:.1f} GB: use smaller sizes, fewer initialisations or fewer records, or set "
+            "POPDYN_MEMORY_CHECK=off to go ahead anyway"
+        )
 
 
 def _nbytes(tree) -> float:
@@ -120,8 +125,14 @@ def _nbytes(tree) -> float:
 
 
 def map_chunks(
-    fn: Callable, theta: Theta, chunk_size: int | None, *, progress: bool = False, desc: str = "chunks",
-    checkpoint: str | os.PathLike | None = None, depends_on: tuple = (),
+    fn: Callable,
+    theta: Theta,
+    chunk_size: int | None,
+    *,
+    progress: bool = False,
+    desc: str = "chunks",
+    checkpoint: str | os.PathLike | None = None,
+    depends_on: tuple = (),
 ):
     """Apply ``fn`` (a jitted function of a batch) to fixed-size chunks of ``theta``; concatenate outputs.
 
@@ -156,8 +167,11 @@ def map_chunks(
 
     expected = jax.eval_shape(fn, chunk(0)) if checkpoint is not None or several else None
     info = {"n_points": n, "chunk_size": size, "n_chunks": len(rows)}
-    open_store = None if checkpoint is None else (
-        lambda: ChunkStore(checkpoint, fingerprint(theta, size, depends_on), expected, info))
+    open_store = (
+        None
+        if checkpoint is None
+        else (lambda: ChunkStore(checkpoint, fingerprint(theta, size, depends_on), expected, info))
+    )
 
     if several:
         store, outs = _resume_everywhere(rows, expected, open_store, fingerprint(theta, size))
@@ -168,13 +182,14 @@ def map_chunks(
     me, count = jax.process_index(), jax.process_count()
     todo = [i for i, out in enumerate(outs) if out is None]
     idle = None if expected is None else jax.tree_util.tree_map(lambda s: np.zeros(s.shape, s.dtype), expected)
-    with tqdm(total=len(rows), initial=len(rows) - len(todo), desc=desc, disable=not progress or me > 0,
-              leave=False) as bar:
+    with tqdm(
+        total=len(rows), initial=len(rows) - len(todo), desc=desc, disable=not progress or me > 0, leave=False
+    ) as bar:
         for first in range(0, len(todo), count):
-            turn = todo[first:first + count]
+            turn = todo[first : first + count]
             every = sharding.from_every_process(run(turn[me]) if me < len(turn) else idle)
             for p, i in enumerate(turn):
-                outs[i] = jax.tree_util.tree_map(lambda x: x[p, :rows[i]], every)
+                outs[i] = jax.tree_util.tree_map(lambda x, p=p, i=i: x[p, : rows[i]], every)
                 if store is not None:
                     store.save(i, outs[i])
                 bar.update(1)
@@ -198,24 +213,33 @@ def _resume_everywhere(rows: list[int], expected, open_store: Callable | None, i
             refused = err
     mask = np.zeros(len(rows), bool)
     mask[list(held)] = True
-    every = sharding.from_every_process({"inputs": np.frombuffer(bytes.fromhex(inputs), np.uint8),
-                                         "held": mask, "refused": np.array([refused is not None])})
+    every = sharding.from_every_process(
+        {
+            "inputs": np.frombuffer(bytes.fromhex(inputs), np.uint8),
+            "held": mask,
+            "refused": np.array([refused is not None]),
+        }
+    )
     if not (every["inputs"] == every["inputs"][0]).all():
-        raise ValueError("the processes were given different initialisations, chunk sizes or package versions: every "
-                         "process must run the same program on the same inputs (docs/distributed.md)")
+        raise ValueError(
+            "the processes were given different initialisations, chunk sizes or package versions: every "
+            "process must run the same program on the same inputs (docs/distributed.md)"
+        )
     if refused is not None:
         raise refused
     if every["refused"].any():
-        raise ValueError("process 0 could not use the checkpoint directory; its error message says why "
-                         "(docs/distributed.md)")
+        raise ValueError(
+            "process 0 could not use the checkpoint directory; its error message says why (docs/distributed.md)"
+        )
     outs: list = [None] * len(rows)
     ids = np.flatnonzero(every["held"][0]).tolist()
     if ids:  # copied from process 0, never recomputed
+
         def stand_in(r: int):
             return jax.tree_util.tree_map(lambda s: np.zeros((r, *s.shape[1:]), s.dtype), expected)
 
         sent = sharding.from_every_process([held[i] if i in held else stand_in(rows[i]) for i in ids])
-        for i, tree in zip(ids, sent):
+        for i, tree in zip(ids, sent, strict=False):
             outs[i] = jax.tree_util.tree_map(lambda x: x[0], tree)
     return store, outs
 

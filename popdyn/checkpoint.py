@@ -37,6 +37,7 @@ def _describe(obj, h, seen: frozenset = frozenset()) -> None:
     methods) their type and every field, static ones included; functions their qualified name, bytecode,
     defaults and closure; containers their items; anything else its ``repr`` with memory addresses removed.
     """
+
     def put(text: str) -> None:
         h.update(_ADDRESS.sub("", text).encode() + b"\0")
 
@@ -84,7 +85,7 @@ def _describe(obj, h, seen: frozenset = frozenset()) -> None:
         return None
     if hasattr(obj, "_fields"):  # a NamedTuple, e.g. an optax GradientTransformation
         put(f"namedtuple {type(obj).__qualname__}")
-        return _describe(dict(zip(obj._fields, obj)), h, seen)
+        return _describe(dict(zip(obj._fields, obj, strict=False)), h, seen)
     if callable(obj) and hasattr(obj, "__wrapped__"):  # jax.jit and functools.wraps wrappers
         put(f"wrapper {type(obj).__qualname__}")
         return _describe(obj.__wrapped__, h, seen)
@@ -93,7 +94,7 @@ def _describe(obj, h, seen: frozenset = frozenset()) -> None:
 
 def _filled(cell) -> bool:
     try:
-        cell.cell_contents
+        _ = cell.cell_contents
     except ValueError:  # an empty closure cell
         return False
     return True
@@ -147,17 +148,23 @@ class ChunkStore:
             try:
                 old = str(json.loads(manifest.read_text())["fingerprint"])
             except (OSError, ValueError, KeyError, TypeError) as err:
-                raise ValueError(f"checkpoint manifest {manifest} is unreadable ({err}); delete the directory "
-                                 "to start afresh") from err
+                raise ValueError(
+                    f"checkpoint manifest {manifest} is unreadable ({err}); delete the directory to start afresh"
+                ) from err
             if old != fp:
-                raise ValueError(f"checkpoint {self.directory} holds chunks for different inputs (fingerprint "
-                                 f"{old[:12]}…≠{fp[:12]}…); use a new directory or delete it")
+                raise ValueError(
+                    f"checkpoint {self.directory} holds chunks for different inputs (fingerprint "
+                    f"{old[:12]}…≠{fp[:12]}…); use a new directory or delete it"
+                )
         elif any(self.directory.glob("chunk_*.npz")):
-            raise ValueError(f"checkpoint {self.directory} holds chunk files but no {MANIFEST}: their inputs are "
-                             "unknown; use a new directory or delete it")
+            raise ValueError(
+                f"checkpoint {self.directory} holds chunk files but no {MANIFEST}: their inputs are "
+                "unknown; use a new directory or delete it"
+            )
         else:
-            self._write_manifest({"fingerprint": fp, **info, "versions": _versions(),
-                                  "backend": jax.default_backend(), "chunks": {}})
+            self._write_manifest(
+                {"fingerprint": fp, **info, "versions": _versions(), "backend": jax.default_backend(), "chunks": {}}
+            )
         self.fp = fp
 
     def _manifest(self) -> dict:
@@ -187,8 +194,11 @@ class ChunkStore:
                     got = {}
                     for name in zf.namelist():
                         with zf.open(name) as member:
-                            read = (np.lib.format.read_array_header_1_0 if np.lib.format.read_magic(member) == (1, 0)
-                                    else np.lib.format.read_array_header_2_0)
+                            read = (
+                                np.lib.format.read_array_header_1_0
+                                if np.lib.format.read_magic(member) == (1, 0)
+                                else np.lib.format.read_array_header_2_0
+                            )
                             shape, _, dtype = read(member)
                         got[name.removesuffix(".npy")] = (*shape, dtype)
                 if got != want:
@@ -197,20 +207,26 @@ class ChunkStore:
                 with np.load(f, allow_pickle=False) as z:
                     arrays = {k: z[k] for k in z.files}
         except _Mismatch as err:
-            raise ValueError(f"checkpoint chunk {path} does not hold this run's outputs ({err}); delete it to "
-                             "recompute it") from None
+            raise ValueError(
+                f"checkpoint chunk {path} does not hold this run's outputs ({err}); delete it to recompute it"
+            ) from None
         except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
-            raise ValueError(f"checkpoint chunk {path} is unreadable ({type(err).__name__}: {err}); delete it "
-                             "to recompute it") from err
+            raise ValueError(
+                f"checkpoint chunk {path} is unreadable ({type(err).__name__}: {err}); delete it to recompute it"
+            ) from err
         run = bytes(np.asarray(arrays["run"], np.uint8)).decode("ascii", "replace")
         recorded = self._manifest().get("chunks", {}).get(str(i))
         if run != self.fp or int(arrays["index"]) != i:
-            raise ValueError(f"checkpoint chunk {path} belongs to another run or position (run {run[:12]}…, index "
-                             f"{int(arrays['index'])}; expected {self.fp[:12]}…, {i}); delete it to recompute it")
+            raise ValueError(
+                f"checkpoint chunk {path} belongs to another run or position (run {run[:12]}…, index "
+                f"{int(arrays['index'])}; expected {self.fp[:12]}…, {i}); delete it to recompute it"
+            )
         leaves = [arrays[f"leaf_{k}"] for k in range(len(self.leaves))]
         if recorded is None or _digest(leaves) != recorded:
-            raise ValueError(f"checkpoint chunk {path} does not match the digest recorded in {MANIFEST} when it was "
-                             "saved (edited or replaced); delete it to recompute it")
+            raise ValueError(
+                f"checkpoint chunk {path} does not match the digest recorded in {MANIFEST} when it was "
+                "saved (edited or replaced); delete it to recompute it"
+            )
         return jax.tree_util.tree_unflatten(self.treedef, leaves)
 
     def save(self, i: int, out) -> None:
@@ -218,8 +234,10 @@ class ChunkStore:
         fingerprint and its index inside, and record the digest of its contents in the manifest."""
         leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(out)]
         run = np.frombuffer(self.fp.encode("ascii"), np.uint8)
-        _atomic_write(self.path(i), lambda f: np.savez(f, run=run, index=np.int64(i),
-                                                       **{f"leaf_{k}": a for k, a in enumerate(leaves)}))
+        _atomic_write(
+            self.path(i),
+            lambda f: np.savez(f, run=run, index=np.int64(i), **{f"leaf_{k}": a for k, a in enumerate(leaves)}),
+        )
         manifest = self._manifest()
         manifest.setdefault("chunks", {})[str(i)] = _digest(leaves)
         self._write_manifest(manifest)

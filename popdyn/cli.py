@@ -44,8 +44,10 @@ class _Parser(argparse.ArgumentParser):
             from popdyn.jobs.registry import tasks_for
 
             command = self.prog.split()[-1]
-            message = (f"task={bad.group(1)!r} has no {command} job: available for {', '.join(tasks_for(command))}, "
-                       "or your own model as module.path:factory")
+            message = (
+                f"task={bad.group(1)!r} has no {command} job: available for {', '.join(tasks_for(command))}, "
+                "or your own model as module.path:factory"
+            )
         print(f"popdyn: error: {' '.join(message.split())}", file=sys.stderr)
         raise SystemExit(2)
 
@@ -64,16 +66,29 @@ def _add_job(tsub, job) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress bars or summary table")
     p.add_argument("--replace", action="store_true", help="replace what --out holds (another command's results)")
     if job.takes_checkpoint:
-        p.add_argument("--checkpoint", type=_folder, default=None, metavar="DIR",
-                       help="save each finished chunk in DIR; rerunning the same command resumes from them")
+        p.add_argument(
+            "--checkpoint",
+            type=_folder,
+            default=None,
+            metavar="DIR",
+            help="save each finished chunk in DIR; rerunning the same command resumes from them",
+        )
         g = p.add_argument_group("several processes (docs/distributed.md)")
         g.add_argument("--coordinator", default=None, metavar="HOST:PORT", help="process 0's address")
         g.add_argument("--num-processes", type=int, default=None, metavar="N", help="how many processes run this")
         g.add_argument("--process-id", type=int, default=None, metavar="I", help="this process's number, 0..N-1")
     for o in job.options:
         extend = o.nargs in ("*", "+")
-        p.add_argument(o.flag, type=o.type, default=None, help=o.help_text(), nargs=o.nargs, choices=o.choices,
-                       metavar=o.metavar, action="extend" if extend else "store")
+        p.add_argument(
+            o.flag,
+            type=o.type,
+            default=None,
+            help=o.help_text(),
+            nargs=o.nargs,
+            choices=o.choices,
+            metavar=o.metavar,
+            action="extend" if extend else "store",
+        )
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -88,12 +103,19 @@ def _parser() -> argparse.ArgumentParser:
     d.add_argument("--replace", action="store_true", help="replace what --out holds")
     d.add_argument("--grid", type=int, default=96, help="grid resolution of the basin maps (default 96)")
 
-    about = {"basins": "basin-of-attraction map and fractions", "converge": "convergence and hitting times against "
-             "the theory", "stepsize": "λ_max along GD against 1/η and 2/η", "sweep": "phase diagrams over data "
-             "parameters: basin fractions, times and λ_max"}
+    about = {
+        "basins": "basin-of-attraction map and fractions",
+        "converge": "convergence and hitting times against the theory",
+        "stepsize": "λ_max along GD against 1/η and 2/η",
+        "sweep": "phase diagrams over data parameters: basin fractions, times and λ_max",
+    }
     for command in COMMANDS:
-        cp = sub.add_parser(command, help=about[command], description=about[command] + ". TASK is a built-in task "
-                            "or your own model as module.path:factory (see `popdyn " + command + " model --help`).")
+        cp = sub.add_parser(
+            command,
+            help=about[command],
+            description=about[command] + ". TASK is a built-in task "
+            "or your own model as module.path:factory (see `popdyn " + command + " model --help`).",
+        )
         tsub = cp.add_subparsers(dest="task", required=True, metavar="TASK", parser_class=_Parser)
         for task in tasks_for(command):
             _add_job(tsub, REGISTRY[(command, task)])

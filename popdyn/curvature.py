@@ -91,9 +91,7 @@ def lanczos_extremes(prob: Problem, theta: Theta, iters: int = 64, seed: int = 0
     return ritz[0], ritz[-1]
 
 
-def extreme_eigenvalues(
-    prob: Problem, theta: Theta, method: str = "auto", iters: int = 64
-) -> tuple[Array, Array]:
+def extreme_eigenvalues(prob: Problem, theta: Theta, method: str = "auto", iters: int = 64) -> tuple[Array, Array]:
     """(λ_min, λ_max) of ∇²L, signed; θ may carry a batch axis.
 
     ``method``: "exact" (eigvalsh of the full Hessian), "lanczos", or "auto" (exact up to

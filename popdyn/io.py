@@ -128,12 +128,16 @@ def prepare_out(out: str | os.PathLike, command: str, task: str | None, replace:
         inputs = (summary or {}).get("inputs") or {}
         theirs = (summary or {}).get("command"), inputs.get("task", inputs.get("figure"))
         if summary is not None and theirs != (command, task):
-            raise ValueError(f"out={str(out)!r} holds the results of another command ({' '.join(map(str, theirs))})"
-                             ": choose another --out, or --replace")
+            raise ValueError(
+                f"out={str(out)!r} holds the results of another command ({' '.join(map(str, theirs))})"
+                ": choose another --out, or --replace"
+            )
         strays = [e.name for e in others if e.suffix not in OUTPUT_SUFFIXES or summary is None]
         if strays:
-            raise ValueError(f"out={str(out)!r} holds other files ({', '.join(sorted(strays)[:3])}"
-                             f"{', …' if len(strays) > 3 else ''}): choose an empty or new folder, or --replace")
+            raise ValueError(
+                f"out={str(out)!r} holds other files ({', '.join(sorted(strays)[:3])}"
+                f"{', …' if len(strays) > 3 else ''}): choose an empty or new folder, or --replace"
+            )
     parent = next(p for p in (out.parent, *out.parent.parents) if p.exists())  # nothing is created here
     try:
         for stale in parent.glob(f".{out.name}.tmp-*") if parent == out.parent else ():
@@ -144,8 +148,9 @@ def prepare_out(out: str | os.PathLike, command: str, task: str | None, replace:
     return out
 
 
-def write_results(out: str | os.PathLike, summary: dict, arrays: dict[str, dict[str, np.ndarray]],
-                  figures: dict) -> list[Path]:
+def write_results(
+    out: str | os.PathLike, summary: dict, arrays: dict[str, dict[str, np.ndarray]], figures: dict
+) -> list[Path]:
     """Write ``summary.json``, each ``arrays[name]`` as ``name.npz`` and each figure as ``name.png``
     into ``out`` atomically (non-finite floats become JSON null), removing the outputs of an earlier run
     there (``prepare_out`` decides whether that is allowed). Returns the paths written."""
@@ -184,8 +189,9 @@ def _signals_deferred():
         yield
         return
     pending: list[int] = []
-    previous = {s: signal.signal(s, lambda signum, frame: pending.append(signum))
-                for s in (signal.SIGINT, signal.SIGTERM)}
+    previous = {
+        s: signal.signal(s, lambda signum, frame: pending.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)
+    }
     try:
         yield
     finally:
@@ -206,8 +212,13 @@ class Result:
     lines: list = field(default_factory=list)
 
     def write(self, out: Path, command: str, wall: float) -> None:
-        summary = {"command": command, "inputs": self.inputs, "results": self.results,
-                   "wall_time_s": wall, **environment()}
+        summary = {
+            "command": command,
+            "inputs": self.inputs,
+            "results": self.results,
+            "wall_time_s": wall,
+            **environment(),
+        }
         write_results(out, summary, self.arrays, self.figures)
         files = ["summary.json", *(f"{a}.npz" for a in self.arrays), *(f"{f}.png" for f in self.figures)]
         self.lines.append(f"wrote {out}/ ({', '.join(files)})")

@@ -36,8 +36,7 @@ def plot_basin_map(bm: BasinMap, prob: Problem | None = None, title: str = "") -
     k = len(bm.attractors)
     cmap = ListedColormap([_GREY] + [_COLOURS[i % len(_COLOURS)] for i in range(k)])
     norm = BoundaryNorm(np.arange(-1.5, k), cmap.N)
-    ax.imshow(bm.labels, origin="lower", extent=extent, aspect="auto", cmap=cmap, norm=norm,
-              interpolation="nearest")
+    ax.imshow(bm.labels, origin="lower", extent=extent, aspect="auto", cmap=cmap, norm=norm, interpolation="nearest")
     draw_overlays(ax, prob, g.x, g.y, g.x_range)
     fr = bm.fractions
     handles = [Patch(color=cmap(i + 1), label=f"{n} ({100 * fr[n]:.1f}%)") for i, n in enumerate(bm.attractors)]
@@ -47,8 +46,14 @@ def plot_basin_map(bm: BasinMap, prob: Problem | None = None, title: str = "") -
     ax.set(xlim=g.x_range, ylim=g.y_range, xlabel=g.x, ylabel=g.y, title=title or f"basins ({bm.method})")
     with np.errstate(divide="ignore", invalid="ignore"):
         lt = np.log10(bm.times)
-    im = ax_t.imshow(np.where(np.isfinite(lt), lt, np.nan), origin="lower", extent=extent, aspect="auto",
-                     cmap="viridis", interpolation="nearest")
+    im = ax_t.imshow(
+        np.where(np.isfinite(lt), lt, np.nan),
+        origin="lower",
+        extent=extent,
+        aspect="auto",
+        cmap="viridis",
+        interpolation="nearest",
+    )
     fig.colorbar(im, ax=ax_t, label="log10 " + ("time" if bm.method == "flow" else "steps") + " to steady state")
     ax_t.set(xlabel=g.x, ylabel=g.y, title="convergence time")
     return fig
@@ -58,8 +63,8 @@ def plot_step_size_audit(audits: list[StepSizeAudit], losses: list[np.ndarray], 
     """λ_max(θ_t) against 1/η and 2/η (top) and the loss (bottom), one curve per (unbatched) audited run."""
     fig = Figure(figsize=(7, 6), layout="constrained")
     ax, ax_l = fig.subplots(2, 1, sharex=True)
-    for audit, loss, name in zip(audits, losses, labels):
-        line, = ax.plot(audit.ts, audit.lambda_max, label=f"{name}: λ_max(θ_t)")
+    for audit, loss, name in zip(audits, losses, labels, strict=False):
+        (line,) = ax.plot(audit.ts, audit.lambda_max, label=f"{name}: λ_max(θ_t)")
         ax.axhline(2.0 / audit.lr, color=line.get_color(), ls="--", lw=1, label=f"2/η = {2 / audit.lr:.3g}")
         ax.axhline(1.0 / audit.lr, color=line.get_color(), ls=":", lw=1, label=f"1/η = {1 / audit.lr:.3g}")
         ax_l.plot(audit.ts, loss, color=line.get_color(), label=name)
@@ -74,8 +79,7 @@ def plot_step_size_audit(audits: list[StepSizeAudit], losses: list[np.ndarray], 
     return fig
 
 
-def plot_convergence(ts: np.ndarray, dist: np.ndarray, rates: np.ndarray, eps: float,
-                     labels: list[str]) -> Figure:
+def plot_convergence(ts: np.ndarray, dist: np.ndarray, rates: np.ndarray, eps: float, labels: list[str]) -> Figure:
     """Distance to the limit against time (log scale), with the predicted local rate exp(−λt) as
     black dashed lines anchored at the end of each run (they lie on the curves when theory holds)."""
     fig = Figure(figsize=(7, 4.5), layout="constrained")
@@ -84,15 +88,22 @@ def plot_convergence(ts: np.ndarray, dist: np.ndarray, rates: np.ndarray, eps: f
         ok = np.isfinite(ts[i]) & np.isfinite(dist[i]) & (dist[i] > 0)
         if not ok.any():
             continue
-        line, = ax.plot(ts[i][ok], dist[i][ok], label=labels[i])
+        (line,) = ax.plot(ts[i][ok], dist[i][ok], label=labels[i])
         if np.isfinite(rates[i]):
             t_end, d_end = ts[i][ok][-1], dist[i][ok][-1]
             tt = np.linspace(max(0.0, t_end - 12.0 / rates[i]), t_end, 50)
-            ax.plot(tt, d_end * np.exp(-rates[i] * (tt - t_end)), ls="--", color="k", lw=0.9,
-                    label="predicted rate exp(−λt)" if i == 0 else None)
+            ax.plot(
+                tt,
+                d_end * np.exp(-rates[i] * (tt - t_end)),
+                ls="--",
+                color="k",
+                lw=0.9,
+                label="predicted rate exp(−λt)" if i == 0 else None,
+            )
     ax.axhline(eps, color="k", lw=0.8, ls=":", label=f"ε = {eps:g}")
-    ax.set(yscale="log", xlabel="t", ylabel="‖θ_t − θ∞‖",
-           title="convergence to the limit (dashed: predicted local rate)")
+    ax.set(
+        yscale="log", xlabel="t", ylabel="‖θ_t − θ∞‖", title="convergence to the limit (dashed: predicted local rate)"
+    )
     ax.legend(fontsize=7)
     return fig
 
@@ -105,6 +116,10 @@ def plot_times(times: np.ndarray, title: str) -> Figure:
     t = np.sort(np.asarray(times, dtype=float)[np.isfinite(times)])
     ax.plot(np.arange(1, t.size + 1), t, "o", ms=3)
     missed = int(np.size(times) - t.size)
-    ax.set(xlabel="run (sorted by time)", ylabel="time", yscale="log" if t.size and t.min() > 0 else "linear",
-           title=title + (f" ({missed} never reached)" if missed else ""))
+    ax.set(
+        xlabel="run (sorted by time)",
+        ylabel="time",
+        yscale="log" if t.size and t.min() > 0 else "linear",
+        title=title + (f" ({missed} never reached)" if missed else ""),
+    )
     return fig

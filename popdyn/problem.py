@@ -82,7 +82,7 @@ class Problem(eqx.Module):
         init_scale: float = 1.0,
         attractors: dict[str, Callable] | None = None,
         overlays: Callable | None = None,
-    ) -> "FunctionProblem":
+    ) -> FunctionProblem:
         """A Problem from a plain function: ``loss(θ)``, or ``loss(θ, data)`` when ``data`` is given.
 
         ``init`` is a function key → θ, or an example θ: then ``init(key)`` draws each entry from
@@ -98,12 +98,15 @@ class Problem(eqx.Module):
             init_fn, example = None, _float_tree("init", init)
         if not (isinstance(init_scale, (int, float)) and math.isfinite(init_scale) and init_scale >= 0):
             raise ValueError(f"init_scale={init_scale!r} is out of range: must be a finite number in [0, inf)")
-        if attractors is not None and (not isinstance(attractors, dict)
-                                       or not all(isinstance(k, str) and callable(v) for k, v in attractors.items())):
+        if attractors is not None and (
+            not isinstance(attractors, dict)
+            or not all(isinstance(k, str) and callable(v) for k, v in attractors.items())
+        ):
             raise ValueError(f"attractors={attractors!r} is invalid: must be a dict name -> residual function")
         data = None if data is None else _float_tree("data", data)
-        prob = FunctionProblem(loss, init_fn, example, float(init_scale), data,
-                               tuple((attractors or {}).items()), overlays)
+        prob = FunctionProblem(
+            loss, init_fn, example, float(init_scale), data, tuple((attractors or {}).items()), overlays
+        )
         check_problem(prob)
         return prob
 
@@ -119,9 +122,10 @@ def _float_tree(name: str, tree) -> PyTree:
             arr = np.asarray(leaf)
         except (TypeError, ValueError):
             arr = np.asarray(None)
-        if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)) \
-                or arr.dtype == bool:
-            raise ValueError(f"{name}{jax.tree_util.keystr(path)}={leaf!r} is invalid: must be an array of real numbers")
+        if not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)) or arr.dtype == bool:
+            raise ValueError(
+                f"{name}{jax.tree_util.keystr(path)}={leaf!r} is invalid: must be an array of real numbers"
+            )
         out.append(jnp.asarray(arr, dtype=jnp.result_type(float)))
     return jax.tree_util.tree_unflatten(treedef, out)
 
@@ -147,8 +151,10 @@ class FunctionProblem(Problem):
             return self.init_fn(key)
         leaves, treedef = jax.tree_util.tree_flatten(self.example)
         keys = jax.random.split(key, len(leaves))
-        return jax.tree_util.tree_unflatten(treedef, [x + self.init_scale * jax.random.normal(k, x.shape, x.dtype)
-                                                      for x, k in zip(leaves, keys)])
+        return jax.tree_util.tree_unflatten(
+            treedef,
+            [x + self.init_scale * jax.random.normal(k, x.shape, x.dtype) for x, k in zip(leaves, keys, strict=False)],
+        )
 
     def attractors(self) -> dict[str, Callable]:
         """The residuals given to ``from_loss`` (with ``data`` bound when the problem has data)."""
@@ -165,8 +171,10 @@ def check_problem(prob: Problem) -> Problem:
     """Check the contract where a problem enters the engine (docs/problem.md): θ a pytree of float arrays, the
     loss a float scalar, each attractor residual a float scalar. Shapes only (``jax.eval_shape``): no compute."""
     if not isinstance(prob, Problem):
-        raise ValueError(f"prob={prob!r} is invalid: must be a popdyn.Problem (a plain loss function becomes one "
-                         "with popdyn.Problem.from_loss(loss, init))")
+        raise ValueError(
+            f"prob={prob!r} is invalid: must be a popdyn.Problem (a plain loss function becomes one "
+            "with popdyn.Problem.from_loss(loss, init))"
+        )
     try:
         template = prob.template()
     except Exception as err:  # the user's init is run here first: say so
@@ -176,8 +184,10 @@ def check_problem(prob: Problem) -> Problem:
         raise ValueError("prob.init(key) returned no arrays: θ must be a pytree of float arrays")
     for path, leaf in leaves:
         if not jnp.issubdtype(getattr(leaf, "dtype", np.dtype(object)), jnp.floating):
-            raise ValueError(f"θ{jax.tree_util.keystr(path)} has dtype {getattr(leaf, 'dtype', type(leaf))}: every "
-                             "leaf of θ must be a float array")
+            raise ValueError(
+                f"θ{jax.tree_util.keystr(path)} has dtype {getattr(leaf, 'dtype', type(leaf))}: every "
+                "leaf of θ must be a float array"
+            )
     _check_scalar("prob.loss(θ)", prob.loss, template)
     for name, fn in prob.attractors().items():
         _check_scalar(f"attractor residual {name!r}", fn, template)
@@ -188,5 +198,7 @@ def _check_scalar(what: str, fn: Callable, template: Theta) -> None:
     out = jax.eval_shape(fn, template)
     if not (hasattr(out, "shape") and out.shape == () and jnp.issubdtype(out.dtype, jnp.floating)):
         got = f"shape {out.shape}, dtype {out.dtype}" if hasattr(out, "shape") else type(out).__name__
-        raise ValueError(f"{what} returned {got}: must be a float scalar (a residual is a float >= 0 that vanishes "
-                         "on the attractor, never a boolean)")
+        raise ValueError(
+            f"{what} returned {got}: must be a float scalar (a residual is a float >= 0 that vanishes "
+            "on the attractor, never a boolean)"
+        )

@@ -36,8 +36,14 @@ WRONG_TYPE = st.sampled_from(["0.5", "abc", None, [0.5], (1, 2), {"x": 1}, True,
 
 def bad_open_unit() -> st.SearchStrategy:
     """Anything outside the open interval (0, 1): the ends, beyond them, non-finite, wrong types."""
-    return st.one_of(st.floats(max_value=0.0), st.floats(min_value=1.0), st.integers(max_value=0),
-                     st.integers(min_value=1), NON_FINITE, WRONG_TYPE)
+    return st.one_of(
+        st.floats(max_value=0.0),
+        st.floats(min_value=1.0),
+        st.integers(max_value=0),
+        st.integers(min_value=1),
+        NON_FINITE,
+        WRONG_TYPE,
+    )
 
 
 def _wrong_type(optional: bool) -> st.SearchStrategy:
@@ -59,8 +65,9 @@ def bad_int(minimum: int, optional: bool = False) -> st.SearchStrategy:
 def bad_choice(allowed) -> st.SearchStrategy:
     """A string (or non-string) that is none of ``allowed``."""
     text = st.text(alphabet="abcdeilnoprstuvwxyz-_ 0123456789", max_size=10)  # ASCII: no Unicode tables to load
-    return st.one_of(text, st.sampled_from([a.upper() for a in allowed] + [f" {a}" for a in allowed]), WRONG_TYPE,
-                     st.integers()).filter(lambda v: v not in allowed)
+    return st.one_of(
+        text, st.sampled_from([a.upper() for a in allowed] + [f" {a}" for a in allowed]), WRONG_TYPE, st.integers()
+    ).filter(lambda v: v not in allowed)
 
 
 def bad_seed() -> st.SearchStrategy:

@@ -9,8 +9,8 @@ import pytest
 
 import popdyn
 from popdyn import Status
-from popdyn.dynamics.status import RESOLVED
 from popdyn.analysis import UNRESOLVED, cluster_points
+from popdyn.dynamics.status import RESOLVED
 from popdyn.tasks.markov import ATTRACTORS, Canonical
 
 

@@ -26,16 +26,37 @@ REPO = Path(__file__).resolve().parents[1]
 
 # 256 points in 8 chunks of 32; 100 000 GD steps make a chunk take ~0.15 s on a CPU core, and the labelling,
 # theory check and figure after the last chunk take seconds more: time enough to stop a run mid-way
-ARGV = ["basins", "markov", "--p", "0.2", "--q", "0.3", "--grid", "16", "--chunk", "32", "--method", "gd",
-        "--steps", "100000", "--quiet"]
+ARGV = [
+    "basins",
+    "markov",
+    "--p",
+    "0.2",
+    "--q",
+    "0.3",
+    "--grid",
+    "16",
+    "--chunk",
+    "32",
+    "--method",
+    "gd",
+    "--steps",
+    "100000",
+    "--quiet",
+]
 SIGNALS = {"SIGINT": (signal.SIGINT, 130), "SIGTERM": (signal.SIGTERM, 143)}
 
 
 def _popen(argv: list, cwd: Path) -> subprocess.Popen:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return subprocess.Popen([sys.executable, "-m", "popdyn.cli", *map(str, argv)], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "popdyn.cli", *map(str, argv)],
+        cwd=cwd,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str, str]:
@@ -77,8 +98,9 @@ def test_signal_stops_cleanly_and_keeps_finished_chunks(cli, name):
     code, stdout, stderr = stopped[name]
     assert code == SIGNALS[name][1], stderr
     assert "Traceback" not in stderr and stdout == ""
-    assert stderr.splitlines() == [f"popdyn: interrupted; finished chunks are in {base / f'ck-{name}'}, run the "
-                                   "same command again to resume"]
+    assert stderr.splitlines() == [
+        f"popdyn: interrupted; finished chunks are in {base / f'ck-{name}'}, run the same command again to resume"
+    ]
     assert outputs[name] == []  # neither --out nor a temporary folder for it
     assert chunks[name][-1] == "manifest.json"
     assert 1 <= len(chunks[name][:-1]) < 8, chunks[name]  # stopped mid-run, with a chunk to resume from
@@ -106,8 +128,12 @@ SETTINGS = {"method": "gd", "lr": 0.5, "steps": 50, "chunk_size": 8}
 
 def _same(a: popdyn.BasinMap, b: popdyn.BasinMap) -> None:
     assert a.attractors == b.attractors
-    for x, y in [(a.labels, b.labels), (a.status, b.status), (a.final["e"], b.final["e"]),
-                 (a.final["w"], b.final["w"])]:
+    for x, y in [
+        (a.labels, b.labels),
+        (a.status, b.status),
+        (a.final["e"], b.final["e"]),
+        (a.final["w"], b.final["w"]),
+    ]:
         assert np.array_equal(x, y)
     assert np.array_equal(a.times, b.times, equal_nan=True)
 
@@ -228,8 +254,13 @@ def test_an_oversize_chunk_is_refused_from_its_headers_before_loading(done):
 
 
 @settings(max_examples=examples(12), deadline=None)
-@given(ops=st.lists(st.tuples(st.sampled_from(["swap", "copy", "other", "edit", "delete"]),
-                              st.integers(0, 4), st.integers(0, 4)), min_size=1, max_size=3))
+@given(
+    ops=st.lists(
+        st.tuples(st.sampled_from(["swap", "copy", "other", "edit", "delete"]), st.integers(0, 4), st.integers(0, 4)),
+        min_size=1,
+        max_size=3,
+    )
+)
 def test_a_resumed_run_is_bit_identical_or_refused(tmp_path_factory, ops):
     """Random swaps, copies, foreign chunks, edits and deletions of chunk files: resuming either refuses, naming a
     chunk, or gives the uninterrupted run's map bit for bit."""

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import popdyn
-from popdyn.jobs.markov import commands
 from popdyn.io import write_results
+from popdyn.jobs.markov import commands
 from popdyn.tasks.markov import Canonical
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,8 +33,21 @@ GOOD = {
     "basins": ["basins", "markov", "--grid", "8", "--quiet"],
     "converge": ["converge", "markov", "--n-init", "2", "--quiet"],
     "stepsize": ["stepsize", "markov", "--steps", "20", "--quiet"],
-    "flat": ["basins", "markov", "--p", "0.5", "--q", "0.5", "--grid", "4", "--method", "gd", "--steps", "10",
-             "--quiet"],
+    "flat": [
+        "basins",
+        "markov",
+        "--p",
+        "0.5",
+        "--q",
+        "0.5",
+        "--grid",
+        "4",
+        "--method",
+        "gd",
+        "--steps",
+        "10",
+        "--quiet",
+    ],
 }
 
 
@@ -42,8 +55,14 @@ def _run(argv, base: Path):
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     out = base / "out"
-    proc = subprocess.run([sys.executable, "-m", "popdyn.cli", *argv, "--out", str(out)], cwd=base, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "popdyn.cli", *argv, "--out", str(out)],
+        cwd=base,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return proc, out
 
 
@@ -243,9 +262,12 @@ def test_write_results_leaves_nothing_when_a_figure_fails(tmp_path):
 
 def test_write_results_writes_everything(tmp_path):
     out = tmp_path / "nested" / "res"
-    written = write_results(out, {"a": np.float64(1.5), "n": np.int64(3), "bad": float("nan"),
-                                  "arr": np.array([1.0, np.inf])},
-                            {"arr": {"x": np.arange(3)}}, {"fig": _TinyFigure()})
+    written = write_results(
+        out,
+        {"a": np.float64(1.5), "n": np.int64(3), "bad": float("nan"), "arr": np.array([1.0, np.inf])},
+        {"arr": {"x": np.arange(3)}},
+        {"fig": _TinyFigure()},
+    )
     assert sorted(p.name for p in written) == ["arr.npz", "fig.png", "summary.json"]
     assert sorted(p.name for p in out.iterdir()) == ["arr.npz", "fig.png", "summary.json"]
     assert [p.name for p in out.parent.iterdir()] == ["res"]
@@ -260,8 +282,24 @@ def test_basins_summary_counts_statuses_and_judges_theory_on_resolved_points_onl
     counts are printed, and the agreement with §4.4 is over resolved points (it used to read 0.15, as if the theory
     disagreed, because 85% of the points had simply not arrived)."""
     out = tmp_path / "gd"
-    proc = run_cli("basins", "markov", "--p", 0.9, "--q", 0.9, "--grid", 16, "--method", "gd", "--lr", 0.01,
-                   "--steps", 500, "--out", out)
+    proc = run_cli(
+        "basins",
+        "markov",
+        "--p",
+        0.9,
+        "--q",
+        0.9,
+        "--grid",
+        16,
+        "--method",
+        "gd",
+        "--lr",
+        0.01,
+        "--steps",
+        500,
+        "--out",
+        out,
+    )
     assert proc.returncode == 0, proc.stderr
     res = json.loads((out / "summary.json").read_text())["results"]
     assert res["fractions"]["unresolved"] > 0.3

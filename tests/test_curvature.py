@@ -60,8 +60,10 @@ def _markov_points(prob, seed):
     z = jax.random.uniform(jax.random.PRNGKey(seed), (N_RANDOM, 3), minval=-2.5, maxval=2.5)
     c = 1 + 2 * W_GLOBAL * np.abs(W_GLOBAL)
     e_glob = np.sqrt(prob.optimal_gap() / c)
-    theta = {"e": jnp.concatenate([z[:, 0], jnp.zeros(len(W_LINE)), e_glob]),
-             "w": jnp.concatenate([z[:, 1], W_LINE, W_GLOBAL])}
+    theta = {
+        "e": jnp.concatenate([z[:, 0], jnp.zeros(len(W_LINE)), e_glob]),
+        "w": jnp.concatenate([z[:, 1], W_LINE, W_GLOBAL]),
+    }
     if prob.bias == "trained":
         # b = b*(e, w): logit(π1) = 0 on e = 0 for p = q, and logit(p) + e²/2 on Γ*
         b_glob = math.log(prob.p / (1 - prob.p)) + e_glob**2 / 2

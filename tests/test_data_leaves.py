@@ -30,7 +30,9 @@ def _theta(prob, seed=0):
     """A generic point: the template's shapes filled with N(0, 0.7²)."""
     leaves, tree = jax.tree_util.tree_flatten(prob.template())
     keys = jax.random.split(jax.random.PRNGKey(seed), len(leaves))
-    return jax.tree_util.tree_unflatten(tree, [0.7 * jax.random.normal(k, t.shape) for k, t in zip(keys, leaves)])
+    return jax.tree_util.tree_unflatten(
+        tree, [0.7 * jax.random.normal(k, t.shape) for k, t in zip(keys, leaves, strict=False)]
+    )
 
 
 # name → builder from one data value v (the problems of one name share shapes and static fields)
@@ -50,8 +52,16 @@ BUILDERS = {
 VALUES = (0.2, 0.45, 0.1)
 # the loss depends on the data in each of these (DecisionList "both" and AttentionScalar "profiled" only add
 # V₀ = cP and another solver; they are stacked below)
-RECOMPILE_CASES = ("canonical-profiled", "canonical-trained", "canonical-profiled-q", "attention-scalar",
-                   "decision-list-W", "reduced-decision-list", "scb-2d", "scb-4d")
+RECOMPILE_CASES = (
+    "canonical-profiled",
+    "canonical-trained",
+    "canonical-profiled-q",
+    "attention-scalar",
+    "decision-list-W",
+    "reduced-decision-list",
+    "scb-2d",
+    "scb-4d",
+)
 
 
 @pytest.mark.parametrize("name", RECOMPILE_CASES)
@@ -70,7 +80,7 @@ def test_a_new_data_value_compiles_nothing(name):
         gd = [popdyn.gradient_descent(prob, theta, lr=0.1, steps=5) for prob in probs[1:]]
     values = [float(first[0])] + [float(v) for v, _ in again]
     assert len(set(values)) == len(values)  # the reused programs see the new data
-    for value, traj in zip(values, [first_gd, *gd]):
+    for value, traj in zip(values, [first_gd, *gd], strict=False):
         assert np.asarray(traj.loss).shape == np.asarray(first_gd.loss).shape
         np.testing.assert_allclose(np.asarray(traj.loss)[0], value, rtol=1e-13)
 
@@ -92,9 +102,12 @@ def test_a_new_initialisation_scale_compiles_nothing():
         with no_compilation(f"{type(small).__name__}: a new initialisation scale compiled again"):
             b = INIT(large, key)
         ref = large.init(key)
-        for x, y in zip(jax.tree_util.tree_leaves(b), jax.tree_util.tree_leaves(ref)):
+        for x, y in zip(jax.tree_util.tree_leaves(b), jax.tree_util.tree_leaves(ref), strict=False):
             np.testing.assert_allclose(x, y, rtol=1e-13, atol=1e-15)
-        assert any(not np.allclose(x, y) for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)))
+        assert any(
+            not np.allclose(x, y)
+            for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=False)
+        )
 
 
 def _stack(probs):
@@ -110,11 +123,12 @@ def test_stacked_problems_run_in_one_vmapped_call(name):
         probs = [BUILDERS[name](v) for v in VALUES]
     thetas = [_theta(probs[0], seed) for seed in range(len(probs))]
     values, grads = eqx.filter_vmap(lambda prob, th: jax.value_and_grad(prob.loss)(th))(
-        _stack(probs), jax.tree_util.tree_map(lambda *x: jnp.stack(x), *thetas))
-    for i, (prob, theta) in enumerate(zip(probs, thetas)):
+        _stack(probs), jax.tree_util.tree_map(lambda *x: jnp.stack(x), *thetas)
+    )
+    for i, (prob, theta) in enumerate(zip(probs, thetas, strict=False)):
         ref_value, ref_grad = jax.value_and_grad(prob.loss)(theta)
         np.testing.assert_allclose(values[i], ref_value, rtol=1e-13, atol=1e-15)
-        for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_grad)):
+        for a, b in zip(jax.tree_util.tree_leaves(grads), jax.tree_util.tree_leaves(ref_grad), strict=False):
             np.testing.assert_allclose(a[i], b, rtol=1e-13, atol=1e-14)
 
 
@@ -129,8 +143,14 @@ def test_canonical_closed_forms_trace_and_vmap():
         assert all(type(v) is float for v in prob.separatrix_w_range())
 
     def forms(prob):
-        return (prob.pi0, prob.pi1, prob.entropy_rate(), prob.unigram_loss(), prob.optimal_gap(),
-                *prob.separatrix_w_range())
+        return (
+            prob.pi0,
+            prob.pi1,
+            prob.entropy_rate(),
+            prob.unigram_loss(),
+            prob.optimal_gap(),
+            *prob.separatrix_w_range(),
+        )
 
     batched = eqx.filter_jit(eqx.filter_vmap(forms))(_stack(probs))
     for i, prob in enumerate(probs):
@@ -141,10 +161,12 @@ def test_canonical_closed_forms_trace_and_vmap():
     basin = eqx.filter_jit(lambda prob, th: jax.vmap(prob.predicted_basin)(th))
     limit = eqx.filter_jit(lambda prob, th: jax.vmap(prob.predicted_limit)(th))
     for prob in probs[:2]:  # p > q with p+q < 1, p < q with p+q > 1
-        for traced, eager in ((residuals(prob, theta), {k: jax.vmap(f)(theta) for k, f in prob.attractors().items()}),
-                              (basin(prob, theta), jax.vmap(prob.predicted_basin)(theta)),
-                              (limit(prob, theta), jax.vmap(prob.predicted_limit)(theta))):
-            for a, b in zip(jax.tree_util.tree_leaves(traced), jax.tree_util.tree_leaves(eager)):
+        for traced, eager in (
+            (residuals(prob, theta), {k: jax.vmap(f)(theta) for k, f in prob.attractors().items()}),
+            (basin(prob, theta), jax.vmap(prob.predicted_basin)(theta)),
+            (limit(prob, theta), jax.vmap(prob.predicted_limit)(theta)),
+        ):
+            for a, b in zip(jax.tree_util.tree_leaves(traced), jax.tree_util.tree_leaves(eager), strict=False):
                 np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
@@ -168,7 +190,7 @@ def test_profiled_loss_derivative_in_the_data_is_the_envelope_one():
         d_prob = eqx.filter_grad(lambda pr: pr.loss(theta))(prob)
         trained = Canonical(p, q, bias="trained")
         th3 = theta | {"b": prob.optimal_bias(theta)}
-        d_trained = eqx.filter_grad(lambda pr: pr.loss(th3))(trained)
+        d_trained = eqx.filter_grad(lambda pr, th3=th3: pr.loss(th3))(trained)
         np.testing.assert_allclose([d_prob.p, d_prob.q], [d_trained.p, d_trained.q], rtol=1e-12, atol=1e-14)
         h = 1e-6
         fd_p = (Canonical(p + h, q).loss(theta) - Canonical(p - h, q).loss(theta)) / (2 * h)

@@ -9,12 +9,12 @@ import pytest
 
 from popdyn import gradient_flow
 from popdyn.analysis import first_passage
+from popdyn.jobs.decision_list.commands import RULE_ORDERS, basins_decision_list, plane_to_column, rule_order
+from popdyn.jobs.decision_list.theorem1 import theorem1_run
 from popdyn.tasks.decision_list import random_perm
 from popdyn.tasks.decision_list.classification import pc_slacks
-from popdyn.jobs.decision_list.commands import RULE_ORDERS, basins_decision_list, plane_to_column, rule_order
 from popdyn.tasks.decision_list.model import DecisionList
 from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
-from popdyn.jobs.decision_list.theorem1 import theorem1_run
 
 
 def test_plane_coordinates():
@@ -52,8 +52,9 @@ def test_basin_labels_agree_with_the_full_model():
     # the batched first-passage map equals the single-point computation, and T* from W0 = 0 is Theorem 1's
     T_map = res.arrays["basins"]["T_star"]
     i, j = 1, 4
-    T_one, _ = first_passage(red, {"m2": jnp.asarray(plane_to_column(xs[j], xs[i], L)["m2"])}, red.pc_slack, t1,
-                             n_grid=60)
+    T_one, _ = first_passage(
+        red, {"m2": jnp.asarray(plane_to_column(xs[j], xs[i], L)["m2"])}, red.pc_slack, t1, n_grid=60
+    )
     assert T_map[i, j] == pytest.approx(T_one[0], rel=1e-9, nan_ok=True)
     T_thm = {col["m"]: col["T_star"] for col in theorem1_run(L, n, 2, c=c)["columns"]}[2]
     assert r["T_star_from_zero"] == pytest.approx(T_thm, rel=2e-2)  # 60 records over 9 decades vs 4000
@@ -61,8 +62,9 @@ def test_basin_labels_agree_with_the_full_model():
 
 def test_cli_basins(tmp_path, run_cli):
     out = tmp_path / "b"
-    proc = run_cli("basins", "decision-list", "--L", "8", "--n", "3", "--grid", "8", "--t1", "5", "--out", out,
-                   "--quiet")
+    proc = run_cli(
+        "basins", "decision-list", "--L", "8", "--n", "3", "--grid", "8", "--t1", "5", "--out", out, "--quiet"
+    )
     assert proc.returncode == 0, proc.stderr
     res = json.loads((out / "summary.json").read_text())["results"]
     assert set(res["fractions"]) == set(RULE_ORDERS) and res["order_from_zero"] in RULE_ORDERS

@@ -76,12 +76,14 @@ def test_closed_form_equals_brute_force(L, n, M, dist):
     seed = 1000 * L + 100 * n + 10 * M + DISTS.index(dist)
     rng = np.random.default_rng(seed)
     lists, perm = random_lists(L, M, seed), random_perm(L, seed)
-    Ws = np.concatenate([
-        rng.normal(scale=2.0, size=(24, L, L)),
-        _pushed(rng, L, n, lists, dist, 64),
-        _sorted_columns(rng, L, lists, 24),
-        _column_structured(rng, L, lists, 24),
-    ])
+    Ws = np.concatenate(
+        [
+            rng.normal(scale=2.0, size=(24, L, L)),
+            _pushed(rng, L, n, lists, dist, 64),
+            _sorted_columns(rng, L, lists, 24),
+            _column_structured(rng, L, lists, 24),
+        ]
+    )
     closed = np.array([pc_closed_form(W, lists, n, dist) for W in Ws])
     for brute in _brute_pc(L, n, lists, perm, dist, Ws, (1.0, 5.0)):
         np.testing.assert_array_equal(closed, brute)
@@ -188,17 +190,20 @@ def test_slacks_by_hand():
     assert not pc_closed_form(W, lists, 3) and pc_closed_form(W, lists, 2)
 
 
-@pytest.mark.parametrize("kwargs,name", [
-    ({"W": np.zeros((3, 4))}, "W"),
-    ({"W": np.full((3, 3), np.nan)}, "W"),
-    ({"W": np.zeros((1, 1)), "lists": ((0,),)}, "W"),
-    ({"n": 0}, "n"),
-    ({"n": 4}, "n"),
-    ({"n": 2.0}, "n"),
-    ({"distribution": "uniform"}, "distribution"),
-    ({"lists": ((0,), (1,))}, "lists"),
-    ({"lists": ((0,), (1,), (2, 1))}, "lists"),
-])
+@pytest.mark.parametrize(
+    "kwargs,name",
+    [
+        ({"W": np.zeros((3, 4))}, "W"),
+        ({"W": np.full((3, 3), np.nan)}, "W"),
+        ({"W": np.zeros((1, 1)), "lists": ((0,),)}, "W"),
+        ({"n": 0}, "n"),
+        ({"n": 4}, "n"),
+        ({"n": 2.0}, "n"),
+        ({"distribution": "uniform"}, "distribution"),
+        ({"lists": ((0,), (1,))}, "lists"),
+        ({"lists": ((0,), (1,), (2, 1))}, "lists"),
+    ],
+)
 def test_bad_input_raises(kwargs, name):
     args = {"W": np.zeros((3, 3)), "lists": ((0,), (1,), (2,)), "n": 2, "distribution": "distinct", **kwargs}
     with pytest.raises(ValueError, match=name):

@@ -16,14 +16,17 @@ def test_stepsize_reports_an_infeasible_setting(tmp_path, run_cli):
     assert not (out / "theorem2.png").exists()
 
 
-@pytest.mark.parametrize("args,message", [
-    (("converge", "decision-list", "--L", "4", "--n", "5"), "n=5 is out of range: distinct tokens need"),
-    (("converge", "decision-list", "--distribution", "zipf"), "argument --distribution: invalid choice: 'zipf'"),
-    (("basins", "decision-list", "--L", "2", "--n", "2"), "L=2 is out of range"),
-    (("converge", "decision-list", "--M", "11"), "M=11 is out of range"),
-    (("stepsize", "decision-list", "--lr", "1", "2"), "unrecognized arguments: 2"),
-    (("converge", "decision-list", "--c", "-3"), "c=-3.0 is out of range"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (("converge", "decision-list", "--L", "4", "--n", "5"), "n=5 is out of range: distinct tokens need"),
+        (("converge", "decision-list", "--distribution", "zipf"), "argument --distribution: invalid choice: 'zipf'"),
+        (("basins", "decision-list", "--L", "2", "--n", "2"), "L=2 is out of range"),
+        (("converge", "decision-list", "--M", "11"), "M=11 is out of range"),
+        (("stepsize", "decision-list", "--lr", "1", "2"), "unrecognized arguments: 2"),
+        (("converge", "decision-list", "--c", "-3"), "c=-3.0 is out of range"),
+    ],
+)
 def test_bad_input_is_one_line(tmp_path, run_cli, args, message):
     out = tmp_path / "out"
     proc = run_cli(*args, "--out", out)

@@ -9,7 +9,11 @@ import pytest
 from popdyn import gradient_descent, hessian_spectrum
 from popdyn.exact.histograms import Histograms
 from popdyn.tasks.decision_list import (
-    brute_force_loss, brute_force_margin, random_lists, random_perm, rule_probabilities,
+    brute_force_loss,
+    brute_force_margin,
+    random_lists,
+    random_perm,
+    rule_probabilities,
 )
 from popdyn.tasks.decision_list.model import DecisionList, permutation_matrix
 

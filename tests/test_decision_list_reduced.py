@@ -11,7 +11,10 @@ from hypothesis import strategies as st
 
 from popdyn.tasks.decision_list import brute_force_loss, random_lists, random_perm
 from popdyn.tasks.decision_list.reduced import (
-    column_loss, columns_from_matrix, is_column_structured, structured_total_loss,
+    column_loss,
+    columns_from_matrix,
+    is_column_structured,
+    structured_total_loss,
 )
 
 DISTRIBUTIONS = ("distinct", "iid")
@@ -27,7 +30,7 @@ def _perm_matrix(perm):
 def _embed(params, lists):
     """W with column a equal to ω_a off the list and w_a (list order) on rows L_a."""
     L = len(lists)
-    cols = [jnp.full(L, omega).at[jnp.asarray(lst)].set(w) for (w, omega), lst in zip(params, lists)]
+    cols = [jnp.full(L, omega).at[jnp.asarray(lst)].set(w) for (w, omega), lst in zip(params, lists, strict=False)]
     return jnp.stack(cols, axis=1)
 
 
@@ -69,7 +72,7 @@ def test_matches_brute_force(L, n, M, seed, distribution):
         np.testing.assert_allclose(loss, loss_bf, rtol=0, atol=1e-12)
         total = structured_total_loss(W, lists, L=L, n=n, c=c, distribution=distribution)
         np.testing.assert_allclose(total, loss, rtol=0, atol=1e-14)
-        for (gw, gom), (bw, bom), lst in zip(g_red, g_bf, lists):
+        for (gw, gom), (bw, bom), lst in zip(g_red, g_bf, lists, strict=False):
             np.testing.assert_allclose(gw, bw, rtol=0, atol=1e-10)
             np.testing.assert_allclose(gom, bom if len(lst) < L else 0.0, rtol=0, atol=1e-10)
 
@@ -91,8 +94,11 @@ def test_large_c_is_finite(distribution):
 
     value_and_grad = jax.jit(jax.value_and_grad(loss, argnums=(0, 1, 2)))
     for w, omega, c in [
-        ([0.0, 0.0, 0.0], 0.7, 600.0), ([4.0, -3.0, 1.0], 0.7, 600.0), ([-50.0, 0.0, 50.0], 0.7, 600.0),
-        ([1.0, 2.0, 3.0], -1.0, 1e3), ([0.0, 0.0, 0.0], 0.0, 1e3),
+        ([0.0, 0.0, 0.0], 0.7, 600.0),
+        ([4.0, -3.0, 1.0], 0.7, 600.0),
+        ([-50.0, 0.0, 50.0], 0.7, 600.0),
+        ([1.0, 2.0, 3.0], -1.0, 1e3),
+        ([0.0, 0.0, 0.0], 0.0, 1e3),
     ]:
         value, grads = value_and_grad(jnp.asarray(w), jnp.asarray(omega), c)
         assert np.isfinite(value)
@@ -126,7 +132,7 @@ def test_columns_from_matrix_round_trip_and_rejects_unstructured():
     lists = random_lists(L, 3, seed=7)
     params = _random_params(lists, 7)
     W = np.array(_embed(params, lists))
-    for (w, omega), (w0, omega0) in zip(columns_from_matrix(W, lists), params):
+    for (w, omega), (w0, omega0) in zip(columns_from_matrix(W, lists), params, strict=False):
         np.testing.assert_array_equal(w, w0)
         assert omega == float(omega0)
     a = next(a for a, lst in enumerate(lists) if len(lst) <= L - 2)

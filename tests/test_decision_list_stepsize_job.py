@@ -60,8 +60,7 @@ def test_reference_is_reported_beside_the_spread(job):
     assert ref["value"] == pytest.approx(r["c"] ** 2 / (L * N**3), rel=1e-15)
     assert ref["over_median"] == pytest.approx(ref["value"] / s["median"], rel=1e-15)
     assert ref["share_of_draws_below"] == np.mean(lam < ref["value"])
-    assert ref["position"] == ("below" if ref["value"] < s["min"] else "above" if ref["value"] > s["max"]
-                               else "within")
+    assert ref["position"] == ("below" if ref["value"] < s["min"] else "above" if ref["value"] > s["max"] else "within")
     assert 0.5 < ref["over_median"] < 2  # "about c²/(L·n³), within a factor of about 2" (measured 0.76, below all)
     line = next(x for x in job.lines if "over 10 draws" in x)
     assert f"median {s['median']:.5g}" in line and "c²/(L·n³)" in line and ref["position"] in line
@@ -85,13 +84,16 @@ def test_single_draw():
     assert r["draw_seeds"] == [5] and s["n"] == 1 and s["min"] == s["median"] == s["max"] == r["lambda_max0"]
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(draws=0), "draws=0 is out of range"),
-    (dict(draws=2.5), "draws=2.5 is out of range"),
-    (dict(draws=True), "draws=True is out of range"),
-    (dict(seed=2**32 - 3, draws=10), "draws=10 is out of range"),
-    (dict(seed=-1), "seed=-1 is out of range"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(draws=0), "draws=0 is out of range"),
+        (dict(draws=2.5), "draws=2.5 is out of range"),
+        (dict(draws=True), "draws=True is out of range"),
+        (dict(seed=2**32 - 3, draws=10), "draws=10 is out of range"),
+        (dict(seed=-1), "seed=-1 is out of range"),
+    ],
+)
 def test_bad_draws_refused_before_running(monkeypatch, kwargs, message):
     def forbidden(*args, **kw):
         raise AssertionError("bad input must be refused before anything runs")
@@ -103,6 +105,7 @@ def test_bad_draws_refused_before_running(monkeypatch, kwargs, message):
 
 def test_infeasible_instance_draws_nothing(monkeypatch):
     """n·ℒ0² ≤ 162m: not run, so no λ_max and no draws."""
+
     def forbidden(*args, **kw):
         raise AssertionError("an infeasible instance must not be run")
 

@@ -9,8 +9,17 @@ import pytest
 from popdyn.tasks.decision_list.brute_force import brute_force_loss
 from popdyn.tasks.decision_list.data import ldt, random_lists, random_perm
 from popdyn.tasks.decision_list.theorems import (
-    delta_gamma, initial_loss_cP, theorem1_bound, theorem1_bounds, theorem1_c, theorem2_A_range, theorem2_c,
-    theorem2_eps_star, theorem2_feasible, theorem2_instance, theorem2_T_range,
+    delta_gamma,
+    initial_loss_cP,
+    theorem1_bound,
+    theorem1_bounds,
+    theorem1_c,
+    theorem2_A_range,
+    theorem2_c,
+    theorem2_eps_star,
+    theorem2_feasible,
+    theorem2_instance,
+    theorem2_T_range,
 )
 
 
@@ -95,8 +104,9 @@ def test_initial_loss_limits():
     assert initial_loss_cP(7, 3, 2.0) == pytest.approx(math.log(3 + 4 * math.exp(-2 / 3)), rel=1e-15)
 
 
-@pytest.mark.parametrize("L,n,M,eps", [(23, 20, 1, 3.3), (10, 3, 2, 0.5), (10, 1, 1, 0.1), (10, 1, 1, 1e-3),
-                                       (5, 5, 2, 1.0), (40, 2, 3, 2.0)])
+@pytest.mark.parametrize(
+    "L,n,M,eps", [(23, 20, 1, 3.3), (10, 3, 2, 0.5), (10, 1, 1, 0.1), (10, 1, 1, 1e-3), (5, 5, 2, 1.0), (40, 2, 3, 2.0)]
+)
 def test_theorem2_c_is_the_fixed_point(L, n, M, eps):
     """c = 10n²ℒ_0(c)/δ + 4εn to 1e-12 relative, and the map c ↦ c − rhs(c) changes sign only there."""
     delta, _ = delta_gamma(L, n, M)
@@ -133,7 +143,7 @@ def test_theorem2_table_23_20_1():
     assert theorem2_c(23, 20, 1, out["eps"]) == pytest.approx(out["c"], rel=1e-13)
     # the table's ℒ_0 = 3.029 is the loss at the perturbed V_0 = cP + Δ; ε stays the one above
     for k, target in enumerate((1.908, 2.031)):
-        assert _within_rounding(lambda L0: theorem2_A_range(L0, 20, out["eps"], 1)[k], 3.029, 5e-4, target, 5e-4)
+        assert _within_rounding(lambda L0, k=k: theorem2_A_range(L0, 20, out["eps"], 1)[k], 3.029, 5e-4, target, 5e-4)
 
 
 def test_theorem2_table_32_29_2():
@@ -143,7 +153,7 @@ def test_theorem2_table_32_29_2():
     assert _sig(out["c"], 3) == 2.93e5
     assert out["L0"] == pytest.approx(math.log(29), abs=1e-12)
     for k, target in enumerate((2.2267, 2.2398)):
-        assert _within_rounding(lambda L0: theorem2_A_range(L0, 29, out["eps"], 2)[k], 3.362, 5e-4, target, 5e-5)
+        assert _within_rounding(lambda L0, k=k: theorem2_A_range(L0, 29, out["eps"], 2)[k], 3.362, 5e-4, target, 5e-5)
 
 
 # §6 table rows with the half unit of each tabulated entry: (L, n, m, ℒ_0, A-range, λ_max(θ_0), T-range)
@@ -176,7 +186,7 @@ def test_theorem2_smallest_feasible_n(m, n_min):
 
 def test_theorem2_feasibility_is_a_nonempty_A_range_at_eps_star():
     rng = np.random.default_rng(0)
-    for n, L0, m in zip(rng.integers(1, 80, 300), rng.uniform(0.1, 6.0, 300), rng.integers(1, 5, 300)):
+    for n, L0, m in zip(rng.integers(1, 80, 300), rng.uniform(0.1, 6.0, 300), rng.integers(1, 5, 300), strict=False):
         n, m = int(n), int(m)
         A = theorem2_A_range(L0, n, theorem2_eps_star(n, L0), m)
         assert theorem2_feasible(n, L0, m) == (A is not None)
@@ -190,30 +200,33 @@ def test_empty_ranges_are_none():
     assert theorem2_T_range(1.0, 1, 2.0, 0.25, 1.0) == (2.0, 2.0)  # A² = 4mℒ_0/ε exactly: a single horizon
 
 
-@pytest.mark.parametrize("call,name", [
-    (lambda: delta_gamma(1, 1, 1), "L"),
-    (lambda: delta_gamma(5, 0, 1), "n"),
-    (lambda: delta_gamma(5, 6, 1), "n"),
-    (lambda: delta_gamma(5, 3, 0), "M"),
-    (lambda: delta_gamma(5, 3, 6), "M"),
-    (lambda: delta_gamma(5, 3, 2, "uniform"), "distribution"),
-    (lambda: theorem1_c(5, 3, 2.5), "M"),
-    (lambda: theorem1_bound(5, 3, 2, 0.0), "gamma"),
-    (lambda: theorem1_bounds(5, 3, 2, "iidd"), "distribution"),
-    (lambda: initial_loss_cP(5, 6, 1.0), "n"),
-    (lambda: initial_loss_cP(5, 3, -1.0), "c"),
-    (lambda: initial_loss_cP(5, 3, math.inf), "c"),
-    (lambda: theorem2_c(5, 3, 2, 0.0), "eps"),
-    (lambda: theorem2_c(5, 3, 2, 1.0, "iid"), "distribution"),
-    (lambda: theorem2_feasible(0, 1.0, 1), "n"),
-    (lambda: theorem2_feasible(5, 0.0, 1), "L0"),
-    (lambda: theorem2_feasible(5, 1.0, 0), "m"),
-    (lambda: theorem2_eps_star(5, -1.0), "L0"),
-    (lambda: theorem2_A_range(1.0, 5, -1.0, 1), "eps"),
-    (lambda: theorem2_T_range(1.0, 1, 0.0, 0.1, 1.0), "A"),
-    (lambda: theorem2_T_range(1.0, 1, 1.0, 0.0, 1.0), "eta"),
-    (lambda: theorem2_instance(10, 5, 2, m=0), "m"),
-])
+@pytest.mark.parametrize(
+    "call,name",
+    [
+        (lambda: delta_gamma(1, 1, 1), "L"),
+        (lambda: delta_gamma(5, 0, 1), "n"),
+        (lambda: delta_gamma(5, 6, 1), "n"),
+        (lambda: delta_gamma(5, 3, 0), "M"),
+        (lambda: delta_gamma(5, 3, 6), "M"),
+        (lambda: delta_gamma(5, 3, 2, "uniform"), "distribution"),
+        (lambda: theorem1_c(5, 3, 2.5), "M"),
+        (lambda: theorem1_bound(5, 3, 2, 0.0), "gamma"),
+        (lambda: theorem1_bounds(5, 3, 2, "iidd"), "distribution"),
+        (lambda: initial_loss_cP(5, 6, 1.0), "n"),
+        (lambda: initial_loss_cP(5, 3, -1.0), "c"),
+        (lambda: initial_loss_cP(5, 3, math.inf), "c"),
+        (lambda: theorem2_c(5, 3, 2, 0.0), "eps"),
+        (lambda: theorem2_c(5, 3, 2, 1.0, "iid"), "distribution"),
+        (lambda: theorem2_feasible(0, 1.0, 1), "n"),
+        (lambda: theorem2_feasible(5, 0.0, 1), "L0"),
+        (lambda: theorem2_feasible(5, 1.0, 0), "m"),
+        (lambda: theorem2_eps_star(5, -1.0), "L0"),
+        (lambda: theorem2_A_range(1.0, 5, -1.0, 1), "eps"),
+        (lambda: theorem2_T_range(1.0, 1, 0.0, 0.1, 1.0), "A"),
+        (lambda: theorem2_T_range(1.0, 1, 1.0, 0.0, 1.0), "eta"),
+        (lambda: theorem2_instance(10, 5, 2, m=0), "m"),
+    ],
+)
 def test_bad_input_raises(call, name):
     with pytest.raises(ValueError, match=rf"\b{name}="):
         call()

@@ -9,12 +9,20 @@ import numpy as np
 
 def test_demo_writes_every_part(tmp_path):
     out = tmp_path / "demo"
-    proc = subprocess.run([sys.executable, "-m", "popdyn.cli", "demo", "--grid", "12", "--out", str(out)],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "popdyn.cli", "demo", "--grid", "12", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr
-    parts = {"basins-pq-lt-1": ("basins.npz", "basins.png"), "basins-pq-gt-1": ("basins.npz", "basins.png"),
-             "converge": ("convergence.npz", "convergence.png"), "stepsize": ("stepsize.npz", "stepsize.png")}
+    parts = {
+        "basins-pq-lt-1": ("basins.npz", "basins.png"),
+        "basins-pq-gt-1": ("basins.npz", "basins.png"),
+        "converge": ("convergence.npz", "convergence.png"),
+        "stepsize": ("stepsize.npz", "stepsize.png"),
+    }
     for part, files in parts.items():
         assert sorted(p.name for p in (out / part).iterdir()) == sorted(("summary.json", *files))
     for part in ("basins-pq-lt-1", "basins-pq-gt-1"):

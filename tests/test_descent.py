@@ -44,8 +44,9 @@ def test_records_every_k_and_convergence_step():
 def test_optax_optimizer_matches_hand_written_momentum():
     prob = Canonical(0.2, 0.3, bias="trained")
     theta = {"e": jnp.asarray(0.5), "w": jnp.asarray(0.1), "b": jnp.asarray(0.0)}
-    traj = popdyn.gradient_descent(prob, theta, lr=0.1, steps=30, optimizer=optax.sgd(0.1, momentum=0.9),
-                                   save_params=True)
+    traj = popdyn.gradient_descent(
+        prob, theta, lr=0.1, steps=30, optimizer=optax.sgd(0.1, momentum=0.9), save_params=True
+    )
     ref, vel = dict(theta), {n: 0.0 for n in theta}
     for _ in range(30):
         g = jax.grad(prob.loss)(ref)
@@ -78,8 +79,9 @@ def test_batch_statuses_and_frozen_divergence():
     assert st[0] == st[1] == Status.CONVERGED
     assert st[2] == Status.NAN
     assert st[3] == Status.SADDLE  # (0, 0.5): a local maximum along e for p+q < 1
-    bad = popdyn.gradient_descent(prob, {"e": jnp.array([1.0, 0.3]), "w": jnp.array([0.5, 0.1])}, lr=3.0,
-                                  steps=200, diverge=1e4)
+    bad = popdyn.gradient_descent(
+        prob, {"e": jnp.array([1.0, 0.3]), "w": jnp.array([0.5, 0.1])}, lr=3.0, steps=200, diverge=1e4
+    )
     assert int(bad.status[0]) == Status.DIVERGED
     last = {n: bad.final[n][0] for n in ("e", "w")}
     assert np.hypot(float(last["e"]), float(last["w"])) <= 1e4  # frozen at the last point within the bound
@@ -91,8 +93,12 @@ def test_unbatched_in_unbatched_out_and_validation():
     prob = Canonical(0.1, 0.1)
     traj = popdyn.gradient_descent(prob, {"e": 0.5, "w": 0.2}, lr=0.5, steps=10)
     assert np.shape(traj.final["e"]) == () and np.shape(traj.status) == () and traj.loss.shape == (11,)
-    for kw, match in [({"lr": 0.0}, "lr="), ({"steps": 0}, "steps="), ({"record_every": 0}, "record_every="),
-                      ({"optimizer": 3}, "optimizer=")]:
+    for kw, match in [
+        ({"lr": 0.0}, "lr="),
+        ({"steps": 0}, "steps="),
+        ({"record_every": 0}, "record_every="),
+        ({"optimizer": 3}, "optimizer="),
+    ]:
         with pytest.raises(ValueError, match=match):
             popdyn.gradient_descent(prob, {"e": 0.5, "w": 0.2}, **{"lr": 0.1, "steps": 10, **kw})
 
@@ -101,8 +107,9 @@ def test_gd_approaches_flow_for_small_steps():
     """GD with η → 0 follows the flow: at time T = η·n, positions agree to O(η)."""
     prob = Canonical(0.5, 0.8)
     theta = {"e": jnp.asarray(0.9), "w": jnp.asarray(-1.2)}
-    flow = popdyn.gradient_flow(prob, theta, t1=2.0, ts=[0.0, 2.0], save_params=True, rtol=1e-11, atol=1e-13,
-                                gtol=1e-14)
+    flow = popdyn.gradient_flow(
+        prob, theta, t1=2.0, ts=[0.0, 2.0], save_params=True, rtol=1e-11, atol=1e-13, gtol=1e-14
+    )
     errs = []
     for lr in (0.02, 0.01):
         gd = popdyn.gradient_descent(prob, theta, lr=lr, steps=int(round(2.0 / lr)))
@@ -120,8 +127,9 @@ def test_precondition_prox_and_noise_are_the_exact_update_rule():
 
     prox = popdyn.dynamics.L1Prox({"w": 0.5})
     lr, steps = 0.2, 6
-    traj = popdyn.gradient_descent(prob, theta, lr=lr, steps=steps, precondition=precondition, prox=prox,
-                                   save_params=True)
+    traj = popdyn.gradient_descent(
+        prob, theta, lr=lr, steps=steps, precondition=precondition, prox=prox, save_params=True
+    )
     ref = dict(theta)
     for k in range(steps):
         d = precondition(jax.grad(prob.loss)(ref))
@@ -139,6 +147,7 @@ def test_precondition_prox_and_noise_are_the_exact_update_rule():
     other = popdyn.gradient_descent(prob, batch, lr=lr, steps=1, noise=0.3, seed=2)
     np.testing.assert_array_equal(again.final["e"], noisy.final["e"])
     assert not np.allclose(other.final["e"], noisy.final["e"])
+
     # a stochastic gradient hook replaces ∇L: here ∇L + N(0, 0.3²) drawn from the step's key, i.e. the same
     # law as noise=0.3 (not the same draws)
     def sampled(th, key):
@@ -164,8 +173,9 @@ def test_preconditioned_flow():
     """θ̇ = −P(∇L): with P = 2·identity the flow runs twice as fast."""
     prob = Canonical(0.5, 0.8)
     theta = {"e": jnp.asarray(0.7), "w": jnp.asarray(-0.4)}
-    fast = popdyn.gradient_flow(prob, theta, t1=1.0, ts=[1.0], precondition=lambda g: {k: 2 * v for k, v in g.items()},
-                                rtol=1e-12, atol=1e-14)
+    fast = popdyn.gradient_flow(
+        prob, theta, t1=1.0, ts=[1.0], precondition=lambda g: {k: 2 * v for k, v in g.items()}, rtol=1e-12, atol=1e-14
+    )
     slow = popdyn.gradient_flow(prob, theta, t1=2.0, ts=[2.0], rtol=1e-12, atol=1e-14)
     for k in theta:
         assert abs(float(fast.final[k]) - float(slow.final[k])) < 1e-9
@@ -196,8 +206,9 @@ def test_gd_reaching_its_target_stops_at_the_step_that_met_it(lanes):
     prob = popdyn.Problem.from_loss(lambda x: 0.5 * jnp.sum(x**2), init=jnp.ones(2))
     x0 = np.array([[1.0, 0.0], [2.0, 0.0], [0.0, 3.0]])
     level = 1e-2
-    traj = popdyn.gradient_descent(prob, x0, lr=0.1, steps=100, record_every=100, lanes=lanes, lane_steps=4,
-                                   until=popdyn.LossBelow(prob, level))
+    traj = popdyn.gradient_descent(
+        prob, x0, lr=0.1, steps=100, record_every=100, lanes=lanes, lane_steps=4, until=popdyn.LossBelow(prob, level)
+    )
     k = np.asarray(traj.t_final)
     assert np.all(np.asarray(traj.status) == Status.REACHED)
     end = 0.5 * np.sum(x0**2, axis=1) * 0.81**k  # ½|x_0|²(1 − η)^(2k)

@@ -18,7 +18,7 @@ from popdyn import distributed
 REPO = Path(__file__).resolve().parents[1]
 TIMEOUT = 300  # seconds for all processes together; JAX gives up connecting after 300 s on its own
 
-SCRIPT = r'''
+SCRIPT = r"""
 import json, sys
 import jax
 jax.config.update("jax_enable_x64", True)
@@ -84,7 +84,7 @@ if num_processes > 1:
 if distributed.is_writer():
     np.savez(out, **arrays)
 print(json.dumps(report))
-'''
+"""
 
 
 def _free_port() -> int:
@@ -105,8 +105,9 @@ def _run_all(tmp_path: Path, runs: dict[str, list[str]], script_text: str = SCRI
     for name, args in runs.items():
         logs[name] = (tmp_path / f"{name}.out", tmp_path / f"{name}.err")
         with open(logs[name][0], "w") as out, open(logs[name][1], "w") as err:
-            procs[name] = subprocess.Popen([sys.executable, str(script), *args], env=env, cwd=tmp_path, stdout=out,
-                                           stderr=err)
+            procs[name] = subprocess.Popen(
+                [sys.executable, str(script), *args], env=env, cwd=tmp_path, stdout=out, stderr=err
+            )
     deadline = time.monotonic() + TIMEOUT
     try:
         while any(p.poll() is None for p in procs.values()):
@@ -121,19 +122,26 @@ def _run_all(tmp_path: Path, runs: dict[str, list[str]], script_text: str = SCRI
     results = {name: (p.returncode, logs[name][0].read_text(), logs[name][1].read_text()) for name, p in procs.items()}
     if any(code != 0 for code, _, _ in results.values()):
         timed_out = time.monotonic() > deadline
-        pytest.fail(("timed out after %d s" % TIMEOUT if timed_out else "a process failed") + "".join(
-            f"\n--- {name}: exit code {code}, stderr:\n{err[-4000:]}" for name, (code, _, err) in results.items()))
+        pytest.fail(
+            (f"timed out after {TIMEOUT} s" if timed_out else "a process failed")
+            + "".join(
+                f"\n--- {name}: exit code {code}, stderr:\n{err[-4000:]}" for name, (code, _, err) in results.items()
+            )
+        )
     return results
 
 
 @pytest.mark.slow  # three interpreters each compile flow and GD: ~50 s on two shared cores
 def test_two_processes_give_the_one_process_basin_map_bit_for_bit(tmp_path):
     coordinator = f"localhost:{_free_port()}"
-    results = _run_all(tmp_path, {
-        "one": ["0", "1", "-", str(tmp_path / "one.npz")],
-        "p0": ["0", "2", coordinator, str(tmp_path / "two.npz")],
-        "p1": ["1", "2", coordinator, str(tmp_path / "unused.npz")],
-    })
+    results = _run_all(
+        tmp_path,
+        {
+            "one": ["0", "1", "-", str(tmp_path / "one.npz")],
+            "p0": ["0", "2", coordinator, str(tmp_path / "two.npz")],
+            "p1": ["1", "2", coordinator, str(tmp_path / "unused.npz")],
+        },
+    )
     report = {name: json.loads(out.strip().splitlines()[-1]) for name, (_, out, _) in results.items()}
     assert [(r["processes"], r["devices"]) for r in report.values()] == [(1, 1), (2, 1), (2, 1)]
     # 5 chunks per map: one process computes all; two take turns (chunks 0, 2, 4 and 1, 3). The checkpointed
@@ -189,12 +197,39 @@ def test_the_command_line_on_two_processes_writes_once_the_one_process_result(tm
     """``popdyn basins markov … --coordinator --num-processes --process-id``: process 0 alone writes --out, and its
     arrays are the one-process command's bit for bit."""
     cli = "import sys\nfrom popdyn.cli import main\nsys.exit(main())\n"
-    argv = ["basins", "markov", "--p", "0.9", "--q", "0.9", "--grid", "12", "--method", "gd", "--steps", "200",
-            "--chunk", "40", "--quiet"]
+    argv = [
+        "basins",
+        "markov",
+        "--p",
+        "0.9",
+        "--q",
+        "0.9",
+        "--grid",
+        "12",
+        "--method",
+        "gd",
+        "--steps",
+        "200",
+        "--chunk",
+        "40",
+        "--quiet",
+    ]
     port = str(_free_port())
     runs = {"one": [*argv, "--out", str(tmp_path / "one")]}
-    runs |= {f"p{i}": [*argv, "--out", str(tmp_path / f"p{i}"), "--coordinator", f"localhost:{port}",
-                       "--num-processes", "2", "--process-id", str(i)] for i in (0, 1)}
+    runs |= {
+        f"p{i}": [
+            *argv,
+            "--out",
+            str(tmp_path / f"p{i}"),
+            "--coordinator",
+            f"localhost:{port}",
+            "--num-processes",
+            "2",
+            "--process-id",
+            str(i),
+        ]
+        for i in (0, 1)
+    }
     _run_all(tmp_path, runs, cli)
     assert not (tmp_path / "p1").exists()
     one, two = (np.load(tmp_path / name / "basins.npz") for name in ("one", "p0"))

@@ -225,8 +225,8 @@ def isserlis(mu, cov, idx) -> float:
     """E[∏_k X_{idx_k}], X ~ N(mu, cov): expand X = mu + Y and sum Isserlis pairings of the centred factors."""
     total = 0.0
     for mask in itertools.product([0, 1], repeat=len(idx)):
-        centred = [i for i, m in zip(idx, mask) if m]
-        const = math.prod(mu[i] for i, m in zip(idx, mask) if not m)
+        centred = [i for i, m in zip(idx, mask, strict=False) if m]
+        const = math.prod(mu[i] for i, m in zip(idx, mask, strict=False) if not m)
         total += const * _pairings(cov, centred)
     return total
 

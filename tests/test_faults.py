@@ -104,12 +104,15 @@ def test_a_demo_that_fails_or_is_interrupted_writes_nothing(tmp_path, run_cli, m
     assert not (tmp_path / "demo").exists()
 
 
-@pytest.mark.parametrize("argv", [
-    ["basins", "markov", "--grid", "10000000"],
-    ["basins", "markov", "--grid", "100000", "--method", "gd"],
-    ["converge", "teacher", "--D", "1000000"],
-    ["converge", "scb", "--N", "1000000"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["basins", "markov", "--grid", "10000000"],
+        ["basins", "markov", "--grid", "100000", "--method", "gd"],
+        ["converge", "teacher", "--D", "1000000"],
+        ["converge", "scb", "--N", "1000000"],
+    ],
+)
 def test_oversize_requests_are_refused_with_an_estimate(argv, run_cli, tmp_path):
     """Before: tracebacks, XLA aborts (exit 134) or requests for hundreds of GB."""
     code, _, err = run_cli(*argv, "--out", tmp_path / "o")

@@ -57,11 +57,19 @@ def test_flow_matches_scipy_reference():
     """An independent integrator (scipy DOP853) on the same autodiff field, at a fixed time."""
     prob = Canonical(0.5, 0.8)
     theta0 = {"e": jnp.asarray(0.7), "w": jnp.asarray(-1.2)}
-    traj = popdyn.gradient_flow(prob, theta0, t1=5.0, ts=[0.0, 2.5, 5.0], save_params=True, rtol=1e-11,
-                                atol=1e-13, gtol=1e-14)
+    traj = popdyn.gradient_flow(
+        prob, theta0, t1=5.0, ts=[0.0, 2.5, 5.0], save_params=True, rtol=1e-11, atol=1e-13, gtol=1e-14
+    )
     g = jax.jit(jax.grad(lambda x: prob.loss({"e": x[0], "w": x[1]})))
-    ref = solve_ivp(lambda t, y: -np.asarray(g(jnp.asarray(y))), (0, 5), [0.7, -1.2], method="DOP853",
-                    rtol=1e-12, atol=1e-14, t_eval=[2.5, 5.0])
+    ref = solve_ivp(
+        lambda t, y: -np.asarray(g(jnp.asarray(y))),
+        (0, 5),
+        [0.7, -1.2],
+        method="DOP853",
+        rtol=1e-12,
+        atol=1e-14,
+        t_eval=[2.5, 5.0],
+    )
     got = np.stack([np.asarray(traj.params["e"][1:]), np.asarray(traj.params["w"][1:])])
     np.testing.assert_allclose(got, ref.y, atol=1e-9)
 
@@ -70,15 +78,18 @@ def test_energy_not_conserved_with_trained_bias():
     """§2.3: along (e, w, b) flow dE/dt = −2e²·ḃ, so E changes unless b stays optimal."""
     prob = Canonical(0.1, 0.1, bias="trained")
     theta0 = {"e": jnp.asarray(0.5), "w": jnp.asarray(0.4), "b": jnp.asarray(1.5)}
-    traj = popdyn.gradient_flow(prob, theta0, t1=50.0, ts=np.linspace(0, 50, 101), save_params=True,
-                                rtol=1e-11, atol=1e-13)
+    traj = popdyn.gradient_flow(
+        prob, theta0, t1=50.0, ts=np.linspace(0, 50, 101), save_params=True, rtol=1e-11, atol=1e-13
+    )
     E = np.asarray(prob.energy(traj.params))
     assert np.ptp(E) > 1e-3  # not conserved
+
     # exact identity at every recorded point: dE/dt = ∇E·θ̇ = −∇E·∇L equals 2e²·∂L/∂b
     def rates(th):
         gE = jax.grad(prob.energy)(th)
         gL = jax.grad(prob.loss)(th)
         return -(gE["e"] * gL["e"] + gE["w"] * gL["w"]), 2 * th["e"] ** 2 * gL["b"]
+
     lhs, rhs = jax.vmap(rates)(traj.params)
     np.testing.assert_allclose(np.asarray(lhs), np.asarray(rhs), rtol=1e-10, atol=1e-14)
     assert np.max(np.abs(np.asarray(rhs))) > 1e-3
@@ -94,8 +105,16 @@ def test_status_reports_each_point_without_killing_the_batch():
     # (0, 0.5) is a local maximum along e for p+q<1: steady, but the Hessian has λ_min < 0
     assert st[3] == Status.SADDLE
     assert np.isfinite(np.asarray(traj.final["e"])[[0, 1, 3]]).all()
-    assert traj.status_counts() == {"converged": 2, "saddle": 1, "max_steps": 0, "diverged": 0, "nan": 1,
-                                    "solver_failed": 0, "converged_late": 0, "reached": 0}
+    assert traj.status_counts() == {
+        "converged": 2,
+        "saddle": 1,
+        "max_steps": 0,
+        "diverged": 0,
+        "nan": 1,
+        "solver_failed": 0,
+        "converged_late": 0,
+        "reached": 0,
+    }
 
 
 def test_max_steps_and_inf_padding_are_masked():
@@ -118,8 +137,9 @@ def test_kvaerno5_and_time_scales():
     assert abs(float(jax.nn.sigmoid(f0)) - 0.1) < 1e-6 and abs(float(jax.nn.sigmoid(f1)) - 0.9) < 1e-6
     # the field really is scaled: at t=0 the b-velocity is 10x the unscaled one
     g = jax.grad(prob.loss)(theta0)
-    tiny = popdyn.gradient_flow(prob, theta0, t1=1e-4, ts=[0.0, 1e-4], save_params=True, time_scales={"b": 10.0},
-                                rtol=1e-12, atol=1e-14)
+    tiny = popdyn.gradient_flow(
+        prob, theta0, t1=1e-4, ts=[0.0, 1e-4], save_params=True, time_scales={"b": 10.0}, rtol=1e-12, atol=1e-14
+    )
     db = (float(tiny.params["b"][1]) - 0.0) / 1e-4
     assert abs(db + 10 * float(g["b"])) < 1e-4 * abs(float(g["b"])) * 10
     with pytest.raises(ValueError, match="time_scales"):

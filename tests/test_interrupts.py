@@ -1,7 +1,7 @@
 """Interrupts at any moment (docs/jobs.md, "Interrupts"): SIGINT sent to a real ``popdyn`` process at random
 moments after its entry point has started (parsing, imports, tracing, compiling, running, drawing) ends it with
-exit code 130, one line on stderr and nothing in ``--out``. Before, an interrupt while compiling crashed the process at exit (code
--11) or was swallowed by a garbage-collector callback, and the run went on to exit 0."""
+exit code 130, one line on stderr and nothing in ``--out``. Before, an interrupt while compiling crashed the
+process at exit (code -11) or was swallowed by a garbage-collector callback, and the run went on to exit 0."""
 
 import os
 import random
@@ -23,8 +23,13 @@ RUNS, AT_ONCE, LATEST = 20, 4, 4.0  # an uninterrupted run takes ~7 s here, comp
 def _start(out: Path) -> subprocess.Popen:
     env = dict(os.environ, POPDYN_CACHE_DIR="off")  # every run compiles: the moment that used to crash
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    return subprocess.Popen([sys.executable, "-m", "popdyn.cli", *ARGV, "--out", str(out)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "popdyn.cli", *ARGV, "--out", str(out)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _entered(proc: subprocess.Popen) -> bool:
@@ -52,7 +57,7 @@ def test_sigint_at_random_moments_exits_130_with_nothing_written(tmp_path):
         batch = [(tmp_path / f"out{i}", moments[i]) for i in range(first, min(first + AT_ONCE, RUNS))]
         procs = [(_start(out), out, at) for out, at in batch]
         entered = [_wait_until_entered(proc) for proc, _, _ in procs]
-        for (proc, out, at), start in sorted(zip(procs, entered), key=lambda x: x[0][2]):
+        for (proc, out, at), start in sorted(zip(procs, entered, strict=False), key=lambda x: x[0][2]):
             time.sleep(max(0.0, start + at - time.monotonic()))
             signalled = proc.poll() is None
             proc.send_signal(signal.SIGINT)

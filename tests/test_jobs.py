@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from popdyn.jobs.registry import COMMANDS, JOBS, MODEL, REGISTRY
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 
 ALL_FLAGS = sorted({o.flag for j in JOBS for o in j.options})
@@ -31,7 +32,8 @@ def test_help_lists_the_jobs_own_options_only(job, run_cli):
     assert code == 0
     listed = set(re.findall(r"^\s+(--[A-Za-z][\w-]*)", out, flags=re.M))
     assert listed == {o.flag for o in job.options} | {"--out", "--quiet", "--replace"} | (
-        {"--checkpoint", "--coordinator", "--num-processes", "--process-id"} if job.takes_checkpoint else set())
+        {"--checkpoint", "--coordinator", "--num-processes", "--process-id"} if job.takes_checkpoint else set()
+    )
     for o in job.options:
         entry = re.search(rf"^\s+{re.escape(o.flag)}(?=[\s,])(.*?)(?=^\s+-|\Z)", out, flags=re.M | re.S).group(1)
         assert o.help in " ".join(entry.split())
@@ -65,8 +67,10 @@ def _readme_model(tmp_path, monkeypatch):
     text = README.read_text(encoding="utf-8")
     section = re.search(r"^## Your own model on the command line\s*$(.*?)(?=^## )", text, flags=re.M | re.S).group(1)
     code = re.findall(r"^```python\n(.*?)^```", section, flags=re.M | re.S)[0]
-    commands = [line.split("#")[0].split() for line in
-                re.findall(r"^```bash\n(.*?)^```", section, flags=re.M | re.S)[0].strip().splitlines()]
+    commands = [
+        line.split("#")[0].split()
+        for line in re.findall(r"^```bash\n(.*?)^```", section, flags=re.M | re.S)[0].strip().splitlines()
+    ]
     (tmp_path / "double_well.py").write_text(code)
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop("double_well", None)
@@ -156,7 +160,7 @@ def test_the_readme_command_table_is_the_registry():
     for row in rows:
         cells = [c.strip() for c in row.strip("|").split("|")]
         task = MODEL if "module.path:factory" in cells[0] else cells[0].strip("`")
-        table |= {(command, task) for command, mark in zip(COMMANDS, cells[1:]) if mark == "✓"}
+        table |= {(command, task) for command, mark in zip(COMMANDS, cells[1:], strict=False) if mark == "✓"}
     assert table == set(REGISTRY)
 
 
@@ -164,12 +168,32 @@ def test_markov_basins_take_the_papers_training_options(run_cli, tmp_path):
     """Trained bias, heavy-ball momentum and an absolute gtol reach the engine (recorded in the summary); the
     closed-form comparison is made for the profiled bias only."""
     out = tmp_path / "o"
-    code, _, err = run_cli("basins", "markov", "--grid", "4", "--method", "gd", "--steps", "50", "--momentum", "0.5",
-                           "--bias", "trained", "--gtol", "1e-6", "--out", out, "--quiet")
+    code, _, err = run_cli(
+        "basins",
+        "markov",
+        "--grid",
+        "4",
+        "--method",
+        "gd",
+        "--steps",
+        "50",
+        "--momentum",
+        "0.5",
+        "--bias",
+        "trained",
+        "--gtol",
+        "1e-6",
+        "--out",
+        out,
+        "--quiet",
+    )
     assert code == 0, err
     summary = json.loads((out / "summary.json").read_text())
-    assert {k: summary["inputs"][k] for k in ("bias", "momentum", "gtol")} == {"bias": "trained", "momentum": 0.5,
-                                                                                "gtol": 1e-6}
+    assert {k: summary["inputs"][k] for k in ("bias", "momentum", "gtol")} == {
+        "bias": "trained",
+        "momentum": 0.5,
+        "gtol": 1e-6,
+    }
     assert summary["results"]["agreement_with_theory"] is None
     code, _, err = run_cli("basins", "markov", "--momentum", "0.5", "--out", tmp_path / "p")
     assert code == 2 and "--momentum applies only with --method gd" in err

@@ -23,7 +23,8 @@ def test_run_lanes_runs_every_point_once_and_counts_the_work():
         return {"left": s["left"] - seg, "did": s["did"] + seg, "seg": seg}
 
     out, executed = jax.jit(lambda p: run_lanes(start, advance, lambda s: s["left"] == 0, lambda s: s["seg"], p, 3))(
-        need)
+        need
+    )
     np.testing.assert_array_equal(out["did"], need)
     total = executed_work(need, 3, 3)
     assert int(executed) == total == 3 * (3 + 3 + 3 + 1 + 3 + 3 + 2)  # the longest segment of each of 7 rounds
@@ -42,8 +43,9 @@ def test_executed_work_replays_the_lane_schedule(width, segment):
         seg = jnp.minimum(seg_, s["left"])
         return {"left": s["left"] - seg, "seg": seg, "begun": jnp.bool_(True)}
 
-    _, executed = jax.jit(lambda p: run_lanes(start, advance, lambda s: s["begun"] & (s["left"] == 0),
-                                              lambda s: s["seg"], p, width))(need)
+    _, executed = jax.jit(
+        lambda p: run_lanes(start, advance, lambda s: s["begun"] & (s["left"] == 0), lambda s: s["seg"], p, width)
+    )(need)
     assert int(executed) == executed_work(need, width, segment)
 
 
@@ -57,8 +59,10 @@ def test_lane_results_do_not_depend_on_the_lane_width(method):
     if method == "flow":
         runs = [popdyn.gradient_flow(PROB, theta, t1=1e4, ts=None, lanes=w, lane_steps=16) for w in (8, 16, 10**6)]
     else:
-        runs = [popdyn.gradient_descent(PROB, theta, lr=0.5, steps=600, record_every=600, lanes=w, lane_steps=16)
-                for w in (8, 16, 10**6)]
+        runs = [
+            popdyn.gradient_descent(PROB, theta, lr=0.5, steps=600, record_every=600, lanes=w, lane_steps=16)
+            for w in (8, 16, 10**6)
+        ]
     a, b, whole = runs
     for k in ("e", "w"):
         np.testing.assert_array_equal(a.final[k], b.final[k])

@@ -10,9 +10,24 @@ import popdyn
 
 ROOT = Path(popdyn.__file__).parent
 RANK = {"core": 0, "tasks": 1, "dynamics": 1, "analysis": 2, "plot": 3, "jobs": 4, "cli": 5}
-GROUP = {"_validate": "core", "io": "core", "problem": "core", "exact": "core", "curvature": "core",
-         "batching": "core", "checkpoint": "core", "sharding": "core", "distributed": "core", "tasks": "tasks", "dynamics": "dynamics",
-         "analysis": "analysis", "plot": "plot", "jobs": "jobs", "figures": "jobs", "cli": "cli"}
+GROUP = {
+    "_validate": "core",
+    "io": "core",
+    "problem": "core",
+    "exact": "core",
+    "curvature": "core",
+    "batching": "core",
+    "checkpoint": "core",
+    "sharding": "core",
+    "distributed": "core",
+    "tasks": "tasks",
+    "dynamics": "dynamics",
+    "analysis": "analysis",
+    "plot": "plot",
+    "jobs": "jobs",
+    "figures": "jobs",
+    "cli": "cli",
+}
 
 
 def _group(module: str) -> str:
@@ -60,7 +75,9 @@ def test_every_module_belongs_to_a_layer():
 
 
 def test_importing_the_dynamics_loads_no_analysis():
-    code = ("import sys, popdyn.dynamics; "
-            "print(sorted(m for m in sys.modules if m.startswith(('popdyn.analysis', 'popdyn.tasks', 'popdyn.jobs'))))")
+    code = (
+        "import sys, popdyn.dynamics; "
+        "print(sorted(m for m in sys.modules if m.startswith(('popdyn.analysis', 'popdyn.tasks', 'popdyn.jobs'))))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

@@ -176,8 +176,9 @@ def test_profile_derivatives_closed_forms(p, q):
     """ℓ'(A) = π1(σ(f1*) − (1−q)) = −π0(σ(f0*) − p) and ℓ''(A) = uv/(u+v) at many A (§3.2)."""
     prob = Canonical(p, q)
     pi0, pi1 = pis(p, q)
-    A = np.concatenate([[-12.0, -6.5, -3.0, -1.0, -0.3, 0.0, 0.2, 0.7, 2.0, 4.5, 9.0, 15.0],
-                        np.linspace(-15.0, 15.0, NB - 12)])
+    A = np.concatenate(
+        [[-12.0, -6.5, -3.0, -1.0, -0.3, 0.0, 0.2, 0.7, 2.0, 4.5, 9.0, 15.0], np.linspace(-15.0, 15.0, NB - 12)]
+    )
     f0_ref = f0_star_np(p, q, A)
     f0 = np.asarray(prob.profiled_f0(jnp.asarray(A)))
     np.testing.assert_allclose(f0, f0_ref, rtol=0, atol=EXACT)
@@ -205,10 +206,36 @@ def test_profile_derivatives_closed_forms(p, q):
 
 POINTS = [
     # p, q, e, w, b, A, b*, L_prof, ∂eL, ∂wL, E, L3, ∂(e,w,b)L3
-    (0.1, 0.1, 1.0, 0.5, 0.0, 1.5, -0.25, 0.46187101, -0.33123195, -0.22082130, 1.44314718, 0.46866934,
-     (-0.30771176, -0.16894142, 0.05429962)),
-    (0.9, 0.9, 1.0, -1.0, 0.3, -1.0, 1.0, 0.52407698, -0.27754067, 0.55508134, 0.0, 0.58071067,
-     (0.02770417, 0.26295043, -0.15917939)),
+    (
+        0.1,
+        0.1,
+        1.0,
+        0.5,
+        0.0,
+        1.5,
+        -0.25,
+        0.46187101,
+        -0.33123195,
+        -0.22082130,
+        1.44314718,
+        0.46866934,
+        (-0.30771176, -0.16894142, 0.05429962),
+    ),
+    (
+        0.9,
+        0.9,
+        1.0,
+        -1.0,
+        0.3,
+        -1.0,
+        1.0,
+        0.52407698,
+        -0.27754067,
+        0.55508134,
+        0.0,
+        0.58071067,
+        (0.02770417, 0.26295043, -0.15917939),
+    ),
 ]
 
 
@@ -228,7 +255,7 @@ def test_point_values(row):
     assert abs(float(prob.energy(t)) - E) < TABLE8
     assert abs(float(prob3.loss(t3)) - L3) < TABLE8
     g3 = jax.grad(prob3.loss)(t3)
-    for k, ref in zip("ewb", dL3):
+    for k, ref in zip("ewb", dL3, strict=False):
         assert abs(float(g3[k]) - ref) < TABLE8, k
     # the trained loss at b = b* equals the profiled loss
     assert abs(float(prob3.loss(th(e, w, float(prob.optimal_bias(t))))) - float(prob.loss(t))) < EXACT
@@ -252,9 +279,7 @@ def test_optimal_bias_characterisation_sweep(p, q):
     rng = np.random.default_rng(3)
     e, w = rng.uniform(-2.5, 2.5, NB), rng.uniform(-2.5, 2.5, NB)
     b_star = prob.optimal_bias(batch(e, w))
-    np.testing.assert_allclose(
-        np.asarray(b_star), f0_star_np(p, q, c_np(w) * e**2) + e**2 / 2, rtol=0, atol=EXACT
-    )
+    np.testing.assert_allclose(np.asarray(b_star), f0_star_np(p, q, c_np(w) * e**2) + e**2 / 2, rtol=0, atol=EXACT)
     gb = jax.vmap(jax.grad(prob3.loss))(batch(e, w, b_star))["b"]
     assert np.max(np.abs(np.asarray(gb))) < 1e-13
 
@@ -268,7 +293,7 @@ def test_profiled_loss_is_brute_force_min_over_b(p, q):
         t = th(e, w)
         b_star = float(prob.optimal_bias(t))
         res = minimize_scalar(
-            lambda b: loss3_np(p, q, e, w, b), bracket=(b_star - 3.0, b_star + 3.0), method="brent", tol=1e-12
+            lambda b, e=e, w=w: loss3_np(p, q, e, w, b), bracket=(b_star - 3.0, b_star + 3.0), method="brent", tol=1e-12
         )
         L_prof = float(prob.loss(t))
         assert abs(L_prof - res.fun) < 1e-10
@@ -290,8 +315,12 @@ def test_profiled_loss_finite_for_large_gaps(p, q):
     assert np.all(np.diff(d1) >= -1e-15)
     # (e, w) points with |A| up to 500 and beyond, both signs of c(w)
     rng = np.random.default_rng(8)
-    e = np.concatenate([[np.sqrt(500.0), -np.sqrt(500.0), np.sqrt(500 / 3.5), 12.0, -20.0, 0.5],
-                        rng.choice([-1, 1], NB - 6) * rng.uniform(3.0, 25.0, NB - 6)])
+    e = np.concatenate(
+        [
+            [np.sqrt(500.0), -np.sqrt(500.0), np.sqrt(500 / 3.5), 12.0, -20.0, 0.5],
+            rng.choice([-1, 1], NB - 6) * rng.uniform(3.0, 25.0, NB - 6),
+        ]
+    )
     w = np.concatenate([[0.0, 0.0, -1.5, 1.1, -2.0, 30.0], rng.uniform(-3.0, 3.0, NB - 6)])
     A_pts = c_np(w) * e**2
     assert np.max(np.abs(A_pts)) > 500
@@ -381,8 +410,9 @@ def test_gradient_formulas(p, q):
     np.testing.assert_allclose(np.asarray(g3["e"]), e * (g1 * (1 + 4 * w * np.abs(w)) - g0), rtol=0, atol=EXACT)
     np.testing.assert_allclose(np.asarray(g3["w"]), 4 * np.abs(w) * e**2 * g1, rtol=0, atol=EXACT)
     np.testing.assert_allclose(np.asarray(g3["b"]), g0 + g1, rtol=0, atol=EXACT)
-    np.testing.assert_allclose(np.asarray(jax.vmap(prob3.loss)(batch(e, w, b))), loss3_np(p, q, e, w, b),
-                               rtol=0, atol=1e-13)
+    np.testing.assert_allclose(
+        np.asarray(jax.vmap(prob3.loss)(batch(e, w, b))), loss3_np(p, q, e, w, b), rtol=0, atol=1e-13
+    )
 
 
 def test_loss_is_even_in_e():
@@ -410,7 +440,7 @@ REGRESSION = {(0.1, 0.1): (1.711617, 0.5, 1.365698), (0.5, 0.8): (0.629352, -1.5
 SPECTRUM_PQ = [(0.1, 0.1), (0.5, 0.8)]  # p+q < 1 and p+q > 1; each hessian_spectrum call compiles
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def spectra(p, q):
     """popdyn.hessian_spectrum at Γ* points, e = 0 points and the regression points, in one call
     (the function compiles on every call, so the points are batched)."""
@@ -428,7 +458,7 @@ def spectra(p, q):
     assert ev.shape == (sum(map(len, e)), 2)
     assert np.all(np.diff(ev, axis=1) >= 0)  # ascending
     n1, n2 = len(wg), len(wl)
-    return {"global": (eg, wg, ev[:n1]), "line": (wl, ev[n1:n1 + n2]), "regression": ev[n1 + n2:]}
+    return {"global": (eg, wg, ev[:n1]), "line": (wl, ev[n1 : n1 + n2]), "regression": ev[n1 + n2 :]}
 
 
 def hessians(prob, e, w, b=None):
@@ -547,7 +577,7 @@ def test_is_local_min_w_sign_rule(p, q):
     np.testing.assert_array_equal(got, explicit)
     # the sign rule is the shape of L just off the line: up at a local min, down at a local max
     L0 = prob.unigram_loss()
-    for wi, is_min in zip(w[::6], got[::6]):
+    for wi, is_min in zip(w[::6], got[::6], strict=False):
         dL = float(prob.loss(th(1e-3, wi))) - L0
         assert (dL > 0) == bool(is_min)
 
@@ -679,7 +709,7 @@ SPECIAL = [(-0.4, 0.0), (0.4, 0.0), (0.0, -1.5), (0.0, 0.5), (0.0, -0.3), (0.0, 
 N_RANDOM = 200
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def limits(p, q):
     """predicted_limit (jit ∘ vmap, one compile per problem) and predicted_basin on 200 random
     initialisations in [−3, 3]², then SPECIAL, then this problem's LIMITS rows."""
@@ -705,7 +735,7 @@ def test_predicted_limit_reference_rows(row):
     assert ATTRACTORS[labels[k]] == label
     assert abs(lim_e[k] - e_inf) < TABLE6
     assert abs(lim_w[k] - w_inf) < TABLE6
-    _check_limit_invariants(prob, e0s[k:k + 1], w0s[k:k + 1], lim_e[k:k + 1], lim_w[k:k + 1], labels[k:k + 1])
+    _check_limit_invariants(prob, e0s[k : k + 1], w0s[k : k + 1], lim_e[k : k + 1], lim_w[k : k + 1], labels[k : k + 1])
 
 
 def _expected_basin(p, q, e, w):
@@ -734,9 +764,9 @@ def test_predicted_limit_batch(p, q):
 @pytest.mark.parametrize("p,q", [(0.1, 0.1), (0.9, 0.9)])
 def test_predicted_limit_special_lines(p, q):
     prob = Canonical(p, q)
-    e0s, w0s, lim_e, lim_w, labels = (x[N_RANDOM:N_RANDOM + len(SPECIAL)] for x in limits(p, q))
+    e0s, w0s, lim_e, lim_w, labels = (x[N_RANDOM : N_RANDOM + len(SPECIAL)] for x in limits(p, q))
     A_star = prob.optimal_gap()
-    for e0, w0, e_inf, w_inf, label in zip(e0s, w0s, lim_e, lim_w, labels):
+    for e0, w0, e_inf, w_inf, label in zip(e0s, w0s, lim_e, lim_w, labels, strict=False):
         if w0 == 0.0:
             # w0 = 0 is invariant: e² → A* (same sign of e) when A* > 0, e → 0 when A* < 0
             assert w_inf == 0.0
@@ -761,8 +791,12 @@ def test_gaussian_init_basins():
     assert set(t) == {"e", "w"} and t["e"].shape == (NB,)
     assert 0.005 < float(jnp.std(t["e"])) < 0.02 and 0.005 < float(jnp.std(t["w"])) < 0.02
     assert np.all(np.asarray(t["e"]) != 0) and (np.asarray(t["w"]) < 0).any() and (np.asarray(t["w"]) > 0).any()
-    for (p, q), expected in (((0.1, 0.1), "global"), ((0.2, 0.3), "global"), ((0.9, 0.9), "local"),
-                             ((0.5, 0.8), "local")):
+    for (p, q), expected in (
+        ((0.1, 0.1), "global"),
+        ((0.2, 0.3), "global"),
+        ((0.9, 0.9), "local"),
+        ((0.5, 0.8), "local"),
+    ):
         prob = Canonical(p, q)
         labels = np.asarray(eqx.filter_jit(prob.predicted_basin)(t))  # elementwise: works on a batch directly
         assert np.all(labels == ATTRACTORS.index(expected))

@@ -28,4 +28,3 @@ def test_ewa_slices_agree_with_the_flow():
         gap = (np.asarray(flow.final_loss) - prob.entropy_rate()) / (prob.unigram_loss() - prob.entropy_rate())
         assert np.all(np.asarray(flow.status) != Status.NAN)
         np.testing.assert_array_equal(loss_classes(gap), arr["class"].ravel()[ix])
-

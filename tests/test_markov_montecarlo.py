@@ -46,7 +46,7 @@ MC_N = 6
 MC_M = 100_000
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _mc_setup(name):
     """Model, weights, exact loss and the per-sequence losses of both estimators over MC_M sampled sequences."""
     chain = CHAINS[name]

@@ -28,12 +28,12 @@ def _brute_loss(model, theta):
         ctx = lambda toks: int(sum(t * V ** (len(toks) - 1 - i) for i, t in enumerate(toks)))  # noqa: E731
         w = init[ctx(x[:k])]
         for n in range(k, N):
-            w *= kern[ctx(x[n - k:n]), x[n]]
+            w *= kern[ctx(x[n - k : n]), x[n]]
         logp = np.asarray(jax.nn.log_softmax(model.logits(theta, jnp.asarray(x))))
         ce = 0.0
         for n in range(1, N + 1):
             if n >= k:
-                nxt = kern[ctx(x[n - k:n])]
+                nxt = kern[ctx(x[n - k : n])]
             else:
                 marg = init.reshape((V,) * k).sum(axis=tuple(range(n + 1, k))) if n + 1 < k else init.reshape((V,) * k)
                 j = marg[tuple(x[:n])]
@@ -137,12 +137,16 @@ def test_attention_scalar_profiled_bias_is_the_exact_minimum():
 
     prof = AttentionScalar(0.2, 0.3, N=10, bias="profiled")
     trained = AttentionScalar(0.2, 0.3, N=10)
-    trained_loss, profiled_loss = eqx.filter_jit(trained.loss), eqx.filter_jit(prof.loss)  # compiled once, called by Brent
+    trained_loss, profiled_loss = (
+        eqx.filter_jit(trained.loss),
+        eqx.filter_jit(prof.loss),
+    )  # compiled once, called by Brent
     dL_db = eqx.filter_jit(jax.grad(lambda b, th: trained.loss(dict(th, b=b))))
     for e, w, a in [(1.3, -0.4, 0.7), (0.5, 0.9, -1.2), (2.5, 2.0, 1.5)]:
         th = {"e": jnp.asarray(e), "w": jnp.asarray(w), "a": jnp.asarray(a)}
-        res = minimize_scalar(lambda b, th=th: float(trained_loss(dict(th, b=jnp.asarray(b)))), bracket=(-5, 5),
-                              tol=1e-12)
+        res = minimize_scalar(
+            lambda b, th=th: float(trained_loss(dict(th, b=jnp.asarray(b)))), bracket=(-5, 5), tol=1e-12
+        )
         assert abs(res.fun - float(profiled_loss(th))) < 1e-13  # equal to Brent's minimum up to rounding
         assert abs(float(dL_db(prof.optimal_bias(th), th))) < 1e-13  # ∂L/∂b = 0 at b*
     # a = 0: the canonical profiled model, whose b* is in closed form
@@ -153,7 +157,10 @@ def test_attention_scalar_profiled_bias_is_the_exact_minimum():
 def test_attention_scalar_profiled_derivatives_match_finite_differences():
     prof = AttentionScalar(0.2, 0.3, N=10, bias="profiled")
     th = {"e": jnp.asarray(1.3), "w": jnp.asarray(-0.4), "a": jnp.asarray(0.7)}
-    loss, grad = eqx.filter_jit(prof.loss), eqx.filter_jit(lambda t: jax.grad(prof.loss)(t))  # compiled once for the 12 perturbed points
+    loss, grad = (
+        eqx.filter_jit(prof.loss),
+        eqx.filter_jit(lambda t: jax.grad(prof.loss)(t)),
+    )  # compiled once for the 12 perturbed points
     g, H = grad(th), jax.hessian(prof.loss)(th)
     h = 1e-5
     for k in "ewa":

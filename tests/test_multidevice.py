@@ -15,7 +15,7 @@ from popdyn import sharding
 
 REPO = Path(__file__).resolve().parents[1]
 
-SCRIPT = r'''
+SCRIPT = r"""
 import json, sys
 import jax
 jax.config.update("jax_enable_x64", True)
@@ -52,7 +52,7 @@ for method in ("flow", "gd"):
 np.savez(sys.argv[1], **arrays)
 print(json.dumps({"devices": len(jax.devices()), "placed": placed, "computed": computed,
                   "chunk": sharding.padded_size(30)}))
-'''
+"""
 
 
 def _start(tmp_path: Path, devices: int) -> tuple[subprocess.Popen, Path]:
@@ -64,8 +64,14 @@ def _start(tmp_path: Path, devices: int) -> tuple[subprocess.Popen, Path]:
     script = tmp_path / "basins.py"
     script.write_text(SCRIPT)
     out = tmp_path / f"basins-{devices}.npz"
-    proc = subprocess.Popen([sys.executable, str(script), str(out)], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(out)],
+        env=env,
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     return proc, out
 
 

@@ -18,8 +18,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from popdyn import cli
-from popdyn.jobs.markov import commands  # noqa: F401  (imported up front: the first example must not pay for imports)
 from popdyn.figures import FIGURES
+from popdyn.jobs.markov import commands  # noqa: F401  (imported up front: the first example must not pay for imports)
 from popdyn.jobs.registry import TASKS
 
 # ---- bad option values, as argv strings -----------------------------------------------------------------
@@ -60,14 +60,19 @@ UNIT = bad_float(0.0, 1.0, open_lo=False, open_hi=False)  # inside (0, 1)
 FINITE = _float_strings(st.nothing())
 SEED = st.one_of(st.integers(max_value=-1).map(str), st.integers(min_value=2**32).map(str), bad_int(0))
 RANGE = st.one_of(
-    st.tuples(st.floats(-1e6, 1e6), st.floats(-1e6, 1e6)).filter(lambda r: r[0] >= r[1]).map(
-        lambda r: [repr(r[0]), repr(r[1])]),
+    st.tuples(st.floats(-1e6, 1e6), st.floats(-1e6, 1e6))
+    .filter(lambda r: r[0] >= r[1])
+    .map(lambda r: [repr(r[0]), repr(r[1])]),
     st.tuples(st.sampled_from(["nan", "inf", "1e999", "abc"]), st.sampled_from(["1", "nan", "-2"])).map(list),
 )
 
 MARKOV = {"--p": UNIT, "--q": UNIT}
-DECISION_LIST = {"--L": bad_int(2), "--n": bad_int(1, 10), "--c": POSITIVE,
-                 "--distribution": bad_word(("distinct", "iid"))}
+DECISION_LIST = {
+    "--L": bad_int(2),
+    "--n": bad_int(1, 10),
+    "--c": POSITIVE,
+    "--distribution": bad_word(("distinct", "iid")),
+}
 SCB = {"--N": bad_int(2), "--T": bad_int(1), "--Q": bad_int(1, 50), "--seed": SEED}
 BASINS = {"--grid": bad_int(2), "--range": RANGE, "--t1": POSITIVE, "--chunk": bad_int(1)}
 # (argv prefix, {option: bad values}) for every command, task and option the task uses
@@ -76,25 +81,43 @@ CASES = [
     (["basins", "markov", "--method", "gd"], {"--lr": POSITIVE, "--steps": bad_int(1)}),
     (["basins", "decision-list"], DECISION_LIST | BASINS),
     (["basins", "scb"], SCB | BASINS),
-    (["converge", "markov"], MARKOV | {"--n-init": bad_int(1), "--std": POSITIVE, "--seed": SEED,
-                                       "--eps": POSITIVE, "--t1": POSITIVE}),
-    (["converge", "decision-list"], DECISION_LIST | {"--M": bad_int(1, 10), "--delta": POSITIVE,
-                                                     "--gamma": POSITIVE, "--t1": POSITIVE}),
+    (
+        ["converge", "markov"],
+        MARKOV | {"--n-init": bad_int(1), "--std": POSITIVE, "--seed": SEED, "--eps": POSITIVE, "--t1": POSITIVE},
+    ),
+    (
+        ["converge", "decision-list"],
+        DECISION_LIST | {"--M": bad_int(1, 10), "--delta": POSITIVE, "--gamma": POSITIVE, "--t1": POSITIVE},
+    ),
     (["converge", "scb"], SCB | {"--lr": POSITIVE, "--eps": POSITIVE}),
-    (["converge", "teacher"], {"--teacher": bad_word(("cnn", "gcn", "sts", "gslp")), "--D": bad_int(2),
-                               "--K": st.one_of(bad_int(1, 35), st.sampled_from(["5", "7", "8"])),  # K | D = 36
-                               "--activation": bad_word(("relu", "leaky", "linear")), "--alpha": FINITE,
-                               "--d": bad_int(1), "--M": bad_int(1), "--seed": SEED, "--lr": POSITIVE,
-                               "--steps": bad_int(10)}),
+    (
+        ["converge", "teacher"],
+        {
+            "--teacher": bad_word(("cnn", "gcn", "sts", "gslp")),
+            "--D": bad_int(2),
+            "--K": st.one_of(bad_int(1, 35), st.sampled_from(["5", "7", "8"])),  # K | D = 36
+            "--activation": bad_word(("relu", "leaky", "linear")),
+            "--alpha": FINITE,
+            "--d": bad_int(1),
+            "--M": bad_int(1),
+            "--seed": SEED,
+            "--lr": POSITIVE,
+            "--steps": bad_int(10),
+        },
+    ),
     (["converge", "teacher", "--activation", "leaky"], {"--alpha": bad_float(0.0, 1.0, open_lo=False)}),
     (["stepsize", "markov"], MARKOV | {"--e0": FINITE, "--w0": FINITE, "--steps": bad_int(1)}),
-    (["stepsize", "decision-list"], {k: DECISION_LIST[k] for k in ("--L", "--n")} | {
-        "--M": bad_int(1, 10), "--seed": SEED, "--steps": bad_int(1)}),
+    (
+        ["stepsize", "decision-list"],
+        {k: DECISION_LIST[k] for k in ("--L", "--n")} | {"--M": bad_int(1, 10), "--seed": SEED, "--steps": bad_int(1)},
+    ),
     (["stepsize", "scb"], {k: SCB[k] for k in ("--N", "--T", "--Q", "--seed")} | {"--steps": bad_int(1)}),
     (["demo"], {"--grid": bad_int(2)}),
 ]
 LR_LISTS = {  # --lr takes one or more values: one bad value among good ones
-    ("stepsize", "markov"): 0, ("stepsize", "scb"): 0, ("stepsize", "decision-list"): 1,
+    ("stepsize", "markov"): 0,
+    ("stepsize", "scb"): 0,
+    ("stepsize", "decision-list"): 1,
 }
 
 
@@ -132,8 +155,12 @@ NOT_A_FLAG = POSITIVE.filter(lambda v: not v.startswith("-") or re.fullmatch(r"-
 
 
 @settings(max_examples=examples(20))
-@given(where=st.sampled_from(sorted(LR_LISTS)), bad=NOT_A_FLAG, good=st.lists(st.sampled_from(["0.1", "2"]),
-                                                                                   max_size=2), at=st.integers(0, 2))
+@given(
+    where=st.sampled_from(sorted(LR_LISTS)),
+    bad=NOT_A_FLAG,
+    good=st.lists(st.sampled_from(["0.1", "2"]), max_size=2),
+    at=st.integers(0, 2),
+)
 def test_learning_rate_lists_refuse_any_bad_entry(where, bad, good, at):
     """``stepsize --lr`` takes one or more rates: one bad entry among good ones is refused, naming lr (decision-list
     takes exactly one rate: more are refused too). Inside a list, argparse reads words like ``-inf`` as options
@@ -157,9 +184,12 @@ def test_unknown_tasks_and_figures_are_refused(command, data):
 
 
 @settings(max_examples=examples(15))
-@given(argv=st.sampled_from([["basins", "markov"], ["converge", "scb"], ["stepsize", "markov"], ["demo"],
-                             ["reproduce", "markov-fig1"], []]),
-       extra=st.sampled_from([["--bogus"], ["--p"], ["-z", "1"], ["--grid", "3", "--grid"]]))
+@given(
+    argv=st.sampled_from(
+        [["basins", "markov"], ["converge", "scb"], ["stepsize", "markov"], ["demo"], ["reproduce", "markov-fig1"], []]
+    ),
+    extra=st.sampled_from([["--bogus"], ["--p"], ["-z", "1"], ["--grid", "3", "--grid"]]),
+)
 def test_usage_errors_are_one_line_too(argv, extra):
     """Unknown options, a missing value or a missing command are argparse usage errors: still code 2 and one line
     ``popdyn: error: …`` (no usage text), nothing written."""
@@ -169,9 +199,18 @@ def test_usage_errors_are_one_line_too(argv, extra):
 
 
 @settings(max_examples=examples(10))
-@given(case=st.sampled_from([(["basins", "markov", "--grid", "4"], "out"), (["demo", "--grid", "4"], "out"),
-                             (["converge", "teacher"], "out"), (["basins", "scb"], "checkpoint"),
-                             (["basins", "markov", "--grid", "4"], "checkpoint")]), under=st.booleans())
+@given(
+    case=st.sampled_from(
+        [
+            (["basins", "markov", "--grid", "4"], "out"),
+            (["demo", "--grid", "4"], "out"),
+            (["converge", "teacher"], "out"),
+            (["basins", "scb"], "checkpoint"),
+            (["basins", "markov", "--grid", "4"], "checkpoint"),
+        ]
+    ),
+    under=st.booleans(),
+)
 def test_an_out_or_checkpoint_path_that_is_a_file_is_refused(case, under):
     """--out (or --checkpoint) naming an existing file, or a path under one, is refused up front naming the option;
     the file is left as it was and nothing else is written."""

@@ -19,7 +19,13 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from popdyn.tasks.decision_list import (
-    DecisionList, ReducedDecisionList, delta_gamma, loss_weights, random_lists, random_perm, rule_probabilities,
+    DecisionList,
+    ReducedDecisionList,
+    delta_gamma,
+    loss_weights,
+    random_lists,
+    random_perm,
+    rule_probabilities,
     theorem1_c,
 )
 
@@ -86,13 +92,19 @@ def invalid_perms(draw):
 def test_decision_list_scalar_options_are_validated(option, data):
     """DecisionList: L >= 2, n >= 1 (<= L for distinct tokens), a known distribution, c > 0, train in {both, W},
     init_eps >= 0 and chunk >= 1, each named when wrong."""
-    kwargs = dict(L=L, n=N, lists=LISTS, perm=PERM, distribution="distinct", c=1.0, train="both", init_eps=0.0,
-                  chunk=8)
+    kwargs = dict(L=L, n=N, lists=LISTS, perm=PERM, distribution="distinct", c=1.0, train="both", init_eps=0.0, chunk=8)
     if option == "n>L":
         option, kwargs["n"] = "n", data.draw(st.integers(L + 1, 10**6), label="n")
     else:
-        bad = {"L": bad_int(2), "n": bad_int(1), "distribution": bad_choice(("distinct", "iid")), "c": bad_positive(),
-               "train": bad_choice(("both", "W")), "init_eps": bad_positive(allow_zero=True), "chunk": bad_int(1)}
+        bad = {
+            "L": bad_int(2),
+            "n": bad_int(1),
+            "distribution": bad_choice(("distinct", "iid")),
+            "c": bad_positive(),
+            "train": bad_choice(("both", "W")),
+            "init_eps": bad_positive(allow_zero=True),
+            "chunk": bad_int(1),
+        }
         kwargs[option] = data.draw(bad[option], label=option)
     raises_naming(option, DecisionList, **kwargs)
 
@@ -112,8 +124,19 @@ def test_invalid_permutations_are_named(perm):
 
 
 @settings(max_examples=examples(30))
-@given(case=st.sampled_from([("random_lists", "L"), ("random_lists", "M"), ("random_lists", "M>L"),
-                             ("random_lists", "seed"), ("random_perm", "L"), ("random_perm", "seed")]), data=st.data())
+@given(
+    case=st.sampled_from(
+        [
+            ("random_lists", "L"),
+            ("random_lists", "M"),
+            ("random_lists", "M>L"),
+            ("random_lists", "seed"),
+            ("random_perm", "L"),
+            ("random_perm", "seed"),
+        ]
+    ),
+    data=st.data(),
+)
 def test_random_builders_validate_sizes_and_seed(case, data):
     """random_lists(L, M, seed) and random_perm(L, seed): L >= 2, 1 <= M <= L, seed a 32-bit unsigned integer."""
     builder, option = case
@@ -128,16 +151,27 @@ def test_random_builders_validate_sizes_and_seed(case, data):
 
 
 @settings(max_examples=examples(30))
-@given(fn=st.sampled_from(["rule_probabilities", "loss_weights", "delta_gamma", "theorem1_c"]),
-       option=st.sampled_from(["L", "n", "m", "distribution"]), data=st.data())
+@given(
+    fn=st.sampled_from(["rule_probabilities", "loss_weights", "delta_gamma", "theorem1_c"]),
+    option=st.sampled_from(["L", "n", "m", "distribution"]),
+    data=st.data(),
+)
 def test_theory_builders_validate_their_sizes(fn, option, data):
     """The rule probabilities, loss weights and Theorem 1 constants need L >= 2, 1 <= n, list length m (M) in 1..L
     and a known distribution."""
-    f = {"rule_probabilities": rule_probabilities, "loss_weights": loss_weights, "delta_gamma": delta_gamma,
-         "theorem1_c": theorem1_c}[fn]
+    f = {
+        "rule_probabilities": rule_probabilities,
+        "loss_weights": loss_weights,
+        "delta_gamma": delta_gamma,
+        "theorem1_c": theorem1_c,
+    }[fn]
     args = {"L": 5, "n": 2, "m": 2, "distribution": "distinct"}
-    bad = {"L": bad_int(2), "n": bad_int(1), "m": st.one_of(bad_int(1), st.integers(6, 100)),
-           "distribution": bad_choice(("distinct", "iid"))}[option]
+    bad = {
+        "L": bad_int(2),
+        "n": bad_int(1),
+        "m": st.one_of(bad_int(1), st.integers(6, 100)),
+        "distribution": bad_choice(("distinct", "iid")),
+    }[option]
     args[option] = data.draw(bad, label=option)
     name = "M" if option == "m" and fn in ("delta_gamma", "theorem1_c") else option
     raises_naming(name, f, *args.values())
@@ -148,9 +182,16 @@ def test_theory_builders_validate_their_sizes(fn, option, data):
 def test_reduced_decision_list_options_are_validated(option, data):
     """ReducedDecisionList: list lengths are integers in 1..L, c > 0, and the sizes and law are validated."""
     kwargs = dict(L=5, n=2, lengths=(1, 2), c=1.0, distribution="distinct")
-    bad = {"lengths": st.one_of(st.lists(st.one_of(bad_int(1), st.integers(6, 100)), min_size=1, max_size=3),
-                                st.sampled_from([(), None, 3, "12"])),
-           "c": bad_positive(), "L": bad_int(2), "n": bad_int(1), "distribution": bad_choice(("distinct", "iid"))}
+    bad = {
+        "lengths": st.one_of(
+            st.lists(st.one_of(bad_int(1), st.integers(6, 100)), min_size=1, max_size=3),
+            st.sampled_from([(), None, 3, "12"]),
+        ),
+        "c": bad_positive(),
+        "L": bad_int(2),
+        "n": bad_int(1),
+        "distribution": bad_choice(("distinct", "iid")),
+    }
     kwargs[option] = data.draw(bad[option], label=option)
     raises_naming(option, ReducedDecisionList, **kwargs)
 
@@ -171,9 +212,15 @@ def _value_and_grad(template, table, list_pad, perm_arr, theta):
 
 
 @settings(max_examples=examples(25))
-@given(lists=valid_lists(), perm=st.permutations(range(L)), distribution=st.sampled_from(["distinct", "iid"]),
-       c=st.floats(1e-3, 1e3), train=st.sampled_from(["both", "W"]), init_eps=st.floats(0.0, 10.0),
-       W=hnp.arrays(float, (L, L), elements=st.floats(-50, 50)))
+@given(
+    lists=valid_lists(),
+    perm=st.permutations(range(L)),
+    distribution=st.sampled_from(["distinct", "iid"]),
+    c=st.floats(1e-3, 1e3),
+    train=st.sampled_from(["both", "W"]),
+    init_eps=st.floats(0.0, 10.0),
+    W=hnp.arrays(float, (L, L), elements=st.floats(-50, 50)),
+)
 def test_decision_list_loss_and_gradient_are_finite(lists, perm, distribution, c, train, init_eps, W):
     """Every valid instance (any lists, permutation, law, c, train, init_eps) has a finite initialisation and a
     finite exact loss and gradient at random W (with its V: trained, or cP)."""
@@ -187,12 +234,13 @@ def test_decision_list_loss_and_gradient_are_finite(lists, perm, distribution, c
 
 
 @settings(max_examples=examples(10))
-@given(lengths=st.sets(st.integers(1, 4), min_size=1), c=st.floats(1e-3, 1e3),
-       distribution=st.sampled_from(["distinct", "iid"]))
+@given(
+    lengths=st.sets(st.integers(1, 4), min_size=1),
+    c=st.floats(1e-3, 1e3),
+    distribution=st.sampled_from(["distinct", "iid"]),
+)
 def test_reduced_decision_list_accepts_valid_lengths(lengths, c, distribution):
     """Any non-empty set of list lengths in 1..L is accepted, sorted, and its W₀ = 0 has one column per length."""
     prob = ReducedDecisionList(4, 2, lengths, c, distribution)
     assert prob.lengths == tuple(sorted(lengths))
     assert sorted(prob.template()) == sorted(f"m{m}" for m in lengths)
-
-

@@ -10,7 +10,14 @@ import math
 
 import numpy as np
 from _props import (
-    WRONG_TYPE, bad_choice, bad_int, bad_positive, bad_seed, check_per_point, examples, raises_naming,
+    WRONG_TYPE,
+    bad_choice,
+    bad_int,
+    bad_positive,
+    bad_seed,
+    check_per_point,
+    examples,
+    raises_naming,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -25,24 +32,37 @@ GRID = popdyn.Grid.square("w", "e", -1.0, 1.0, 3)
 
 def bad_theta() -> st.SearchStrategy:
     """Initialisations of the wrong structure or shape for θ = {"e", "w"}."""
-    return st.sampled_from([
-        {"e": 1.0}, {"e": 1.0, "w": 1.0, "b": 0.0}, [1.0, 2.0], {"e": np.ones(2), "w": np.ones(3)},
-        {"e": np.ones((2, 2)), "w": np.ones((2, 2))}, {"e": np.ones(2), "w": 1.0},
-    ])
+    return st.sampled_from(
+        [
+            {"e": 1.0},
+            {"e": 1.0, "w": 1.0, "b": 0.0},
+            [1.0, 2.0],
+            {"e": np.ones(2), "w": np.ones(3)},
+            {"e": np.ones((2, 2)), "w": np.ones((2, 2))},
+            {"e": np.ones(2), "w": 1.0},
+        ]
+    )
 
 
 # ---- gradient descent -----------------------------------------------------------------------------------
 GD_BAD = {
-    "steps": bad_int(1), "record_every": bad_int(1), "seed": bad_seed(), "saddle_tol": bad_positive(allow_zero=True),
+    "steps": bad_int(1),
+    "record_every": bad_int(1),
+    "seed": bad_seed(),
+    "saddle_tol": bad_positive(allow_zero=True),
     "momentum": st.one_of(bad_positive(allow_zero=True), st.floats(min_value=1.0)),
     "noise": st.one_of(bad_positive(allow_zero=True), st.sampled_from([{"x": 0.1}, {"e": -1.0}, {"w": math.nan}])),
-    "gtol": bad_positive().filter(lambda v: v is not None), "rtol": bad_positive(), "atol": bad_positive(),
+    "gtol": bad_positive().filter(lambda v: v is not None),
+    "rtol": bad_positive(),
+    "atol": bad_positive(),
     "diverge": bad_positive(),
     "lr": bad_positive().filter(lambda v: np.ndim(v) == 0 if not isinstance(v, (str, dict)) else True),
     "lr_array": st.sampled_from([np.array([0.1, -0.1]), np.array([0.1, math.nan]), np.ones(3), np.ones((2, 1))]),
     "time_scales": st.sampled_from([{"x": 1.0}, {"e": 0.0}, {"w": -1.0}, {"e": math.inf}, [1.0], 2.0]),
-    "optimizer": st.sampled_from(["adam", 1.0, [1]]), "chunk_size": bad_int(1, optional=True),
-    "theta0": bad_theta(), "steps%record_every": st.integers(2, 50),
+    "optimizer": st.sampled_from(["adam", 1.0, [1]]),
+    "chunk_size": bad_int(1, optional=True),
+    "theta0": bad_theta(),
+    "steps%record_every": st.integers(2, 50),
 }
 
 
@@ -69,13 +89,22 @@ def test_gradient_descent_options_are_validated(option, data):
 
 # ---- gradient flow --------------------------------------------------------------------------------------
 FLOW_BAD = {
-    "t1": bad_positive(), "rtol": bad_positive(), "atol": bad_positive(), "diverge": bad_positive(),
-    "gtol": bad_positive(optional=True), "max_steps": bad_int(1), "ts": st.one_of(
-        st.integers(max_value=1), st.sampled_from([[], [0.0, 2.0, 1.0], [-1.0, 1.0], [0.0, 20.0], [[0.0, 1.0]]])),
+    "t1": bad_positive(),
+    "rtol": bad_positive(),
+    "atol": bad_positive(),
+    "diverge": bad_positive(),
+    "gtol": bad_positive(optional=True),
+    "max_steps": bad_int(1),
+    "ts": st.one_of(
+        st.integers(max_value=1), st.sampled_from([[], [0.0, 2.0, 1.0], [-1.0, 1.0], [0.0, 20.0], [[0.0, 1.0]]])
+    ),
     "solver": bad_choice(("tsit5", "kvaerno5", "dopri8")).filter(lambda v: v is not None),
     "time_scales": st.sampled_from([{"x": 1.0}, {"e": 0.0}, {"w": -1.0}, {"e": math.nan}]),
-    "chunk_size": bad_int(1, optional=True), "theta0": bad_theta(), "pcoeff": bad_positive(allow_zero=True),
-    "icoeff": bad_positive(), "saddle_tol": bad_positive(allow_zero=True),
+    "chunk_size": bad_int(1, optional=True),
+    "theta0": bad_theta(),
+    "pcoeff": bad_positive(allow_zero=True),
+    "icoeff": bad_positive(),
+    "saddle_tol": bad_positive(allow_zero=True),
 }
 
 
@@ -98,16 +127,25 @@ def test_gradient_flow_options_are_validated(option, data):
 
 # ---- basin maps and grids -------------------------------------------------------------------------------
 @settings(max_examples=examples(40))
-@given(option=st.sampled_from(["grid", "method", "tol", "cluster_radius", "t1", "lr", "steps", "chunk_size"]),
-       data=st.data())
+@given(
+    option=st.sampled_from(["grid", "method", "tol", "cluster_radius", "t1", "lr", "steps", "chunk_size"]),
+    data=st.data(),
+)
 def test_basin_map_options_are_validated(option, data):
     """basin_map refuses a non-Grid, an unknown method, non-positive tol or cluster radius, and bad flow or GD
     settings, naming the option."""
     kwargs = {"method": "gd" if option in ("lr", "steps") else "flow"}
     grid = GRID
-    bad = {"grid": st.one_of(WRONG_TYPE, st.just((-1.0, 1.0))), "method": bad_choice(("flow", "gd")),
-           "tol": bad_positive(), "cluster_radius": bad_positive(), "t1": bad_positive(), "lr": bad_positive(),
-           "steps": bad_int(1), "chunk_size": bad_int(1, optional=True)}[option]
+    bad = {
+        "grid": st.one_of(WRONG_TYPE, st.just((-1.0, 1.0))),
+        "method": bad_choice(("flow", "gd")),
+        "tol": bad_positive(),
+        "cluster_radius": bad_positive(),
+        "t1": bad_positive(),
+        "lr": bad_positive(),
+        "steps": bad_int(1),
+        "chunk_size": bad_int(1, optional=True),
+    }[option]
     if option == "grid":
         grid = data.draw(bad, label="grid")
     else:
@@ -119,8 +157,10 @@ def bad_range() -> st.SearchStrategy:
     """Pairs that are no finite increasing interval, and non-pairs."""
     return st.one_of(
         st.tuples(st.floats(allow_nan=True), st.floats(allow_nan=True)).filter(
-            lambda r: not (math.isfinite(r[0]) and math.isfinite(r[1]) and r[0] < r[1])),
-        st.sampled_from([None, 1.0, (1.0,), (0.0, 1.0, 2.0), ("a", "b")]))
+            lambda r: not (math.isfinite(r[0]) and math.isfinite(r[1]) and r[0] < r[1])
+        ),
+        st.sampled_from([None, 1.0, (1.0,), (0.0, 1.0, 2.0), ("a", "b")]),
+    )
 
 
 @settings(max_examples=examples(40))
@@ -131,13 +171,24 @@ def test_grid_construction_is_validated(option, data):
     kwargs = dict(x="w", y="e", x_range=(-1.0, 1.0), y_range=(-1.0, 1.0), shape=(3, 3))
     name = option
     if option in ("x", "y"):
-        kwargs[option] = data.draw(st.one_of(st.sampled_from(["", "1e", "e[0", "e[x]", "w e", "e[-1]", "0.5"]),
-                                             WRONG_TYPE.filter(lambda v: not isinstance(v, str))), label=option)
+        kwargs[option] = data.draw(
+            st.one_of(
+                st.sampled_from(["", "1e", "e[0", "e[x]", "w e", "e[-1]", "0.5"]),
+                WRONG_TYPE.filter(lambda v: not isinstance(v, str)),
+            ),
+            label=option,
+        )
     elif option == "same":
         kwargs["y"], name = "w", "y"
     elif option == "shape":
-        shape = data.draw(st.one_of(st.tuples(bad_int(2), st.integers(2, 5)), st.tuples(st.integers(2, 5), bad_int(2)),
-                                    st.sampled_from([3, (3,), (3, 3, 3), "33", None])), label="shape")
+        shape = data.draw(
+            st.one_of(
+                st.tuples(bad_int(2), st.integers(2, 5)),
+                st.tuples(st.integers(2, 5), bad_int(2)),
+                st.sampled_from([3, (3,), (3, 3, 3), "33", None]),
+            ),
+            label="shape",
+        )
         kwargs["shape"] = shape
         name = "shape" if not (isinstance(shape, tuple) and len(shape) == 2) else "grid"
     else:
@@ -146,8 +197,17 @@ def test_grid_construction_is_validated(option, data):
 
 
 @settings(max_examples=examples(20))
-@given(case=st.sampled_from([("axis", dict(x="b")), ("axis", dict(y="e[0]")), ("axis", dict(x="w[1,2]")),
-                             ("base", dict(base={"a": 1.0})), ("base", dict(base={"e": [1.0, 2.0]}))]))
+@given(
+    case=st.sampled_from(
+        [
+            ("axis", dict(x="b")),
+            ("axis", dict(y="e[0]")),
+            ("axis", dict(x="w[1,2]")),
+            ("base", dict(base={"a": 1.0})),
+            ("base", dict(base={"e": [1.0, 2.0]})),
+        ]
+    )
+)
 def test_grid_points_refuse_axes_the_problem_lacks(case):
     """Grid.points refuses axes that name no parameter (or index a scalar) and base values for unknown or misshapen
     parameters, naming the axis or base."""

@@ -15,7 +15,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from _props import (
-    WRONG_TYPE, bad_choice, bad_int, bad_open_unit, bad_positive, check_per_point, examples, raises_naming,
+    WRONG_TYPE,
+    bad_choice,
+    bad_int,
+    bad_open_unit,
+    bad_positive,
+    check_per_point,
+    examples,
+    raises_naming,
     tree_finite,
 )
 from hypothesis import given, settings
@@ -45,8 +52,18 @@ def test_binary_chain_probabilities_outside_open_unit_interval_are_named(ctor, w
 
 
 @settings(max_examples=examples(30))
-@given(case=st.sampled_from([("Canonical", "bias"), ("Canonical", "init_std"), ("AttentionScalar", "bias"),
-                             ("AttentionScalar", "init_std"), ("AttentionScalar", "N")]), data=st.data())
+@given(
+    case=st.sampled_from(
+        [
+            ("Canonical", "bias"),
+            ("Canonical", "init_std"),
+            ("AttentionScalar", "bias"),
+            ("AttentionScalar", "init_std"),
+            ("AttentionScalar", "N"),
+        ]
+    ),
+    data=st.data(),
+)
 def test_canonical_and_attention_scalar_options_are_validated(case, data):
     """bias must be 'profiled' or 'trained', init_std a finite positive number, N (AttentionScalar) an integer >= 1."""
     ctor, option = case
@@ -57,8 +74,9 @@ def test_canonical_and_attention_scalar_options_are_validated(case, data):
 
 
 @settings(max_examples=examples(40))
-@given(option=st.sampled_from(["chain", "N", "d", "init_std", "chunk", "max_sequences", "N_enumerable"]),
-       data=st.data())
+@given(
+    option=st.sampled_from(["chain", "N", "d", "init_std", "chunk", "max_sequences", "N_enumerable"]), data=st.data()
+)
 def test_transformer_options_are_validated(option, data):
     """Transformer: chain must be a Chain; N, d, chunk, max_sequences integers in range; init_std positive; V^N
     beyond max_sequences is refused naming N — all before any JAX work."""
@@ -87,8 +105,9 @@ def _non_stochastic(draw) -> np.ndarray:
     P = np.full((V, V), 1.0 / V)
     i, j = draw(st.integers(0, V - 1)), draw(st.integers(0, V - 1))
     if kind == "entry":
-        P[i, j] = draw(st.one_of(st.floats(max_value=-1e-9), st.floats(min_value=1.0 + 1e-9), st.just(math.nan),
-                                 st.just(math.inf)))
+        P[i, j] = draw(
+            st.one_of(st.floats(max_value=-1e-9), st.floats(min_value=1.0 + 1e-9), st.just(math.nan), st.just(math.inf))
+        )
     elif kind == "row":
         P[i] *= draw(st.one_of(st.floats(0, 0.999), st.floats(1.001, 10.0)))
     else:  # block-diagonal: states {0} and {1..V-1} never meet
@@ -106,12 +125,17 @@ def test_non_stochastic_transition_matrices_are_named(data):
 
 
 @settings(max_examples=examples(25))
-@given(probs=st.one_of(
-    hnp.arrays(float, st.sampled_from([0, 1, 3, 5, 6, 7]), elements=st.floats(0, 1)),  # not 2^k, k >= 1
-    hnp.arrays(float, st.sampled_from([2, 4]), elements=st.one_of(st.floats(max_value=-1e-9),
-                                                                    st.floats(min_value=1 + 1e-9), st.just(math.nan))),
-    st.sampled_from([None, "ab", ["a", "b"], [[0.5], [0.5, 0.5]]]),
-))
+@given(
+    probs=st.one_of(
+        hnp.arrays(float, st.sampled_from([0, 1, 3, 5, 6, 7]), elements=st.floats(0, 1)),  # not 2^k, k >= 1
+        hnp.arrays(
+            float,
+            st.sampled_from([2, 4]),
+            elements=st.one_of(st.floats(max_value=-1e-9), st.floats(min_value=1 + 1e-9), st.just(math.nan)),
+        ),
+        st.sampled_from([None, "ab", ["a", "b"], [[0.5], [0.5, 0.5]]]),
+    )
+)
 def test_order_k_probabilities_are_validated(probs):
     """Chain.binary_order_k needs 2^k probabilities in [0, 1] (k >= 1), naming probs otherwise."""
     raises_naming("probs", Chain.binary_order_k, probs)

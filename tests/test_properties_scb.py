@@ -11,7 +11,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from _props import (
-    NON_FINITE, WRONG_TYPE, bad_int, bad_positive, check_per_point, examples, raises_naming, tree_finite,
+    NON_FINITE,
+    WRONG_TYPE,
+    bad_int,
+    bad_positive,
+    check_per_point,
+    examples,
+    raises_naming,
+    tree_finite,
 )
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -27,6 +34,7 @@ Q0 = np.full((T, N), 1.0 / T)
 
 def _columns(shape):
     """Column-stochastic matrices of ``shape`` with any zero pattern (an all-zero column gets its mass on row 0)."""
+
     def normalise(A):
         A = A.copy()
         A[0, A.sum(axis=0) == 0] = 1.0
@@ -79,16 +87,16 @@ def test_random_instance_sizes_are_validated(option, data):
 
 
 @settings(max_examples=examples(50))
-@given(cls=st.sampled_from([Reduced2D, Reduced4D]), option=st.sampled_from(["c", "qbar", "T", "mu_sq"]),
-       data=st.data())
+@given(cls=st.sampled_from([Reduced2D, Reduced4D]), option=st.sampled_from(["c", "qbar", "T", "mu_sq"]), data=st.data())
 def test_reduced_systems_validate_their_scalars(cls, option, data):
     """Reduced2D/4D(c, qbar, T, mu_sq): c > 0, T >= 2, 1/T < qbar <= 1 and 0 < mu_sq <= 1, each named."""
     args = {"c": 0.5, "qbar": 0.5, "T": 4, "mu_sq": 0.4}
-    out_of_range = {"c": bad_positive(), "T": bad_int(2),
-                    "qbar": st.one_of(st.floats(max_value=0.25), st.floats(min_value=1.0 + 1e-9), NON_FINITE,
-                                      WRONG_TYPE),
-                    "mu_sq": st.one_of(st.floats(max_value=0.0), st.floats(min_value=1.0 + 1e-9), NON_FINITE,
-                                       WRONG_TYPE)}
+    out_of_range = {
+        "c": bad_positive(),
+        "T": bad_int(2),
+        "qbar": st.one_of(st.floats(max_value=0.25), st.floats(min_value=1.0 + 1e-9), NON_FINITE, WRONG_TYPE),
+        "mu_sq": st.one_of(st.floats(max_value=0.0), st.floats(min_value=1.0 + 1e-9), NON_FINITE, WRONG_TYPE),
+    }
     args[option] = data.draw(out_of_range[option], label=option)
     raises_naming(option, cls, **args)
 
@@ -108,10 +116,13 @@ _value_and_grad = eqx.filter_jit(lambda prob, theta: jax.value_and_grad(prob.los
 
 
 @settings(max_examples=examples(30))
-@given(P=hnp.arrays(float, (N, N), elements=st.floats(1e-3, 1.0)).map(lambda P: P / P.sum(axis=0)),
-       Qm=_columns((T, N)),
-       softmax=st.booleans(), V=hnp.arrays(float, (N, N), elements=st.floats(-1e3, 1e3)),
-       A=hnp.arrays(float, (T, N), elements=st.floats(-1e3, 1e3)))
+@given(
+    P=hnp.arrays(float, (N, N), elements=st.floats(1e-3, 1.0)).map(lambda P: P / P.sum(axis=0)),
+    Qm=_columns((T, N)),
+    softmax=st.booleans(),
+    V=hnp.arrays(float, (N, N), elements=st.floats(-1e3, 1e3)),
+    A=hnp.arrays(float, (T, N), elements=st.floats(-1e3, 1e3)),
+)
 def test_loss_and_gradient_are_finite_for_every_instance(P, Qm, softmax, V, A):
     """Every valid instance (positive column-stochastic P, any sparse Qm) gives a finite linear- or
     softmax-attention loss and gradient at random (V, A or W)."""
@@ -133,9 +144,11 @@ _GD_PROBLEM = SparseBigram(*random_instance(jax.random.PRNGKey(0), N, T, 2))
 
 
 @settings(max_examples=examples(10))
-@given(V=hnp.arrays(float, (4, N, N), elements=st.floats(-1e3, 1e3)),
-       A=hnp.arrays(float, (4, T, N), elements=st.floats(-1e3, 1e3)),
-       lr=hnp.arrays(float, 4, elements=st.floats(1e-3, 1e4)))
+@given(
+    V=hnp.arrays(float, (4, N, N), elements=st.floats(-1e3, 1e3)),
+    A=hnp.arrays(float, (4, T, N), elements=st.floats(-1e3, 1e3)),
+    lr=hnp.arrays(float, 4, elements=st.floats(1e-3, 1e4)),
+)
 def test_gradient_descent_reports_every_point(V, A, lr):
     """A short GD run from any batch of points and step sizes never raises: each point ends finite with an OK
     status, or is marked diverged / NaN."""

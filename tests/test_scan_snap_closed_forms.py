@@ -12,7 +12,16 @@ import numpy as np
 import pytest
 
 from popdyn.tasks.scan_snap.closed_forms import (
-    B_n, Gamma, gamma, h, h_star, omega_1, scan_time, snap_logit, transition_time, x_star,
+    B_n,
+    Gamma,
+    gamma,
+    h,
+    h_star,
+    omega_1,
+    scan_time,
+    snap_logit,
+    transition_time,
+    x_star,
 )
 
 FIG8 = [(50, eta) for eta in (0.1, 0.2, 0.5, 1.0, 2.0)] + [(1000, eta) for eta in (0.2, 0.5, 1.0, 2.0, 4.0)]
@@ -22,8 +31,15 @@ FIG8 = [(50, eta) for eta in (0.1, 0.2, 0.5, 1.0, 2.0)] + [(1000, eta) for eta i
 def _integrate(f, y0, ts, args):
     """Dopri8 at rtol 1e-12, atol 1e-14, saved at ts (ts[0] is the start)."""
     sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(f), diffrax.Dopri8(), t0=ts[0], t1=ts[-1], dt0=None, y0=y0, args=args,
-        saveat=diffrax.SaveAt(ts=ts), stepsize_controller=diffrax.PIDController(rtol=1e-12, atol=1e-14),
+        diffrax.ODETerm(f),
+        diffrax.Dopri8(),
+        t0=ts[0],
+        t1=ts[-1],
+        dt0=None,
+        y0=y0,
+        args=args,
+        saveat=diffrax.SaveAt(ts=ts),
+        stepsize_controller=diffrax.PIDController(rtol=1e-12, atol=1e-14),
         max_steps=100_000,
     )
     return sol.ys
@@ -54,7 +70,7 @@ def test_h_is_jittable_and_vmaps_over_parameters():
     t = jnp.linspace(0.0, 100.0, 7)
     Ms, etas = jnp.array([10, 100, 1000]), jnp.array([0.5, 1.0, 2.0])
     batched = jax.jit(jax.vmap(h, (None, 0, 0)))(t, Ms, etas)
-    for row, M, eta in zip(batched, (10, 100, 1000), (0.5, 1.0, 2.0)):
+    for row, M, eta in zip(batched, (10, 100, 1000), (0.5, 1.0, 2.0), strict=False):
         np.testing.assert_allclose(row, h(t, M, eta), rtol=1e-15, atol=0)
 
 
@@ -177,8 +193,13 @@ def _snap_rhs(t, y, args):
 
 # (K, M, η_Y, η_Z, C0, t_max): the Fig. 3 setting (t_max = 2.5 t_0 and 25 t_0), Fig. 9's left and right panels with
 # K = 1 (the figure omits K), and a small M; each runs well past its t_0 = 2K ln M/η_Y.
-SNAP_CASES = [(10, 1000, 0.5, 0.5, 0.1, 700.0), (10, 1000, 5.0, 0.5, 0.01, 700.0),
-              (1, 100, 5.0, 0.5, 0.25, 5.0), (1, 10000, 1.0, 1.0, 1.0, 50.0), (1, 10, 0.5, 2.0, 1.0, 50.0)]
+SNAP_CASES = [
+    (10, 1000, 0.5, 0.5, 0.1, 700.0),
+    (10, 1000, 5.0, 0.5, 0.01, 700.0),
+    (1, 100, 5.0, 0.5, 0.25, 5.0),
+    (1, 10000, 1.0, 1.0, 1.0, 50.0),
+    (1, 10, 0.5, 2.0, 1.0, 50.0),
+]
 
 
 @pytest.fixture(scope="module")
@@ -278,23 +299,26 @@ def test_lemma9_snap_stage(M, eta):
 # ---- validation -------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("call,name", [
-    (lambda: h(1.0, 1, 0.5), "M"),
-    (lambda: h(1.0, 2.5, 0.5), "M"),
-    (lambda: h(1.0, 10, 0.0), "eta_y"),
-    (lambda: h(-1.0, 10, 0.5), "t"),
-    (lambda: h_star(-1, 10, 0.5), "steps"),
-    (lambda: h_star(3.0, 10, 0.5), "steps"),
-    (lambda: x_star(3), "M"),
-    (lambda: omega_1(2), "M"),
-    (lambda: transition_time(10, 3, 0.5, sharp=True), "M"),
-    (lambda: transition_time(0, 100, 0.5), "K"),
-    (lambda: scan_time(10, 100, -1.0), "eta_y"),
-    (lambda: gamma(1.0, 0, 100, 0.5), "K"),
-    (lambda: Gamma(1.0, 1, 100, 0.5, 0.0), "eta_z"),
-    (lambda: B_n(1.0, 1, 100, 0.5, 0.5, 0.0), "C0"),
-    (lambda: snap_logit(1.0, 1, 100, 0.5, 0.5, -1.0), "C0"),
-])
+@pytest.mark.parametrize(
+    "call,name",
+    [
+        (lambda: h(1.0, 1, 0.5), "M"),
+        (lambda: h(1.0, 2.5, 0.5), "M"),
+        (lambda: h(1.0, 10, 0.0), "eta_y"),
+        (lambda: h(-1.0, 10, 0.5), "t"),
+        (lambda: h_star(-1, 10, 0.5), "steps"),
+        (lambda: h_star(3.0, 10, 0.5), "steps"),
+        (lambda: x_star(3), "M"),
+        (lambda: omega_1(2), "M"),
+        (lambda: transition_time(10, 3, 0.5, sharp=True), "M"),
+        (lambda: transition_time(0, 100, 0.5), "K"),
+        (lambda: scan_time(10, 100, -1.0), "eta_y"),
+        (lambda: gamma(1.0, 0, 100, 0.5), "K"),
+        (lambda: Gamma(1.0, 1, 100, 0.5, 0.0), "eta_z"),
+        (lambda: B_n(1.0, 1, 100, 0.5, 0.5, 0.0), "C0"),
+        (lambda: snap_logit(1.0, 1, 100, 0.5, 0.5, -1.0), "C0"),
+    ],
+)
 def test_bad_inputs_raise(call, name):
     with pytest.raises(ValueError, match=rf"^{name}="):
         call()

@@ -10,7 +10,15 @@ import pytest
 
 import popdyn
 from popdyn.tasks.scan_snap import (
-    ScanSnap, attention_velocity, gamma, h, h_star, invariant_spread, logit_change, make_classes, reduced_attention_flow,
+    ScanSnap,
+    attention_velocity,
+    gamma,
+    h,
+    h_star,
+    invariant_spread,
+    logit_change,
+    make_classes,
+    reduced_attention_flow,
     syn_small,
 )
 
@@ -41,8 +49,9 @@ def test_lemma5_one_class_gd_is_the_discrete_recursion():
 def test_lemma6_one_class_flow_is_the_implicit_solution():
     prob = ScanSnap(ONE_CLASS)
     eta = 1.5
-    tr = popdyn.gradient_flow(prob, prob.init(None), t1=40.0, ts=9, save_params=True, rtol=1e-12, atol=1e-14,
-                              time_scales={"Y": eta, "Z": 1.0})
+    tr = popdyn.gradient_flow(
+        prob, prob.init(None), t1=40.0, ts=9, save_params=True, rtol=1e-12, atol=1e-14, time_scales={"Y": eta, "Z": 1.0}
+    )
     w = decoder_logits(prob, tr.params)
     expected = (M1 - 1) * np.asarray(h(tr.ts, M1, eta))[:, None] * zeta(M1, 4)[None, :]
     np.testing.assert_allclose(w, expected, atol=1e-10)
@@ -67,11 +76,14 @@ def test_scan_invariant_is_exact_under_the_reduced_dynamics():
     assert dz[0, 19] > 0.5  # the attention did move: the invariant is not trivially 0/0
 
 
-@pytest.mark.parametrize("eta_z, steps, spec", [
-    (0.01, 60_000, (0.96, 1.02)),
-    (0.05, 16_000, (0.88, 1.08)),
-    (0.2, 4_000, (0.72, 1.20)),
-])
+@pytest.mark.parametrize(
+    "eta_z, steps, spec",
+    [
+        (0.01, 60_000, (0.96, 1.02)),
+        (0.05, 16_000, (0.88, 1.08)),
+        (0.2, 4_000, (0.72, 1.20)),
+    ],
+)
 def test_scan_invariant_spread_under_joint_training(eta_z, steps, spec):
     """Syn-Small, η_Y = 1, Euler step 0.5, joint GD from 0 (spec §5, Caveat): min/max of I_l/mean I_l.
 
@@ -80,8 +92,9 @@ def test_scan_invariant_spread_under_joint_training(eta_z, steps, spec):
     """
     prob = ScanSnap(syn_small())
     theta0 = prob.init(None)
-    tr = popdyn.gradient_descent(prob, theta0, lr=0.5, steps=steps, record_every=steps,
-                                 time_scales={"Y": 1.0, "Z": eta_z})
+    tr = popdyn.gradient_descent(
+        prob, theta0, lr=0.5, steps=steps, record_every=steps, time_scales={"Y": 1.0, "Z": eta_z}
+    )
     lo, hi = np.asarray(invariant_spread(prob, tr.final, theta0))[0]
     assert abs(lo - spec[0]) <= 0.01 and abs(hi - spec[1]) <= 0.01, (lo, hi)
     dz = np.asarray(logit_change(prob, tr.final, theta0))[0]
@@ -96,17 +109,19 @@ def test_invariant_spread_shrinks_as_attention_slows():
     widths = []
     for eta_z in (0.2, 0.05, 0.0125):
         steps = int(round(400 / eta_z))
-        tr = popdyn.gradient_descent(prob, theta0, lr=0.5, steps=steps, record_every=steps,
-                                     time_scales={"Y": 1.0, "Z": eta_z})
+        tr = popdyn.gradient_descent(
+            prob, theta0, lr=0.5, steps=steps, record_every=steps, time_scales={"Y": 1.0, "Z": eta_z}
+        )
         lo, hi = np.asarray(invariant_spread(prob, tr.final, theta0))[0]
         widths.append(hi - lo)
     assert widths[0] > widths[1] > widths[2], widths
 
 
 THEOREM2 = make_classes(
-    [[0.4, 0.1, 0.2, 0.3, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0],
-     [0.4, 0.0, 0.0, 0.0, 0.15, 0.2, 0.25, 0.0, 0.0, 0.0]],
-    query=[7, 7], label=[8, 9])  # one common token (0), two classes sharing the query 7
+    [[0.4, 0.1, 0.2, 0.3, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0], [0.4, 0.0, 0.0, 0.0, 0.15, 0.2, 0.25, 0.0, 0.0, 0.0]],
+    query=[7, 7],
+    label=[8, 9],
+)  # one common token (0), two classes sharing the query 7
 
 
 def test_theorem2_signs_under_joint_flow():
@@ -115,7 +130,7 @@ def test_theorem2_signs_under_joint_flow():
     tr = popdyn.gradient_flow(prob, prob.init(None), t1=60.0, ts=7, save_params=True)
     grad = jax.jit(jax.grad(prob.loss))
     for i in range(1, len(tr.ts)):
-        theta = jax.tree_util.tree_map(lambda x: x[i], tr.params)
+        theta = jax.tree_util.tree_map(lambda x, i=i: x[i], tr.params)
         zdot = -np.asarray(grad(theta)["Z"][7])
         assert np.all(zdot[1:7] > 0) and zdot[0] < 0, (tr.ts[i], zdot)
     # Eq. (10) agrees on the signs
@@ -131,10 +146,10 @@ def test_per_block_rates_and_momentum():
     theta0 = prob.init_uniform(jax.random.PRNGKey(1))
     theta0 = {k: v - v.mean(axis=1, keepdims=True) for k, v in theta0.items()}
     rates, mu, steps = {"Y": 2.0, "Z": 0.5}, 0.9, 25
-    tr = popdyn.gradient_descent(prob, theta0, lr=1.0, steps=steps, record_every=steps, time_scales=rates,
-                                 momentum=mu)
-    tr_optax = popdyn.gradient_descent(prob, theta0, lr=1.0, steps=steps, record_every=steps, time_scales=rates,
-                                       optimizer=optax.sgd(1.0, momentum=mu))
+    tr = popdyn.gradient_descent(prob, theta0, lr=1.0, steps=steps, record_every=steps, time_scales=rates, momentum=mu)
+    tr_optax = popdyn.gradient_descent(
+        prob, theta0, lr=1.0, steps=steps, record_every=steps, time_scales=rates, optimizer=optax.sgd(1.0, momentum=mu)
+    )
     grad = jax.jit(jax.grad(prob.loss))
     theta, buf = theta0, {k: jnp.zeros_like(v) for k, v in theta0.items()}
     for _ in range(steps):
@@ -147,22 +162,27 @@ def test_per_block_rates_and_momentum():
         np.testing.assert_allclose(tr.final[k].sum(axis=1), 0.0, atol=1e-12)
     # a sweep over learning rates in one call equals one call per rate
     batch = jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), theta0)
-    swept = popdyn.gradient_descent(prob, batch, lr=np.array([1.0, 0.3]), steps=steps, record_every=steps,
-                                    time_scales=rates, momentum=mu)
-    single = popdyn.gradient_descent(prob, theta0, lr=0.3, steps=steps, record_every=steps, time_scales=rates,
-                                     momentum=mu)
+    swept = popdyn.gradient_descent(
+        prob, batch, lr=np.array([1.0, 0.3]), steps=steps, record_every=steps, time_scales=rates, momentum=mu
+    )
+    single = popdyn.gradient_descent(
+        prob, theta0, lr=0.3, steps=steps, record_every=steps, time_scales=rates, momentum=mu
+    )
     for k in theta:
         np.testing.assert_allclose(swept.final[k][0], tr.final[k], atol=1e-13)
         np.testing.assert_allclose(swept.final[k][1], single.final[k], atol=1e-13)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(momentum=1.0), "momentum"),
-    (dict(momentum=-0.1), "momentum"),
-    (dict(lr=np.array([0.1, -0.1])), "lr"),
-    (dict(lr=np.array([0.1, 0.2, 0.3])), "lr"),
-    (dict(momentum=0.5, optimizer=optax.adam), "optimizer"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(momentum=1.0), "momentum"),
+        (dict(momentum=-0.1), "momentum"),
+        (dict(lr=np.array([0.1, -0.1])), "lr"),
+        (dict(lr=np.array([0.1, 0.2, 0.3])), "lr"),
+        (dict(momentum=0.5, optimizer=optax.adam), "optimizer"),
+    ],
+)
 def test_bad_descent_options_raise(kwargs, match):
     prob = ScanSnap(ONE_CLASS)
     batch = jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), prob.init(None))

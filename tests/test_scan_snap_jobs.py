@@ -9,7 +9,11 @@ import pytest
 
 from popdyn.curvature import hessian_matrix
 from popdyn.jobs.scan_snap import (
-    basins_scan_snap, converge_scan_snap, decoder_log_odds, hessian_at_zero, shared_query_classes,
+    basins_scan_snap,
+    converge_scan_snap,
+    decoder_log_odds,
+    hessian_at_zero,
+    shared_query_classes,
     stepsize_scan_snap,
 )
 from popdyn.tasks.scan_snap import ScanSnap, h, h_star, x_star
@@ -21,7 +25,7 @@ def _distinct_weights(n_distinct):
     return np.linspace(0.1, 1.0, n_distinct)  # Dataset2's unnormalised distinct-token weights (§7)
 
 
-# ---- converge ---------------------------------------------------------------------------------------------------------
+# ---- converge ------------------------------------------------------------------------------------
 def test_converge_hits_the_closed_form_t0_and_overlap_brackets_it():
     """Disjoint supports: Z never moves and the measured t₀ is Lemma 6's K(2(M−1)x*−1)/(Mη_Y) for every η_Y/η_Z.
     One common token: t₀ < measured < t₀/(1−ρ₀) (Remark 1), later for larger η_Y/η_Z, with the signs of Theorem 2."""
@@ -42,8 +46,7 @@ def test_converge_hits_the_closed_form_t0_and_overlap_brackets_it():
         assert r["common_logit_change"] is None and abs(r["top_distinct_logit_change"]) < 1e-12  # Z never moves
     assert all(orth.results["checks"].values())
 
-    over = converge_scan_snap(K=K, M=M, eta_y=eta_y, ratios=(1.0, 10.0, 100.0), n_common=1, n_distinct=4,
-                              rtol=RTOL)
+    over = converge_scan_snap(K=K, M=M, eta_y=eta_y, ratios=(1.0, 10.0, 100.0), n_common=1, n_distinct=4, rtol=RTOL)
     d = _distinct_weights(4)
     rho0 = 1.0 / (1.0 + np.sum(d**2))  # f_nᵀf_n' at Z = 0: the common token's share of ‖P(·|n)‖²
     closed1 = over.results["closed_form"]
@@ -51,7 +54,9 @@ def test_converge_hits_the_closed_form_t0_and_overlap_brackets_it():
     assert closed1["t0"] == pytest.approx(t0, rel=1e-15) and closed1["t0_remark1"] == pytest.approx(t0 / (1 - rho0))
     rows = over.results["rows"]
     measured = np.array([r["t0_measured"] for r in rows])
-    assert np.all(measured > t0 * (1 + 1e3 * RTOL)), measured / t0  # slower than orthogonal classes, beyond solver error
+    assert np.all(measured > t0 * (1 + 1e3 * RTOL)), (
+        measured / t0
+    )  # slower than orthogonal classes, beyond solver error
     assert np.all(measured < t0 / (1 - rho0)), measured / t0
     assert np.all(np.diff(measured) > 1e3 * RTOL * t0), measured  # later for larger η_Y/η_Z
     common = np.array([r["common_logit_change"] for r in rows])
@@ -94,7 +99,7 @@ def test_converge_worked_case():
     assert c["t0"] < t[0] < t[1] < over.results["closed_form"]["t0_remark1"]
 
 
-# ---- stepsize ---------------------------------------------------------------------------------------------------------
+# ---- stepsize ------------------------------------------------------------------------------------
 def test_stepsize_against_the_hessian_at_zero_and_lemma5():
     """λ_max(θ_0) of the audit against the Hessian at 0 (the spec's Y–Y block; exact with disjoint supports), the
     recorded GD loss against Lemma 5, and λ_max falling along the run."""
@@ -114,7 +119,7 @@ def test_stepsize_against_the_hessian_at_zero_and_lemma5():
     dense = np.linalg.eigvalsh(np.asarray(jax.jit(lambda t: hessian_matrix(prob, t))(prob.init(None))))
     assert zero["lambda_max"] == pytest.approx(dense[-1], rel=1e-10)  # the derived closed form, exact Hessian
     K = classes.K
-    for r, lr in zip(res.results["runs"], lrs):
+    for r, lr in zip(res.results["runs"], lrs, strict=False):
         assert r["lambda_max_start"] == pytest.approx(zero["lambda_max"], rel=1e-8)  # Lanczos in the audit
         assert r["lambda_end"] < r["lambda_max_start"]
         assert r["one_over_lr"] == 1 / lr and r["two_over_lr"] == 2 / lr
@@ -132,17 +137,20 @@ def test_stepsize_against_the_hessian_at_zero_and_lemma5():
     assert z1["lambda_max"] is None  # overlapping supports: only the Y–Y block bound
     lam0 = np.array([r["lambda_max_start"] for r in over.results["runs"]])
     assert np.all(lam0 >= z1["lambda_Y_block"]) and np.ptp(lam0) <= 1e-8 * lam0[0]
-    assert set(over.results["checks"]) == {"start_at_least_Y_block"} and over.results["checks"]["start_at_least_Y_block"]
+    assert (
+        set(over.results["checks"]) == {"start_at_least_Y_block"} and over.results["checks"]["start_at_least_Y_block"]
+    )
     assert [r["lr"] for r in over.results["runs"]] == list(lrs)
 
 
-# ---- basins -----------------------------------------------------------------------------------------------------------
+# ---- basins --------------------------------------------------------------------------------------
 def test_basins_follow_theorem3_on_the_zero_decoder_column(tmp_path):
     """On x = Y[l₂, n₀](0) = 0 the winner is argmax_l P(l|n)e^{z_ml(0)} (Theorem 3) at every grid point; a positive
     initial decoder weight on l₂ lets it win from lower logits; chunks and checkpoints reach basin_map."""
     ck = tmp_path / "ck"
-    res = basins_scan_snap(grid=5, decoder_range=(-1.0, 1.0), logit_range=(-0.5, 1.5), chunk=10, progress=False,
-                           checkpoint=ck)
+    res = basins_scan_snap(
+        grid=5, decoder_range=(-1.0, 1.0), logit_range=(-0.5, 1.5), chunk=10, progress=False, checkpoint=ck
+    )
     lab = res.arrays["basins"]["labels"]
     ys, xs = res.arrays["basins"]["y"], res.arrays["basins"]["x"]
     assert lab.shape == (5, 5) and np.all(lab >= 0) and res.results["resolved_fraction"] == 1.0
@@ -154,11 +162,12 @@ def test_basins_follow_theorem3_on_the_zero_decoder_column(tmp_path):
     assert (tok["top"], tok["runner_up"]) == (top, runner)
     tie = np.log(P[top] / P[runner])
     assert res.results["theorem3_tie"] == pytest.approx(tie, rel=1e-14)
-    assert res.results["distinct_token_probs"] == {int(l): pytest.approx(P[l], rel=1e-14) for l in dist}
+    assert res.results["distinct_token_probs"] == {int(tok): pytest.approx(P[tok], rel=1e-14) for tok in dist}
     names = res.results["attractors"]
-    assert names == [f"token {l} wins" for l in dist]
-    predicted = [names.index(f"token {dist[np.argmax(np.log(P[dist]) + np.where(dist == runner, y, 0.0))]} wins")
-                 for y in ys]
+    assert names == [f"token {tok} wins" for tok in dist]
+    predicted = [
+        names.index(f"token {dist[np.argmax(np.log(P[dist]) + np.where(dist == runner, y, 0.0))]} wins") for y in ys
+    ]
     j0 = int(np.flatnonzero(xs == 0.0)[0])
     assert list(lab[:, j0]) == predicted and res.results["agreement_on_x0_column"] == 1.0
     assert len(set(predicted)) == 2  # the column crosses the tie
@@ -166,40 +175,44 @@ def test_basins_follow_theorem3_on_the_zero_decoder_column(tmp_path):
     assert None not in b and np.all(np.diff(b) <= 0)  # x > 0: the runner-up wins from lower logits
     assert abs(b[j0] - tie) <= (ys[1] - ys[0]) / 2
     assert len(list(ck.glob("chunk_*.npz"))) == 3  # 25 starts in chunks of 10
-    again = basins_scan_snap(grid=5, decoder_range=(-1.0, 1.0), logit_range=(-0.5, 1.5), chunk=10, progress=False,
-                             checkpoint=ck)
+    again = basins_scan_snap(
+        grid=5, decoder_range=(-1.0, 1.0), logit_range=(-0.5, 1.5), chunk=10, progress=False, checkpoint=ck
+    )
     np.testing.assert_array_equal(again.arrays["basins"]["labels"], lab)
 
 
-# ---- validation -------------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("job, kwargs, name", [
-    (converge_scan_snap, dict(K=0), "K"),
-    (converge_scan_snap, dict(M=20), "M"),  # 1 + 10·10 + 1 + 10 tokens needed
-    (converge_scan_snap, dict(M=None), "M"),
-    (converge_scan_snap, dict(eta_y=0.0), "eta_y"),
-    (converge_scan_snap, dict(ratios=()), "ratios"),
-    (converge_scan_snap, dict(ratios=(1.0, -2.0)), "ratios"),
-    (converge_scan_snap, dict(ratios=(float("nan"),)), "ratios"),
-    (converge_scan_snap, dict(n_common=-1), "n_common"),
-    (converge_scan_snap, dict(n_distinct=0), "n_distinct"),
-    (converge_scan_snap, dict(rtol=0.1), "rtol"),
-    (stepsize_scan_snap, dict(lrs=()), "lrs"),
-    (stepsize_scan_snap, dict(lrs=(0.5, 0.0)), "lrs"),
-    (stepsize_scan_snap, dict(steps=0), "steps"),
-    (stepsize_scan_snap, dict(steps=10, record_every=3), "record_every"),
-    (stepsize_scan_snap, dict(record_every=0), "record_every"),
-    (stepsize_scan_snap, dict(K=1.5), "K"),
-    (stepsize_scan_snap, dict(M=5), "M"),
-    (basins_scan_snap, dict(grid=1), "grid"),
-    (basins_scan_snap, dict(decoder_range=(1.0, -1.0)), "decoder_range"),
-    (basins_scan_snap, dict(logit_range=(0.0, float("inf"))), "logit_range"),
-    (basins_scan_snap, dict(n_distinct=1), "n_distinct"),
-    (basins_scan_snap, dict(eta_y=-1.0), "eta_y"),
-    (basins_scan_snap, dict(eta_z=0.0), "eta_z"),
-    (basins_scan_snap, dict(gtol=0.0), "gtol"),
-    (basins_scan_snap, dict(t1=float("inf")), "t1"),
-    (basins_scan_snap, dict(chunk=0), "chunk"),
-])
+# ---- validation ----------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "job, kwargs, name",
+    [
+        (converge_scan_snap, dict(K=0), "K"),
+        (converge_scan_snap, dict(M=20), "M"),  # 1 + 10·10 + 1 + 10 tokens needed
+        (converge_scan_snap, dict(M=None), "M"),
+        (converge_scan_snap, dict(eta_y=0.0), "eta_y"),
+        (converge_scan_snap, dict(ratios=()), "ratios"),
+        (converge_scan_snap, dict(ratios=(1.0, -2.0)), "ratios"),
+        (converge_scan_snap, dict(ratios=(float("nan"),)), "ratios"),
+        (converge_scan_snap, dict(n_common=-1), "n_common"),
+        (converge_scan_snap, dict(n_distinct=0), "n_distinct"),
+        (converge_scan_snap, dict(rtol=0.1), "rtol"),
+        (stepsize_scan_snap, dict(lrs=()), "lrs"),
+        (stepsize_scan_snap, dict(lrs=(0.5, 0.0)), "lrs"),
+        (stepsize_scan_snap, dict(steps=0), "steps"),
+        (stepsize_scan_snap, dict(steps=10, record_every=3), "record_every"),
+        (stepsize_scan_snap, dict(record_every=0), "record_every"),
+        (stepsize_scan_snap, dict(K=1.5), "K"),
+        (stepsize_scan_snap, dict(M=5), "M"),
+        (basins_scan_snap, dict(grid=1), "grid"),
+        (basins_scan_snap, dict(decoder_range=(1.0, -1.0)), "decoder_range"),
+        (basins_scan_snap, dict(logit_range=(0.0, float("inf"))), "logit_range"),
+        (basins_scan_snap, dict(n_distinct=1), "n_distinct"),
+        (basins_scan_snap, dict(eta_y=-1.0), "eta_y"),
+        (basins_scan_snap, dict(eta_z=0.0), "eta_z"),
+        (basins_scan_snap, dict(gtol=0.0), "gtol"),
+        (basins_scan_snap, dict(t1=float("inf")), "t1"),
+        (basins_scan_snap, dict(chunk=0), "chunk"),
+    ],
+)
 def test_invalid_inputs_name_the_parameter(job, kwargs, name):
     with pytest.raises(ValueError, match=rf"^{name}\b"):
         job(**kwargs)

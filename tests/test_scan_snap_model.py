@@ -12,11 +12,13 @@ import pytest
 from popdyn.tasks.scan_snap import ScanSnap, make_classes, syn_medium, syn_small
 
 # A tiny instance: M = 6, three classes, two sharing query 4; token 0 is common, supports of size 2–3.
-TINY_P = np.array([
-    [0.5, 0.3, 0.2, 0.0, 0.0, 0.0],
-    [0.4, 0.0, 0.0, 0.6, 0.0, 0.0],
-    [0.2, 0.0, 0.0, 0.0, 0.3, 0.5],
-])
+TINY_P = np.array(
+    [
+        [0.5, 0.3, 0.2, 0.0, 0.0, 0.0],
+        [0.4, 0.0, 0.0, 0.6, 0.0, 0.0],
+        [0.2, 0.0, 0.0, 0.0, 0.3, 0.5],
+    ]
+)
 TINY = make_classes(TINY_P, query=[4, 4, 5], label=[1, 3, 2], weights=[0.5, 0.3, 0.2])
 
 
@@ -35,8 +37,10 @@ def brute_force_loss(prob: ScanSnap):
         tables.append((k, jnp.asarray(seqs), jnp.asarray(np.prod(probs[k][seqs], axis=1))))
 
     def loss(theta):
-        return sum(prob.weights[k] * jnp.dot(w, jax.vmap(lambda x: prob.sequence_loss(theta, k, x))(seqs))
-                   for k, seqs, w in tables)
+        return sum(
+            prob.weights[k] * jnp.dot(w, jax.vmap(lambda x, k=k: prob.sequence_loss(theta, k, x))(seqs))
+            for k, seqs, w in tables
+        )
 
     return jax.jit(loss)
 
@@ -156,7 +160,9 @@ def test_zero_init_values():
     assert float(prob.loss(theta)) == pytest.approx(np.log(34), rel=1e-15)  # the authors' logged 3.5264
     np.testing.assert_allclose(prob.attention(theta), classes.probs, atol=1e-16)
     f0 = classes.probs / np.linalg.norm(classes.probs, axis=1, keepdims=True)
-    expected = sum(w * np.outer(f, np.eye(34)[n] - 1 / 34) for w, f, n in zip(classes.weights, f0, classes.label))
+    expected = sum(
+        w * np.outer(f, np.eye(34)[n] - 1 / 34) for w, f, n in zip(classes.weights, f0, classes.label, strict=False)
+    )
     np.testing.assert_allclose(-jax.grad(prob.loss)(theta)["Y"], expected, atol=1e-15)
 
 
@@ -171,19 +177,22 @@ def test_builders_match_the_authors_layout():
     for n_query, M in ((1, 33), (3, 79), (5, 125), (10, 240)):
         med = syn_medium(n_query)
         assert (med.M, med.K) == (M, 2 * n_query)
-        assert np.all(np.bincount(med.query) [med.query] == 2)  # two next tokens per query
+        assert np.all(np.bincount(med.query)[med.query] == 2)  # two next tokens per query
     # the reference entropy of the spec: P restricted to one class's distinct tokens, renormalised
     p = small.probs[0, 10:20] / small.probs[0, 10:20].sum()
     assert -np.sum(p * np.log(p)) == pytest.approx(2.1513, abs=5e-5)
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(probs=[[0.5, 0.6]], query=[0], label=[1]), "probs\\[0\\] sums"),
-    (dict(probs=[[-0.1, 1.1]], query=[0], label=[1]), "probs has an entry"),
-    (dict(probs=[[0.5, 0.5]], query=[2], label=[1]), "query"),
-    (dict(probs=[[0.5, 0.5], [0.5, 0.5]], query=[0, 0], label=[1, 1]), "label"),
-    (dict(probs=[[0.5, 0.5]], query=[0], label=[1], weights=[0.7]), "weights"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(probs=[[0.5, 0.6]], query=[0], label=[1]), "probs\\[0\\] sums"),
+        (dict(probs=[[-0.1, 1.1]], query=[0], label=[1]), "probs has an entry"),
+        (dict(probs=[[0.5, 0.5]], query=[2], label=[1]), "query"),
+        (dict(probs=[[0.5, 0.5], [0.5, 0.5]], query=[0, 0], label=[1, 1]), "label"),
+        (dict(probs=[[0.5, 0.5]], query=[0], label=[1], weights=[0.7]), "weights"),
+    ],
+)
 def test_bad_classes_raise(kwargs, match):
     with pytest.raises(ValueError, match=match):
         make_classes(**kwargs)

@@ -14,8 +14,15 @@ import numpy as np
 import pytest
 
 from popdyn.tasks.scb import (
-    MAX_SEQUENCES, SoftmaxBigram, SparseBigram, brute_force_loss, minibatch_gradient, per_sample_gradients,
-    per_sample_loss, random_instance, sequence_table,
+    MAX_SEQUENCES,
+    SoftmaxBigram,
+    SparseBigram,
+    brute_force_loss,
+    minibatch_gradient,
+    per_sample_gradients,
+    per_sample_loss,
+    random_instance,
+    sequence_table,
 )
 
 EXACT = 1e-14  # a few ulp of O(1) quantities
@@ -78,10 +85,12 @@ def grad_formula(prob, theta):
     gA = np.zeros_like(A)
     for k in range(prob.N):
         a, q = A[:, k], Qm[:, k]
-        gV += mu[k] * (-(a @ q) * P @ S - a.sum() * np.outer(P @ mu, mu) + (a @ a) * V @ S
-                       + a.sum() ** 2 * np.outer(V @ mu, mu))
-        gA[:, k] = mu[k] * (-np.trace(V @ S @ P.T) * q - (V @ mu) @ (P @ mu) + np.trace(V @ S @ V.T) * a
-                            + (V @ mu) @ (V @ mu) * a.sum())
+        gV += mu[k] * (
+            -(a @ q) * P @ S - a.sum() * np.outer(P @ mu, mu) + (a @ a) * V @ S + a.sum() ** 2 * np.outer(V @ mu, mu)
+        )
+        gA[:, k] = mu[k] * (
+            -np.trace(V @ S @ P.T) * q - (V @ mu) @ (P @ mu) + np.trace(V @ S @ V.T) * a + (V @ mu) @ (V @ mu) * a.sum()
+        )
     return gV, gA
 
 
@@ -96,10 +105,12 @@ def preconditioned_formula(prob, theta, project):
     gA = np.zeros_like(A)
     for k in range(N):
         a, q = A[:, k], Qm[:, k]
-        gV += mu[k] * (-(a @ q) * (P - np.outer(mu, one)) + (a @ a) * V @ (np.eye(N) - np.outer(mu, one))
-                       + np.outer(a.sum() ** 2 * V @ mu - a.sum() * mu, one))
-        gA[:, k] = (-np.trace(V @ S @ P.T) * q - mu @ V @ mu + np.trace(V @ S @ V.T) * a
-                    + (V @ mu) @ (V @ mu) * a.sum())
+        gV += mu[k] * (
+            -(a @ q) * (P - np.outer(mu, one))
+            + (a @ a) * V @ (np.eye(N) - np.outer(mu, one))
+            + np.outer(a.sum() ** 2 * V @ mu - a.sum() * mu, one)
+        )
+        gA[:, k] = -np.trace(V @ S @ P.T) * q - mu @ V @ mu + np.trace(V @ S @ V.T) * a + (V @ mu) @ (V @ mu) * a.sum()
     if project:
         gA = (np.eye(T) - np.ones((T, T)) / T) @ gA
     return gV, gA
@@ -116,11 +127,12 @@ def hessian_from_blocks(prob):
     HA = np.zeros((T, N, T, N))
     for k in range(N):
         HA[:, k, :, k] = mu[k] * (c * np.eye(T) + mu_sq * np.ones((T, T)))
-    H[N * N:, N * N:] = HA.reshape(T * N, T * N)
-    cross = mu[None, None, None, :] * (Qm[None, None, :, :] * (P @ S)[:, :, None, None]
-                                       + np.outer(mu, mu)[:, :, None, None])  # (i, j, t, k)
-    H[: N * N, N * N:] = cross.reshape(N * N, T * N)
-    H[N * N:, : N * N] = H[: N * N, N * N:].T
+    H[N * N :, N * N :] = HA.reshape(T * N, T * N)
+    cross = mu[None, None, None, :] * (
+        Qm[None, None, :, :] * (P @ S)[:, :, None, None] + np.outer(mu, mu)[:, :, None, None]
+    )  # (i, j, t, k)
+    H[: N * N, N * N :] = cross.reshape(N * N, T * N)
+    H[N * N :, : N * N] = H[: N * N, N * N :].T
     return H
 
 
@@ -350,20 +362,23 @@ def test_vmap_over_parameters_and_instances():
     probs = [instance(*MID, s) for s in range(3)]
     stacked = jax.tree_util.tree_map(lambda *x: jnp.stack(x), *probs)
     got = eqx.filter_vmap(lambda q, t: q.loss(t))(stacked, batch)
-    np.testing.assert_allclose(got, [q.loss(t) for q, t in zip(probs, thetas)], rtol=EXACT)
+    np.testing.assert_allclose(got, [q.loss(t) for q, t in zip(probs, thetas, strict=False)], rtol=EXACT)
 
 
-@pytest.mark.parametrize("P,Qm,match", [
-    (np.ones((2, 3)) / 2, np.eye(2), r"P has shape \(2, 3\)"),
-    ([[1.2, 0.5], [-0.2, 0.5]], np.eye(2), r"P\[1,0\]=-0\.2.*\[0, 1\]"),
-    ([[0.9, 0.5], [0.2, 0.5]], np.eye(2), r"column 0 of P sums to 1\.1"),
-    ([[np.nan, 0.5], [0.5, 0.5]], np.eye(2), r"P\[0,0\]=nan"),
-    ([[1.0, 0.5], [0.0, 0.5]], np.eye(2), r"P is reducible.*mu > 0"),  # state 1 transient: μ = (1, 0)
-    (np.eye(3), np.eye(3), r"P is reducible"),  # three closed classes: μ not unique
-    (CANON_P, np.eye(3), r"Qm has shape \(3, 3\).*N = 2"),
-    (CANON_P, [[0.5, 1.5], [0.5, -0.5]], r"Qm\[1,1\]=-0\.5"),
-    (CANON_P, [[0.5, 0.5], [0.4, 0.5]], r"column 0 of Qm sums to 0\.9.*T = 2 positions"),
-])
+@pytest.mark.parametrize(
+    "P,Qm,match",
+    [
+        (np.ones((2, 3)) / 2, np.eye(2), r"P has shape \(2, 3\)"),
+        ([[1.2, 0.5], [-0.2, 0.5]], np.eye(2), r"P\[1,0\]=-0\.2.*\[0, 1\]"),
+        ([[0.9, 0.5], [0.2, 0.5]], np.eye(2), r"column 0 of P sums to 1\.1"),
+        ([[np.nan, 0.5], [0.5, 0.5]], np.eye(2), r"P\[0,0\]=nan"),
+        ([[1.0, 0.5], [0.0, 0.5]], np.eye(2), r"P is reducible.*mu > 0"),  # state 1 transient: μ = (1, 0)
+        (np.eye(3), np.eye(3), r"P is reducible"),  # three closed classes: μ not unique
+        (CANON_P, np.eye(3), r"Qm has shape \(3, 3\).*N = 2"),
+        (CANON_P, [[0.5, 1.5], [0.5, -0.5]], r"Qm\[1,1\]=-0\.5"),
+        (CANON_P, [[0.5, 0.5], [0.4, 0.5]], r"column 0 of Qm sums to 0\.9.*T = 2 positions"),
+    ],
+)
 def test_bad_instances_raise(P, Qm, match):
     with pytest.raises(ValueError, match=match):
         SparseBigram(P, Qm)
@@ -371,13 +386,16 @@ def test_bad_instances_raise(P, Qm, match):
         SoftmaxBigram(P, Qm)
 
 
-@pytest.mark.parametrize("args,match", [
-    ((1, 3, 1), r"N=1 is out of range"),
-    ((3, 0, 1), r"T=0 is out of range"),
-    ((3, 2, 0), r"Q=0 is out of range"),
-    ((3, 2, 3), r"Q=3 is out of range.*T = 2"),
-    ((3, 2.0, 1), r"T=2\.0"),
-])
+@pytest.mark.parametrize(
+    "args,match",
+    [
+        ((1, 3, 1), r"N=1 is out of range"),
+        ((3, 0, 1), r"T=0 is out of range"),
+        ((3, 2, 0), r"Q=0 is out of range"),
+        ((3, 2, 3), r"Q=3 is out of range.*T = 2"),
+        ((3, 2.0, 1), r"T=2\.0"),
+    ],
+)
 def test_random_instance_validation(args, match):
     with pytest.raises(ValueError, match=match):
         random_instance(jax.random.PRNGKey(0), *args)

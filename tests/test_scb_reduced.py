@@ -27,7 +27,7 @@ def alpha(aV, aA):
 
 def family(aV, bV, aA, bA):
     names = ("alpha_V", "beta_V", "alpha_A", "beta_A")
-    return {name: jnp.asarray(v, float) for name, v in zip(names, (aV, bV, aA, bA))}
+    return {name: jnp.asarray(v, float) for name, v in zip(names, (aV, bV, aA, bA), strict=False)}
 
 
 def as_matrix(d):
@@ -69,8 +69,9 @@ def test_reduced_loss_distances_and_signals_on_manifold(prob):
     for aV, aA in [(0.0, 0.0), (1.0, 1.0), (0.3, -0.7), (-1.0, -1.5), (2.0, 0.5), (0.0, -1.0)]:
         theta = embed_2d(prob, alpha(aV, aA))
         np.testing.assert_allclose(red.loss(alpha(aV, aA)), prob.loss(theta), rtol=EXACT)
-        np.testing.assert_allclose(prob.distances(theta), (abs(1 - aV) * np.sqrt(c), abs(1 - aA) * np.sqrt(qd)),
-                                   rtol=EXACT, atol=EXACT)
+        np.testing.assert_allclose(
+            prob.distances(theta), (abs(1 - aV) * np.sqrt(c), abs(1 - aA) * np.sqrt(qd)), rtol=EXACT, atol=EXACT
+        )
         np.testing.assert_allclose(prob.signals(theta), (aV, aA), rtol=EXACT, atol=EXACT)
         np.testing.assert_allclose(theta["A"].sum(axis=0), 1.0, rtol=EXACT)
     np.testing.assert_allclose(red.loss(red.init(None)), prob.loss(prob.init(None)), rtol=EXACT)
@@ -229,13 +230,16 @@ def test_unprojected_full_gd_matches_4d_recursion(prob, eta):
 
 
 @pytest.mark.parametrize("cls", [Reduced2D, Reduced4D])
-@pytest.mark.parametrize("kwargs,match", [
-    ({"c": 0.0}, r"c=0\.0 is out of range"),
-    ({"T": 1}, r"T=1 is out of range"),
-    ({"qbar": 0.25}, r"qbar=0\.25 is out of range.*\(0\.25, 1\]"),
-    ({"qbar": 1.5}, r"qbar=1\.5 is out of range"),
-    ({"mu_sq": 0.0}, r"mu_sq=0\.0 is out of range"),
-])
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        ({"c": 0.0}, r"c=0\.0 is out of range"),
+        ({"T": 1}, r"T=1 is out of range"),
+        ({"qbar": 0.25}, r"qbar=0\.25 is out of range.*\(0\.25, 1\]"),
+        ({"qbar": 1.5}, r"qbar=1\.5 is out of range"),
+        ({"mu_sq": 0.0}, r"mu_sq=0\.0 is out of range"),
+    ],
+)
 def test_reduced_validation(cls, kwargs, match):
     args = {"c": 0.2, "qbar": 0.5, "T": 4, "mu_sq": 0.4} | kwargs
     with pytest.raises(ValueError, match=match):

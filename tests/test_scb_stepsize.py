@@ -11,9 +11,9 @@ import numpy as np
 
 import popdyn
 from popdyn.curvature import hessian_matrix
-from popdyn.tasks.scb import Reduced2D, SparseBigram, Whitened, random_instance
 from popdyn.jobs.scb.commands import stepsize_scb
 from popdyn.jobs.scb.training import preconditioner
+from popdyn.tasks.scb import Reduced2D, SparseBigram, Whitened, random_instance
 
 PROB = SparseBigram(*random_instance(jax.random.PRNGKey(4), 4, 6, 2))
 
@@ -21,11 +21,14 @@ PROB = SparseBigram(*random_instance(jax.random.PRNGKey(4), 4, 6, 2))
 def test_gd_on_whitened_coordinates_is_preconditioned_projected_gd():
     """θ(u_t) for plain GD on u equals θ_t of θ ← θ − η·Π D^{-1}∇L, step for step (from a generic start)."""
     key_v, key_a = jax.random.split(jax.random.PRNGKey(1))
-    theta0 = {"V": PROB.P + 0.1 * jax.random.normal(key_v, PROB.P.shape),
-              "A": PROB.Qm + 0.1 * jax.random.normal(key_a, PROB.Qm.shape)}
+    theta0 = {
+        "V": PROB.P + 0.1 * jax.random.normal(key_v, PROB.P.shape),
+        "A": PROB.Qm + 0.1 * jax.random.normal(key_a, PROB.Qm.shape),
+    }
     white = Whitened(PROB, theta0)
-    ref = popdyn.gradient_descent(PROB, theta0, lr=0.3, steps=60, record_every=6, save_params=True,
-                                  precondition=preconditioner(PROB))
+    ref = popdyn.gradient_descent(
+        PROB, theta0, lr=0.3, steps=60, record_every=6, save_params=True, precondition=preconditioner(PROB)
+    )
     run = popdyn.gradient_descent(white, white.init(None), lr=0.3, steps=60, record_every=6, save_params=True)
     mapped = jax.vmap(white.theta)(run.params)
     for b in ("V", "A"):

@@ -8,11 +8,16 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from popdyn.tasks.scb import SparseBigram, random_instance
 from popdyn.jobs.scb.training import (
-    gradient_variance, normalise, population_reference, stage1, stage1_threshold, surrogate_noise,
+    gradient_variance,
+    normalise,
+    population_reference,
+    stage1,
+    stage1_threshold,
+    surrogate_noise,
     trajectory_metrics,
 )
+from popdyn.tasks.scb import SparseBigram, random_instance
 
 
 @pytest.fixture(scope="module")
@@ -86,13 +91,30 @@ def test_with_reference_records_delta_without_storing_theta(setting):
 
     prob, s1 = setting
     pair = WithReference(prob)
-    paired = popdyn.gradient_descent(pair, pair.pair(s1["theta"]), lr=0.1, steps=200, record_every=20,
-                                     precondition=pair.precondition, prox=L1Prox({"A": 0.002}), metrics=pair.metrics)
+    paired = popdyn.gradient_descent(
+        pair,
+        pair.pair(s1["theta"]),
+        lr=0.1,
+        steps=200,
+        record_every=20,
+        precondition=pair.precondition,
+        prox=L1Prox({"A": 0.002}),
+        metrics=pair.metrics,
+    )
     assert paired.params is None
-    run = popdyn.gradient_descent(prob, s1["theta"], lr=0.1, steps=200, record_every=20, save_params=True,
-                                  precondition=preconditioner(prob), prox=L1Prox({"A": 0.002}))
-    separate = trajectory_metrics(prob, run, population_reference(prob, s1["theta"], lr=0.1, steps=200,
-                                                                   record_every=20))
+    run = popdyn.gradient_descent(
+        prob,
+        s1["theta"],
+        lr=0.1,
+        steps=200,
+        record_every=20,
+        save_params=True,
+        precondition=preconditioner(prob),
+        prox=L1Prox({"A": 0.002}),
+    )
+    separate = trajectory_metrics(
+        prob, run, population_reference(prob, s1["theta"], lr=0.1, steps=200, record_every=20)
+    )
     for k, v in paired.metrics.items():
         np.testing.assert_allclose(v, separate[k], rtol=1e-10, atol=1e-14, err_msg=k)
     assert separate["delta_A_mu"][-1] > 1e-3  # the prox did move the state off the reference

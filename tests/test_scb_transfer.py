@@ -5,8 +5,8 @@ import jax
 import numpy as np
 import pytest
 
-from popdyn.tasks.scb import Reduced2D, SparseBigram, random_instance
 from popdyn.jobs.scb.transfer import transfer
+from popdyn.tasks.scb import Reduced2D, SparseBigram, random_instance
 
 
 def test_shared_attention_skips_stage_1():

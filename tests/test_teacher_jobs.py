@@ -37,8 +37,9 @@ def check_labels(prob, res, starts):
     r, inp, b = res.results, res.inputs, res.arrays["basins"]
     level = float(prob.L_opt) + inp["tol"] * zero_init_excess(prob)
     assert r["level"] == pytest.approx(level, rel=1e-12)
-    traj = gradient_descent(prob, starts, lr=inp["lr"], steps=inp["steps"], record_every=1, save_params=True,
-                            gtol=1e-300)
+    traj = gradient_descent(
+        prob, starts, lr=inp["lr"], steps=inp["steps"], record_every=1, save_params=True, gtol=1e-300
+    )
     below = np.asarray(traj.loss) <= level
     k = np.where(below.any(axis=1), np.argmax(below, axis=1), np.nan)
     labels = b["labels"].ravel()
@@ -110,18 +111,21 @@ def test_basins_user_coordinates_on_a_random_base(tmp_path):
     assert (tmp_path / "out" / "basins.png").exists()
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(grid=1), "grid=1 is out of range"),
-    (dict(lo=2.0, hi=1.0), "range=(2.0, 1.0) is invalid"),
-    (dict(steps=0), "steps=0 is out of range"),
-    (dict(lr=-0.1), "lr=-0.1 is out of range"),
-    (dict(tol=1.0), "tol=1.0 is out of range"),
-    (dict(chunk=0), "chunk=0 is out of range"),
-    (dict(x="W[0,1]"), "give both coordinates"),
-    (dict(x="W[9,9]", y="A[0,0]"), "does not index"),
-    (dict(x="B[0]", y="A[0,0]"), "names no parameter"),
-    (dict(teacher="mlp"), "teacher='mlp' is invalid"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(grid=1), "grid=1 is out of range"),
+        (dict(lo=2.0, hi=1.0), "range=(2.0, 1.0) is invalid"),
+        (dict(steps=0), "steps=0 is out of range"),
+        (dict(lr=-0.1), "lr=-0.1 is out of range"),
+        (dict(tol=1.0), "tol=1.0 is out of range"),
+        (dict(chunk=0), "chunk=0 is out of range"),
+        (dict(x="W[0,1]"), "give both coordinates"),
+        (dict(x="W[9,9]", y="A[0,0]"), "does not index"),
+        (dict(x="B[0]", y="A[0,0]"), "names no parameter"),
+        (dict(teacher="mlp"), "teacher='mlp' is invalid"),
+    ],
+)
 def test_basins_bad_input_is_refused_before_running(monkeypatch, kwargs, message):
     def forbidden(*args, **kw):
         raise AssertionError("bad input must be refused before anything runs")
@@ -157,8 +161,13 @@ def test_stepsize_verdicts_follow_lambda_max_and_eta(stepsize_default_rates):
     for i, row in enumerate(res.results["runs"]):
         top = float(np.max(lam[i]))
         assert row["max_lambda"] == top and row["lr"] == lrs[i]
-        expect = ("held" if top <= 1 / lrs[i] else "between" if top <= 2 / lrs[i]
-                  else ("edge of stability", "unstable", "diverged"))
+        expect = (
+            "held"
+            if top <= 1 / lrs[i]
+            else "between"
+            if top <= 2 / lrs[i]
+            else ("edge of stability", "unstable", "diverged")
+        )
         assert row["verdict"] in expect if isinstance(expect, tuple) else row["verdict"] == expect
         assert row["monotone_safe"] == (top <= 1 / lrs[i]) and row["stable"] == (top <= 2 / lrs[i])
     held, between, past = res.results["runs"]
@@ -179,12 +188,13 @@ def test_stepsize_lambda_max_is_the_exact_hessian_along_the_run(stepsize_default
     prob = build(SMALL["teacher"], SMALL["D"], SMALL["K"], SMALL["activation"])
     lr, steps = res.inputs["lr"][1], res.inputs["steps"]
     every = res.results["record_every"]
-    traj = gradient_descent(prob, prob.init(None), lr=lr, steps=steps, record_every=every, save_params=True,
-                            gtol=1e-300)
+    traj = gradient_descent(
+        prob, prob.init(None), lr=lr, steps=steps, record_every=every, save_params=True, gtol=1e-300
+    )
     for j in (0, 4, 12):
-        theta = jax.tree_util.tree_map(lambda v: v[j], traj.params)
+        theta = jax.tree_util.tree_map(lambda v, j=j: v[j], traj.params)
         flat, unravel = ravel_pytree(theta)
-        H = jax.hessian(lambda x: prob.loss(unravel(x)))(flat)
+        H = jax.hessian(lambda x, unravel=unravel: prob.loss(unravel(x)))(flat)
         top = float(np.linalg.eigvalsh(0.5 * (H + H.T))[-1])
         assert res.arrays["stepsize"]["lambda_max"][1, j] == pytest.approx(top, rel=1e-9)
         assert res.arrays["stepsize"]["steps"][1, j] == j * every
@@ -200,8 +210,12 @@ def test_stepsize_one_rate_and_validation(tmp_path):
     np.testing.assert_array_equal(one.arrays["stepsize"]["lambda_max"], res.arrays["stepsize"]["lambda_max"])
     res.write(tmp_path / "out", "stepsize", 0.0)
     json.loads((tmp_path / "out" / "summary.json").read_text())
-    for kwargs, message in ((dict(lr=[0.1, -1.0]), "lr=-1.0 is out of range"), (dict(lr=[]), "at least one"),
-                            (dict(steps=0), "steps=0 is out of range"), (dict(records=0), "records=0 is out of"),
-                            (dict(steps=5, records=6), "records=6 is out of range")):
+    for kwargs, message in (
+        (dict(lr=[0.1, -1.0]), "lr=-1.0 is out of range"),
+        (dict(lr=[]), "at least one"),
+        (dict(steps=0), "steps=0 is out of range"),
+        (dict(records=0), "records=0 is out of"),
+        (dict(steps=5, records=6), "records=6 is out of range"),
+    ):
         with pytest.raises(ValueError, match=message):
             stepsize_teacher(**dict(STEPSIZE, **kwargs))

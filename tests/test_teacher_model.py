@@ -20,8 +20,19 @@ import pytest
 
 from popdyn.analysis import hessian_matrix, hessian_spectrum
 from popdyn.tasks.teacher import (
-    ZERO_INITS, BilinearTeacher, cnn_pooling, cycle_gcn, entry_loss, group_sparse, kappa, kfun, limit_partials,
-    make_teacher, norm_toward, random_V, token_selection,
+    ZERO_INITS,
+    BilinearTeacher,
+    cnn_pooling,
+    cycle_gcn,
+    entry_loss,
+    group_sparse,
+    kappa,
+    kfun,
+    limit_partials,
+    make_teacher,
+    norm_toward,
+    random_V,
+    token_selection,
 )
 
 EXACT = 1e-13
@@ -119,11 +130,11 @@ def test_kernel_derivatives_finite_at_degenerate_points(alpha):
         x = jnp.array(x + [alpha])
         assert finite_tree((k_grad(x), k_hess(x))), x
     g = (1 - alpha) ** 2 / (2 * math.pi)
-    np.testing.assert_allclose(k_grad(jnp.array([0.7, 1.3, 0.91, alpha]))[:3], [0, 0, alpha + g * math.pi],
-                               atol=EXACT)
+    np.testing.assert_allclose(k_grad(jnp.array([0.7, 1.3, 0.91, alpha]))[:3], [0, 0, alpha + g * math.pi], atol=EXACT)
     np.testing.assert_allclose(k_grad(jnp.array([0.7, 1.3, -0.91, alpha]))[:3], [0, 0, alpha], atol=EXACT)
-    np.testing.assert_allclose(k_grad(jnp.array([0.7, 0.0, 0.0, alpha]))[:3], [0, g * 0.7, alpha + g * math.pi / 2],
-                               atol=EXACT)
+    np.testing.assert_allclose(
+        k_grad(jnp.array([0.7, 0.0, 0.0, alpha]))[:3], [0, g * 0.7, alpha + g * math.pi / 2], atol=EXACT
+    )
 
 
 @jax.jit
@@ -184,8 +195,11 @@ def test_linear_loss_factorises():
     for seed in range(3):
         theta = random_theta(prob, seed)
         W, S, V, Ss = theta["W"], prob.attention(theta), prob.V_star, prob.S_star
-        factored = 0.5 * 0.64 * (jnp.sum(W**2) * jnp.sum(S**2) - 2 * jnp.sum(W * V) * jnp.sum(S * Ss)
-                                  + prob.v * jnp.sum(Ss**2))
+        factored = (
+            0.5
+            * 0.64
+            * (jnp.sum(W**2) * jnp.sum(S**2) - 2 * jnp.sum(W * V) * jnp.sum(S * Ss) + prob.v * jnp.sum(Ss**2))
+        )
         kron = 0.5 * 0.64 * jnp.sum((jnp.kron(S.T, W) - jnp.kron(Ss.T, V)) ** 2)
         np.testing.assert_allclose(loss_and_grad(prob, theta)[0] - prob.L_opt, factored, rtol=1e-12)
         np.testing.assert_allclose(kron, factored, rtol=1e-12)
@@ -234,11 +248,11 @@ def first_step_limit(alpha, D, K):
 
 @pytest.mark.parametrize("alpha", ALPHAS)
 def test_limit_convention_gradient_at_zero(alpha):
-    """"limit": ∇_W L(0) = −σ_x² F V* with F the §3.6 formula, ∇_A L(0) = 0, and ∇L(0) = lim ∇L(δV*), δ → 0+."""
+    """ "limit": ∇_W L(0) = −σ_x² F V* with F the §3.6 formula, ∇_A L(0) = 0, and ∇L(0) = lim ∇L(δV*), δ → 0+."""
     sx = 1.3
     prob = teacher(*activation_of(alpha), sigma_x=sx)
     g0 = loss_and_grad(prob, prob.init(None))[1]
-    np.testing.assert_allclose(g0["W"], -sx**2 * first_step_limit(alpha, D, K) * prob.V_star, rtol=1e-12)
+    np.testing.assert_allclose(g0["W"], -(sx**2) * first_step_limit(alpha, D, K) * prob.V_star, rtol=1e-12)
     np.testing.assert_array_equal(g0["A"], 0.0)
     g_delta = loss_and_grad(prob, {"W": 1e-8 * prob.V_star, "A": jnp.zeros((D, D))})[1]
     np.testing.assert_allclose(g_delta["W"], g0["W"], atol=1e-7)  # O(δ‖∇²L‖), ‖∇²L‖ = O(1)
@@ -263,7 +277,7 @@ def expectation_gradient(prob, strict, n, key):
 
 @pytest.mark.parametrize("alpha", ALPHAS)
 def test_expectation_conventions_at_zero(alpha):
-    """"c0=0"/"c0=1": ∇_W L(0) = −σ_x²σ'(0)(1+α)/2 V*, σ'(0) = α + (1−α)c0 — equal to a Monte Carlo of autodiff
+    """ "c0=0"/"c0=1": ∇_W L(0) = −σ_x²σ'(0)(1+α)/2 V*, σ'(0) = α + (1−α)c0 — equal to a Monte Carlo of autodiff
     through ``where(z > 0)`` / ``where(z >= 0)``; for ReLU with c0 = 0 it vanishes; for the identity every
     convention gives −σ_x²V*."""
     for c0, strict in ((0.0, True), (1.0, False)):
@@ -289,8 +303,9 @@ def test_lambda_max_at_teacher(alpha, k, v_norm):
     vanishes at S*, the A block is 0 and λ_max = κσ_x²D although v/D = 150 > D = 6 [derived correction].
     Tolerance: identity 1e-12; ReLU/leaky 1e-7, because at ρ = 1 the Hessian's singular rank-1 term
     (a, c)-Hessian ∝ 1/Q cancels only to ε/Q with Q = √(a²b² − c²) ~ √ε of rounding (measured ≤ 5e-9)."""
-    prob = BilinearTeacher(cnn_pooling(D, k), random_V(jax.random.PRNGKey(1), 2, 3, v_norm), *activation_of(alpha),
-                           sigma_x=1.2)
+    prob = BilinearTeacher(
+        cnn_pooling(D, k), random_V(jax.random.PRNGKey(1), 2, 3, v_norm), *activation_of(alpha), sigma_x=1.2
+    )
     expected = kappa(alpha) * 1.44 * (max(D / k, v_norm**2 / (k * k * D)) if k > 1 else D)
     np.testing.assert_allclose(prob.lambda_max_at_teacher(), expected, rtol=EXACT)
     spectrum = hessian_spectrum(prob, prob.teacher_params())
@@ -322,46 +337,52 @@ def test_builders():
     assert float(make_teacher("gcn", 9, 3, d=2, M=4, key=key).alpha) == 0.1  # default leaky slope [our choice]
 
 
-@pytest.mark.parametrize("call, match", [
-    (lambda: cnn_pooling(6, 4), "K=4 is invalid for cnn"),
-    (lambda: cnn_pooling(6, 6), r"K=6 is out of range: must be an integer in \[1, D\)"),
-    (lambda: cnn_pooling(6, 0), "K=0 is out of range"),
-    (lambda: cnn_pooling(1, 1), "D=1 is out of range"),
-    (lambda: cnn_pooling(-4, 2), "D=-4 is out of range"),
-    (lambda: cycle_gcn(8, 2), "K=2 is invalid for gcn: must be odd"),
-    (lambda: token_selection(5, 2, targets=[1, 1]), "targets=.* is invalid"),
-    (lambda: token_selection(5, 2, targets=[1, 5]), "targets=.* is invalid"),
-    (lambda: group_sparse(4, 4), "i_star=4 is out of range"),
-    (lambda: random_V(jax.random.PRNGKey(0), 0, 3), "M=0 is out of range"),
-    (lambda: random_V(jax.random.PRNGKey(0), 2, 3, norm=-1.0), "norm=-1.0 is out of range"),
-    (lambda: make_teacher("mlp", 8, 2, d=3), "name='mlp' is invalid: must be one of 'cnn', 'gcn', 'sts', 'gslp'"),
-    (lambda: make_teacher("sts", 8, 2, d=3, M=2), "M=2 is invalid for sts"),
-    (lambda: make_teacher("gslp", 8, 2, d=3, key=jax.random.PRNGKey(0)), "invalid for gslp"),
-    (lambda: make_teacher("cnn", 8, 2, d=3, M=2), "key=None is invalid"),
-    (lambda: make_teacher("cnn", 8, 2, d=3, key=jax.random.PRNGKey(0)), "M=None is invalid"),
-])
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda: cnn_pooling(6, 4), "K=4 is invalid for cnn"),
+        (lambda: cnn_pooling(6, 6), r"K=6 is out of range: must be an integer in \[1, D\)"),
+        (lambda: cnn_pooling(6, 0), "K=0 is out of range"),
+        (lambda: cnn_pooling(1, 1), "D=1 is out of range"),
+        (lambda: cnn_pooling(-4, 2), "D=-4 is out of range"),
+        (lambda: cycle_gcn(8, 2), "K=2 is invalid for gcn: must be odd"),
+        (lambda: token_selection(5, 2, targets=[1, 1]), "targets=.* is invalid"),
+        (lambda: token_selection(5, 2, targets=[1, 5]), "targets=.* is invalid"),
+        (lambda: group_sparse(4, 4), "i_star=4 is out of range"),
+        (lambda: random_V(jax.random.PRNGKey(0), 0, 3), "M=0 is out of range"),
+        (lambda: random_V(jax.random.PRNGKey(0), 2, 3, norm=-1.0), "norm=-1.0 is out of range"),
+        (lambda: make_teacher("mlp", 8, 2, d=3), "name='mlp' is invalid: must be one of 'cnn', 'gcn', 'sts', 'gslp'"),
+        (lambda: make_teacher("sts", 8, 2, d=3, M=2), "M=2 is invalid for sts"),
+        (lambda: make_teacher("gslp", 8, 2, d=3, key=jax.random.PRNGKey(0)), "invalid for gslp"),
+        (lambda: make_teacher("cnn", 8, 2, d=3, M=2), "key=None is invalid"),
+        (lambda: make_teacher("cnn", 8, 2, d=3, key=jax.random.PRNGKey(0)), "M=None is invalid"),
+    ],
+)
 def test_builder_validation(call, match):
     with pytest.raises(ValueError, match=match):
         call()
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    ({"S_star": np.eye(4)[:3]}, "S_star with shape"),
-    ({"S_star": -cnn_pooling(4, 2)}, "S_star with shape"),
-    ({"S_star": np.eye(4) * 0.5}, "S_star is invalid"),
-    ({"S_star": np.ones((4, 4)) / 4}, "S_star is invalid"),
-    ({"S_star": np.hstack([cnn_pooling(4, 2)[:, :3], np.eye(4)[:, :1]])}, "S_star is invalid"),
-    ({"V_star": np.ones(3)}, "V_star with shape"),
-    ({"V_star": np.full((2, 2), np.nan)}, "V_star with shape"),
-    ({"V_star": np.zeros((2, 2))}, "V_star with shape"),
-    ({"activation": "tanh"}, "activation='tanh' is invalid: must be one of 'linear', 'relu', 'leaky'"),
-    ({"activation": "leaky", "alpha": 1.0}, r"alpha=1.0 is out of range: must lie in \[0, 1\)"),
-    ({"activation": "leaky", "alpha": -0.1}, "alpha=-0.1 is out of range"),
-    ({"activation": "relu", "alpha": 0.2}, "alpha=0.2 is invalid for activation='relu'"),
-    ({"sigma_x": 0.0}, "sigma_x=0.0 is out of range"),
-    ({"sigma_eps": -1.0}, "sigma_eps=-1.0 is out of range"),
-    ({"zero_init": "c0=0.5"}, "zero_init='c0=0.5' is invalid: must be one of 'limit', 'c0=0', 'c0=1'"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        ({"S_star": np.eye(4)[:3]}, "S_star with shape"),
+        ({"S_star": -cnn_pooling(4, 2)}, "S_star with shape"),
+        ({"S_star": np.eye(4) * 0.5}, "S_star is invalid"),
+        ({"S_star": np.ones((4, 4)) / 4}, "S_star is invalid"),
+        ({"S_star": np.hstack([cnn_pooling(4, 2)[:, :3], np.eye(4)[:, :1]])}, "S_star is invalid"),
+        ({"V_star": np.ones(3)}, "V_star with shape"),
+        ({"V_star": np.full((2, 2), np.nan)}, "V_star with shape"),
+        ({"V_star": np.zeros((2, 2))}, "V_star with shape"),
+        ({"activation": "tanh"}, "activation='tanh' is invalid: must be one of 'linear', 'relu', 'leaky'"),
+        ({"activation": "leaky", "alpha": 1.0}, r"alpha=1.0 is out of range: must lie in \[0, 1\)"),
+        ({"activation": "leaky", "alpha": -0.1}, "alpha=-0.1 is out of range"),
+        ({"activation": "relu", "alpha": 0.2}, "alpha=0.2 is invalid for activation='relu'"),
+        ({"sigma_x": 0.0}, "sigma_x=0.0 is out of range"),
+        ({"sigma_eps": -1.0}, "sigma_eps=-1.0 is out of range"),
+        ({"zero_init": "c0=0.5"}, "zero_init='c0=0.5' is invalid: must be one of 'limit', 'c0=0', 'c0=1'"),
+    ],
+)
 def test_teacher_validation(kwargs, match):
     args = {"S_star": cnn_pooling(4, 2), "V_star": np.ones((2, 2)), **kwargs}
     with pytest.raises(ValueError, match=match):

@@ -38,8 +38,9 @@ def test_linear_formula_matches_monte_carlo_with_exponential_inputs():
 def test_centred_unit_variance_is_the_in_distribution_excess_loss():
     """With m = 0, s² = σ_x² = 1 the OOD excess is L − L_opt of §3.4 (the same Gaussian second moments)."""
     prob, theta = teacher("linear"), generic_theta(2)
-    np.testing.assert_allclose(ood_excess_linear(prob, theta, mean=0.0, var=1.0), prob.loss(theta) - prob.L_opt,
-                               rtol=1e-13)
+    np.testing.assert_allclose(
+        ood_excess_linear(prob, theta, mean=0.0, var=1.0), prob.loss(theta) - prob.L_opt, rtol=1e-13
+    )
 
 
 @pytest.mark.parametrize("activation", ["linear", "relu", "leaky"])

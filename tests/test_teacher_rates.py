@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from popdyn.tasks.teacher.builders import PAPER_SIZES, build
 from popdyn.jobs.teacher.rates import rates
+from popdyn.tasks.teacher.builders import PAPER_SIZES, build
 
 SMALL = {"cnn": (9, 3), "gcn": (9, 3), "sts": (9, 3), "gslp": (9, 1)}  # cnn, gcn, sts share one compilation
 
@@ -21,8 +21,8 @@ def test_late_constant_for_each_teacher(teacher, activation):
     −1, for the four teachers and the three activations: the exact zero-initialisation GD at η = 1/λ_max(teacher)
     to ηT = 1000 × late onset (measured: within 0.8%, slope within 0.011), through the reduced map that ``rates``
     uses (full GD equals it, below)."""
-    from popdyn.tasks.teacher import TeacherReduced, late_constant
     from popdyn.jobs.teacher.rates import reduced_records
+    from popdyn.tasks.teacher import TeacherReduced, late_constant
 
     prob = build(teacher, *SMALL[teacher], activation)
     red = TeacherReduced.from_teacher(prob)
@@ -67,8 +67,8 @@ def test_half_time_scales_like_T_star(activation, lo, hi):
     """K·p reaches 1/2 at c·KD²/(σ_x²v) in flow time, with c ≈ 1.2 (identity) and 2.5–3.0 (ReLU), stable over
     D ∈ {20, 40, 80} and a ×5 change of v (spec §5.3) — the poster's T* = Θ(KD²/(η‖V*‖²)). Measured (K = 4,
     η = 0.05): identity 1.06–1.22, ReLU 2.58–2.85 (lowest at D = 20 in both)."""
-    from popdyn.tasks.teacher import TeacherReduced
     from popdyn.jobs.teacher.rates import half_step, reduced_records
+    from popdyn.tasks.teacher import TeacherReduced
 
     cs, t_star = [], 40_000  # η chosen so that T* is this many steps in every case: one compilation serves all
     for D in (20, 40, 80):
@@ -93,11 +93,25 @@ def test_paper_sizes_and_build():
 
 def test_cli_converge_teacher(tmp_path, run_cli):
     out = tmp_path / "t"
-    proc = run_cli("converge", "teacher", "--teacher", "gcn", "--D", "9", "--K", "3", "--activation", "leaky",
-                   "--steps", "20000", "--out", out, "--quiet")
+    proc = run_cli(
+        "converge",
+        "teacher",
+        "--teacher",
+        "gcn",
+        "--D",
+        "9",
+        "--K",
+        "3",
+        "--activation",
+        "leaky",
+        "--steps",
+        "20000",
+        "--out",
+        out,
+        "--quiet",
+    )
     assert proc.returncode == 0, proc.stderr
-    assert sorted(p.name for p in out.iterdir()) == ["audit.npz", "ood.npz", "rates.npz", "rates.png",
-                                                     "summary.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["audit.npz", "ood.npz", "rates.npz", "rates.png", "summary.json"]
     s = json.loads((out / "summary.json").read_text())
     assert s["inputs"]["teacher"] == "gcn" and s["inputs"]["alpha"] == 0.1
     r = s["results"]
@@ -105,9 +119,15 @@ def test_cli_converge_teacher(tmp_path, run_cli):
     assert set(r["slopes"]) == {"excess", "w_error", "s_error"}
 
 
-@pytest.mark.parametrize("argv, text", [(["--teacher", "cnnz"], "invalid choice: 'cnnz'"), (["--D", "9", "--K", "2"], "K"),
-                                        (["--activation", "tanh"], "invalid choice: 'tanh'"),
-                                        (["--alpha", "1.5", "--activation", "leaky"], "alpha=1.5")])
+@pytest.mark.parametrize(
+    "argv, text",
+    [
+        (["--teacher", "cnnz"], "invalid choice: 'cnnz'"),
+        (["--D", "9", "--K", "2"], "K"),
+        (["--activation", "tanh"], "invalid choice: 'tanh'"),
+        (["--alpha", "1.5", "--activation", "leaky"], "alpha=1.5"),
+    ],
+)
 def test_cli_converge_teacher_bad_input(tmp_path, capsys, argv, text):
     """One line on stderr, exit code 2, nothing written (the CLI's ``main`` in-process: no compilation)."""
     from popdyn.cli import main

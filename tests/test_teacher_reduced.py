@@ -18,7 +18,15 @@ import pytest
 
 from popdyn import gradient_descent
 from popdyn.tasks.teacher import (
-    BilinearTeacher, TeacherReduced, cnn_pooling, embed, kappa, late_constant, make_teacher, project, random_V,
+    BilinearTeacher,
+    TeacherReduced,
+    cnn_pooling,
+    embed,
+    kappa,
+    late_constant,
+    make_teacher,
+    project,
+    random_V,
 )
 
 EXACT = 1e-13
@@ -72,7 +80,7 @@ def first_step_limit(alpha):
 
 @pytest.mark.parametrize("alpha", ALPHAS)
 def test_first_step_from_zero(alpha):
-    """"limit": −∂Lr/∂C1 / v at (0, 0) equals the §3.6 formula and the one-sided derivative of Lr(C1, 0) at 0+
+    """ "limit": −∂Lr/∂C1 / v at (0, 0) equals the §3.6 formula and the one-sided derivative of Lr(C1, 0) at 0+
     (Lr is exactly quadratic in C1 > 0, so the Richardson quotient (4Lr(h) − Lr(2h) − 3Lr(0))/(2h) is exact);
     "c0=0"/"c0=1": σ'(0)(1+α)/2 with σ'(0) = α + (1−α)c0. All values are per unit of v (σ_x = 1)."""
     red = TeacherReduced(D, K, 2.5, alpha)
@@ -86,8 +94,7 @@ def test_first_step_from_zero(alpha):
     for c0 in (0, 1):
         red_c0 = TeacherReduced(D, K, 2.5, alpha, zero_init=f"c0={c0}")
         _, g = loss_and_grad(red_c0, red_c0.init(None))
-        np.testing.assert_allclose(-g["C1"] / 2.5, (alpha + (1 - alpha) * c0) * (1 + alpha) / 2, rtol=1e-12,
-                                   atol=EXACT)
+        np.testing.assert_allclose(-g["C1"] / 2.5, (alpha + (1 - alpha) * c0) * (1 + alpha) / 2, rtol=1e-12, atol=EXACT)
 
 
 def test_linear_closed_forms():
@@ -101,8 +108,9 @@ def test_linear_closed_forms():
         n2 = K * p**2 + (D - K) * q**2
         np.testing.assert_allclose(p, 1 / (K + (D - K) * math.exp(-delta / math.sqrt(D))), rtol=EXACT)
         L, g = loss_and_grad(red, th)
-        np.testing.assert_allclose(L - 0.5 * 3 * D * 0.25, v / 2 * (C1**2 * D * n2 - 2 * C1 * D * p + D / K),
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            L - 0.5 * 3 * D * 0.25, v / 2 * (C1**2 * D * n2 - 2 * C1 * D * p + D / K), rtol=1e-12
+        )
         step = red.precondition(g)
         np.testing.assert_allclose(-step["C1"], D * p - D * n2 * C1, rtol=1e-12)
         np.testing.assert_allclose(-step["Delta"], math.sqrt(D) * p * q * v * C1 * (1 / K - C1 * (p - q)), rtol=1e-12)
@@ -124,11 +132,13 @@ def invariant_residuals(prob, params):
     p = 1 / (K + (D - K) * np.exp(-delta / math.sqrt(D)))
     return {
         "parallel": np.abs(W - C1[:, None, None] * V).max() / (1 + np.abs(W).max()),
-        "two_valued": max(np.abs(a[mask] - c2).max() + np.abs(a[~mask] + c3).max()
-                          for a, c2, c3 in zip(A, C2, C3)) / scale,
+        "two_valued": max(
+            np.abs(a[mask] - c2).max() + np.abs(a[~mask] + c3).max() for a, c2, c3 in zip(A, C2, C3, strict=False)
+        )
+        / scale,
         "column_sums": np.abs(A.sum(axis=1)).max() / scale,
         "C2_C3": np.abs(K * C2 - (D - K) * C3).max() / scale,
-        "p": max(np.abs(s[mask] - pt).max() for s, pt in zip(S, p)),
+        "p": max(np.abs(s[mask] - pt).max() for s, pt in zip(S, p, strict=False)),
     }
 
 
@@ -159,14 +169,18 @@ def test_teachers_with_equal_sizes_give_identical_curves():
     kw = {"d": 3, "key": key, "v_norm": math.sqrt(3), "activation": "relu"}
     cnn = make_teacher("cnn", 9, 3, M=3, **kw)
     groups = [
-        [cnn, BilinearTeacher(np.asarray(cnn.S_star)[perm][:, perm], cnn.V_star, "relu"),
-         make_teacher("gcn", 9, 3, M=3, **kw), make_teacher("sts", 9, 3, d=3, activation="relu")],
+        [
+            cnn,
+            BilinearTeacher(np.asarray(cnn.S_star)[perm][:, perm], cnn.V_star, "relu"),
+            make_teacher("gcn", 9, 3, M=3, **kw),
+            make_teacher("sts", 9, 3, d=3, activation="relu"),
+        ],
         [make_teacher("gslp", 6, **kw), make_teacher("cnn", 6, 1, M=1, **kw), make_teacher("gcn", 6, 1, M=1, **kw)],
     ]
     for group in groups:
         curves = [gradient_descent(prob, prob.init(None), lr=0.3, steps=60).loss for prob in group]
         assert float(curves[0][-1]) < 0.75 * float(curves[0][0])
-        for prob, curve in zip(group, curves):
+        for prob, curve in zip(group, curves, strict=False):
             np.testing.assert_allclose(float(prob.v), 3.0, rtol=EXACT)
             np.testing.assert_allclose(curve, curves[0], rtol=1e-11)
 
@@ -183,8 +197,9 @@ def test_late_time_constants():
         red = TeacherReduced(D, K, 4.0, alpha)
         eta = 1.0 / (kappa(alpha) * D / K)  # 1/λ_max at the teacher (D/K dominates v/(K²D) here)
         assert red.late_onset() < 1e3
-        run = gradient_descent(red, red.init(None), lr=eta, steps=1_000_000, record_every=50_000,
-                               precondition=red.precondition)
+        run = gradient_descent(
+            red, red.init(None), lr=eta, steps=1_000_000, record_every=50_000, precondition=red.precondition
+        )
         t = np.asarray(run.ts) * eta
         excess = np.asarray(run.loss) - red.L_opt
         ratio = t[-1] * excess[-1] / late_constant(D, K)
@@ -200,16 +215,23 @@ def test_late_time_constants():
 # ---------------------------------------------------------------- validation
 
 
-@pytest.mark.parametrize("args, kwargs, match", [
-    ((8, 8, 1.0, 0.0), {}, r"K=8 is out of range: must be an integer in \[1, D\)"),
-    ((1, 1, 1.0, 0.0), {}, "D=1 is out of range"),
-    ((8, 2, 0.0, 0.0), {}, "v=0.0 is out of range"),
-    ((8, 2, 1.0, 1.5), {}, r"alpha=1.5 is out of range: must lie in \[0, 1\]"),
-    ((8, 2, 1.0, 0.0, -1.0), {}, "sigma_x=-1.0 is out of range"),
-    ((8, 2, 1.0, 0.0, 1.0, -0.1), {}, "sigma_eps=-0.1 is out of range"),
-    ((8, 2, 1.0, 0.0), {"M": 0}, "M=0 is out of range"),
-    ((8, 2, 1.0, 0.0), {"zero_init": "zero"}, "zero_init='zero' is invalid: must be one of 'limit', 'c0=0', 'c0=1'"),
-])
+@pytest.mark.parametrize(
+    "args, kwargs, match",
+    [
+        ((8, 8, 1.0, 0.0), {}, r"K=8 is out of range: must be an integer in \[1, D\)"),
+        ((1, 1, 1.0, 0.0), {}, "D=1 is out of range"),
+        ((8, 2, 0.0, 0.0), {}, "v=0.0 is out of range"),
+        ((8, 2, 1.0, 1.5), {}, r"alpha=1.5 is out of range: must lie in \[0, 1\]"),
+        ((8, 2, 1.0, 0.0, -1.0), {}, "sigma_x=-1.0 is out of range"),
+        ((8, 2, 1.0, 0.0, 1.0, -0.1), {}, "sigma_eps=-0.1 is out of range"),
+        ((8, 2, 1.0, 0.0), {"M": 0}, "M=0 is out of range"),
+        (
+            (8, 2, 1.0, 0.0),
+            {"zero_init": "zero"},
+            "zero_init='zero' is invalid: must be one of 'limit', 'c0=0', 'c0=1'",
+        ),
+    ],
+)
 def test_reduced_validation(args, kwargs, match):
     with pytest.raises(ValueError, match=match):
         TeacherReduced(*args, **kwargs)

@@ -29,8 +29,10 @@ def factorization(d: int, k: int, seed: int = 0):
     return popdyn.Problem.from_loss(loss, init=jnp.zeros(d * k)), float(np.sum(mu[k:] ** 2) / 4.0)
 
 
-DLN = popdyn.Problem.from_loss(lambda th: 0.5 * (th["a"] * th["b"] - 1.0) ** 2,
-                               init=lambda key: dict(zip("ab", 0.1 + 0.01 * jax.random.normal(key, (2,)))))
+DLN = popdyn.Problem.from_loss(
+    lambda th: 0.5 * (th["a"] * th["b"] - 1.0) ** 2,
+    init=lambda key: dict(zip("ab", 0.1 + 0.01 * jax.random.normal(key, (2,)), strict=False)),
+)
 """A depth-2 scalar linear network, L = (ab − 1)²/2: a pytree θ. From a = b, s = a² solves s' = −2s(s − 1)."""
 
 
@@ -75,11 +77,14 @@ def test_from_loss_with_a_pytree_theta_data_leaves_and_an_honoured_key():
     np.testing.assert_allclose(g, [0.5, 2.0], rtol=1e-15)
 
 
-@pytest.mark.parametrize("bad, match", [
-    (dict(attractors={"one": lambda u: jnp.sum(u**2) < 1.0}), "boolean"),
-    (dict(attractors={"two": lambda u: u}), "float scalar"),
-    (dict(init=lambda key: jnp.zeros(3, dtype=jnp.int32)), "dtype int32"),
-])
+@pytest.mark.parametrize(
+    "bad, match",
+    [
+        (dict(attractors={"one": lambda u: jnp.sum(u**2) < 1.0}), "boolean"),
+        (dict(attractors={"two": lambda u: u}), "float scalar"),
+        (dict(init=lambda key: jnp.zeros(3, dtype=jnp.int32)), "dtype int32"),
+    ],
+)
 def test_the_contract_is_checked_where_a_problem_enters(bad, match):
     kwargs = dict(init=jnp.zeros(3)) | bad
     with pytest.raises(ValueError, match=match):
@@ -91,8 +96,9 @@ def test_a_plain_function_or_a_negative_residual_is_refused_with_a_clear_error()
         popdyn.gradient_flow(lambda u: jnp.sum(u**2), jnp.ones(2))
     with pytest.raises(ValueError, match="init"):
         popdyn.Problem.from_loss(lambda u: jnp.sum(u**2), init="zeros")
-    prob = popdyn.Problem.from_loss(lambda u: jnp.sum(u**2), init=jnp.zeros(2),
-                                    attractors={"origin": lambda u: jnp.sum(u**2) - 1.0})
+    prob = popdyn.Problem.from_loss(
+        lambda u: jnp.sum(u**2), init=jnp.zeros(2), attractors={"origin": lambda u: jnp.sum(u**2) - 1.0}
+    )
     with pytest.raises(ValueError, match="'origin'.*>= 0"):
         popdyn.basin_fractions(prob, jnp.ones((4, 2)))
 
@@ -184,8 +190,9 @@ def test_basin_fractions_in_three_dimensions_match_the_orthant_partition():
     assert len(lumped.attractors) == 1 and lumped.attractors[0].startswith("min L=")
     assert lumped.fractions[lumped.attractors[0]] == 1.0
     split = popdyn.basin_fractions(plain, inits, features=jnp.sign, cluster_radius=0.5)
-    assert sorted(split.fractions_of_resolved.values()) == pytest.approx(sorted(
-        bf.fractions_of_resolved.values()), abs=0)
+    assert sorted(split.fractions_of_resolved.values()) == pytest.approx(
+        sorted(bf.fractions_of_resolved.values()), abs=0
+    )
 
 
 # ---- step-size audits over a sweep ------------------------------------------------------------------------------
@@ -214,21 +221,24 @@ def test_float32_is_announced_once():
     import subprocess
     import sys
 
-    code = ("import warnings, jax.numpy as jnp, popdyn\n"
-            "prob = popdyn.Problem.from_loss(lambda u: jnp.sum(u**2), init=jnp.ones(2))\n"
-            "with warnings.catch_warnings(record=True) as w:\n"
-            "    warnings.simplefilter('always')\n"
-            "    popdyn.gradient_descent(prob, jnp.ones(2), steps=2)\n"
-            "    popdyn.gradient_flow(prob, jnp.ones(2), t1=1.0)\n"
-            "print(sum('float32' in str(x.message) for x in w))\n")
+    code = (
+        "import warnings, jax.numpy as jnp, popdyn\n"
+        "prob = popdyn.Problem.from_loss(lambda u: jnp.sum(u**2), init=jnp.ones(2))\n"
+        "with warnings.catch_warnings(record=True) as w:\n"
+        "    warnings.simplefilter('always')\n"
+        "    popdyn.gradient_descent(prob, jnp.ones(2), steps=2)\n"
+        "    popdyn.gradient_flow(prob, jnp.ones(2), t1=1.0)\n"
+        "print(sum('float32' in str(x.message) for x in w))\n"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "1"
 
 
 def test_slices_through_any_coordinate_of_any_pytree():
     """A 2-D slice through an entry of a matrix inside a tuple θ, by its path; the rest taken from a whole-θ base."""
-    prob = popdyn.Problem.from_loss(lambda th: jnp.sum(th[0] ** 2) + jnp.sum(th[1]["U"] ** 2),
-                                    init=(jnp.zeros(2), {"U": jnp.zeros((2, 3))}))
+    prob = popdyn.Problem.from_loss(
+        lambda th: jnp.sum(th[0] ** 2) + jnp.sum(th[1]["U"] ** 2), init=(jnp.zeros(2), {"U": jnp.zeros((2, 3))})
+    )
     base = (np.array([1.0, 2.0]), {"U": np.full((2, 3), 5.0)})
     grid = popdyn.Grid("[0][1]", "[1]['U'][1,2]", (-1.0, 1.0), (0.0, 3.0), (2, 3), base=base)
     x, u = grid.points(prob)

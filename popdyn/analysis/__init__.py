@@ -1,20 +1,54 @@
 """Curvature, basin maps, hitting times and step-size audits (DESIGN.md, layer 4)."""
 
 from popdyn.analysis.basins import (
-    UNRESOLVED, BasinFractions, BasinMap, basin_fractions, basin_map, label_end_points, morse_index,
+    UNRESOLVED,
+    BasinFractions,
+    BasinMap,
+    basin_fractions,
+    basin_map,
+    label_end_points,
+    morse_index,
 )
 from popdyn.analysis.cluster import cluster_points
-from popdyn.curvature import extreme_eigenvalues, hessian_matrix, hessian_spectrum, lambda_max, lambda_min
 from popdyn.analysis.grid import Grid
 from popdyn.analysis.stepsize import StepSizeAudit, step_size_audit
 from popdyn.analysis.times import (
-    Distance, GradNormBelow, HittingTimes, LossBelow, asymptotic_rate, first_passage, hitting_time, hitting_times,
+    Distance,
+    GradNormBelow,
+    HittingTimes,
+    LossBelow,
+    asymptotic_rate,
+    first_passage,
+    hitting_time,
+    hitting_times,
     local_rate,
 )
+from popdyn.curvature import extreme_eigenvalues, hessian_matrix, hessian_spectrum, lambda_max, lambda_min
 
 __all__ = [
-    "UNRESOLVED", "BasinFractions", "BasinMap", "Distance", "GradNormBelow", "HittingTimes", "LossBelow",
-    "basin_fractions", "hitting_times", "label_end_points", "morse_index", "Grid", "StepSizeAudit", "asymptotic_rate", "first_passage", "basin_map", "cluster_points",
-    "extreme_eigenvalues", "hessian_matrix", "hessian_spectrum", "hitting_time", "lambda_max", "lambda_min",
-    "local_rate", "step_size_audit",
+    "UNRESOLVED",
+    "BasinFractions",
+    "BasinMap",
+    "Distance",
+    "GradNormBelow",
+    "HittingTimes",
+    "LossBelow",
+    "basin_fractions",
+    "hitting_times",
+    "label_end_points",
+    "morse_index",
+    "Grid",
+    "StepSizeAudit",
+    "asymptotic_rate",
+    "first_passage",
+    "basin_map",
+    "cluster_points",
+    "extreme_eigenvalues",
+    "hessian_matrix",
+    "hessian_spectrum",
+    "hitting_time",
+    "lambda_max",
+    "lambda_min",
+    "local_rate",
+    "step_size_audit",
 ]

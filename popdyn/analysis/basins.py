@@ -23,9 +23,9 @@ from jax.flatten_util import ravel_pytree
 
 from popdyn import _validate
 from popdyn.analysis.cluster import cluster_points
-from popdyn.curvature import EXACT_MAX_DIM, extreme_eigenvalues, hessian_spectrum
 from popdyn.analysis.grid import Grid
 from popdyn.batching import as_batch, check_chunk_size
+from popdyn.curvature import EXACT_MAX_DIM, extreme_eigenvalues, hessian_spectrum
 from popdyn.dynamics import Status, Trajectory, gradient_descent, gradient_flow
 from popdyn.dynamics.status import RESOLVED, count
 from popdyn.problem import Problem, Theta
@@ -74,8 +74,9 @@ class BasinFractions:
     def fractions_of_resolved(self) -> dict[str, float]:
         """Fractions among resolved points only (NaN when none is resolved): what a theory's partition predicts."""
         k = int(np.sum(self.labels >= 0))
-        return {name: (float(np.sum(self.labels == i)) / k if k else float("nan"))
-                for i, name in enumerate(self.attractors)}
+        return {
+            name: (float(np.sum(self.labels == i)) / k if k else float("nan")) for i, name in enumerate(self.attractors)
+        }
 
     def status_counts(self) -> dict[str, int]:
         """How many initialisations ended in each status."""
@@ -103,8 +104,10 @@ def _theory_labels(prob: Problem, final, ok: np.ndarray, tol: float) -> tuple[np
     bad = np.isfinite(R) & (R < 0)
     if bad.any():
         i, j = np.argwhere(bad)[0]
-        raise ValueError(f"attractor residual {names[j]!r} returned {R[i, j]!r} at an end point: residuals must be "
-                         "floats >= 0 that vanish on the attractor")
+        raise ValueError(
+            f"attractor residual {names[j]!r} returned {R[i, j]!r} at an end point: residuals must be "
+            "floats >= 0 that vanish on the attractor"
+        )
     R = np.where(np.isfinite(R), R, np.inf)
     best = np.argmin(R, axis=-1)
     hit = np.take_along_axis(R, best[:, None], axis=-1)[:, 0] < tol
@@ -122,8 +125,7 @@ def morse_index(prob: Problem, theta: Theta, saddle_tol: float = 1e-7) -> np.nda
     return (lo < -saddle_tol * np.maximum(1.0, np.abs(hi))).astype(int)
 
 
-def _level_labels(prob: Problem, final, final_loss, todo: np.ndarray,
-                  start: int) -> tuple[np.ndarray, tuple[str, ...]]:
+def _level_labels(prob: Problem, final, final_loss, todo: np.ndarray, start: int) -> tuple[np.ndarray, tuple[str, ...]]:
     """Label the points in ``todo`` by (Morse index, loss level): names "min L=…", "saddle(k) L=…"."""
     labels = np.full(len(todo), -1)
     idx = np.flatnonzero(todo)
@@ -161,8 +163,15 @@ def _cluster_labels(points: np.ndarray, status: np.ndarray, todo: np.ndarray, ra
     return labels, tuple(names)
 
 
-def label_end_points(prob: Problem, traj: Trajectory, *, tol: float = 1e-3, use_theory: bool = True,
-                     features: str | Callable = "level", cluster_radius: float = 1e-2) -> tuple[np.ndarray, tuple]:
+def label_end_points(
+    prob: Problem,
+    traj: Trajectory,
+    *,
+    tol: float = 1e-3,
+    use_theory: bool = True,
+    features: str | Callable = "level",
+    cluster_radius: float = 1e-2,
+) -> tuple[np.ndarray, tuple]:
     """(labels, attractor names) for the end points of a batched run: theory residuals first, then features
     (``"level"``: loss level and Morse index; ``"position"``: clusters of θ at ``cluster_radius``; or a function
     θ → feature vector, clustered at ``cluster_radius``). Only resolved points get a label ≥ 0."""
@@ -189,11 +198,28 @@ def _draw(prob: Problem, keys: jax.Array) -> Theta:
 
 def _run(prob, theta, method, t1, lr, steps, chunk_size, progress, checkpoint, dynamics_kwargs) -> Trajectory:
     if method == "flow":
-        return gradient_flow(prob, theta, t1=t1, ts=None, chunk_size=chunk_size, progress=progress,
-                             checkpoint=checkpoint, **dynamics_kwargs)
+        return gradient_flow(
+            prob,
+            theta,
+            t1=t1,
+            ts=None,
+            chunk_size=chunk_size,
+            progress=progress,
+            checkpoint=checkpoint,
+            **dynamics_kwargs,
+        )
     rec = dynamics_kwargs.pop("record_every", steps)
-    return gradient_descent(prob, theta, lr=lr, steps=steps, record_every=rec, chunk_size=chunk_size,
-                            progress=progress, checkpoint=checkpoint, **dynamics_kwargs)
+    return gradient_descent(
+        prob,
+        theta,
+        lr=lr,
+        steps=steps,
+        record_every=rec,
+        chunk_size=chunk_size,
+        progress=progress,
+        checkpoint=checkpoint,
+        **dynamics_kwargs,
+    )
 
 
 def _check(method, tol, cluster_radius, features, chunk_size) -> None:
@@ -241,12 +267,14 @@ def basin_fractions(
     if not batched:
         raise ValueError("inits is a single θ: basin_fractions needs a batch (a leading axis) or a number of draws")
     traj = _run(prob, theta, method, t1, lr, steps, chunk_size, progress, checkpoint, dict(dynamics_kwargs))
-    labels, names = label_end_points(prob, traj, tol=tol, use_theory=use_theory, features=features,
-                                     cluster_radius=cluster_radius)
+    labels, names = label_end_points(
+        prob, traj, tol=tol, use_theory=use_theory, features=features, cluster_radius=cluster_radius
+    )
     times = np.where(labels >= 0, np.asarray(traj.t_final), np.nan)
     final = jax.tree_util.tree_map(np.asarray, traj.final)
-    return BasinFractions(method=method, labels=labels, attractors=names, times=times,
-                          status=np.asarray(traj.status), final=final)
+    return BasinFractions(
+        method=method, labels=labels, attractors=names, times=times, status=np.asarray(traj.status), final=final
+    )
 
 
 def basin_map(prob: Problem, grid: Grid, method: str = "flow", **options) -> BasinMap:
@@ -269,5 +297,12 @@ def basin_map(prob: Problem, grid: Grid, method: str = "flow", **options) -> Bas
     bf = basin_fractions(prob, grid.points(prob), method, **options)
     shape = grid.shape
     final = jax.tree_util.tree_map(lambda v: v.reshape(shape + v.shape[1:]), bf.final)
-    return BasinMap(method=method, labels=bf.labels.reshape(shape), attractors=bf.attractors,
-                    times=bf.times.reshape(shape), status=bf.status.reshape(shape), final=final, grid=grid)
+    return BasinMap(
+        method=method,
+        labels=bf.labels.reshape(shape),
+        attractors=bf.attractors,
+        times=bf.times.reshape(shape),
+        status=bf.status.reshape(shape),
+        final=final,
+        grid=grid,
+    )

@@ -44,12 +44,12 @@ def resolve(template, name: str, label: str = "axis") -> tuple[int, tuple[int, .
         for alias in _aliases(path, len(leaves)):
             if not name.startswith(alias):
                 continue
-            rest = name[len(alias):]
+            rest = name[len(alias) :]
             m = _INDEX.fullmatch(rest) if rest else None
             if rest and m is None:
                 continue
             idx = tuple(int(v) for v in m.group(1).split(",")) if m else ()
-            if len(idx) != len(shape) or any(j >= s for j, s in zip(idx, shape)):
+            if len(idx) != len(shape) or any(j >= s for j, s in zip(idx, shape, strict=False)):
                 raise ValueError(f"{label} {name!r} does not index parameter {alias or 'θ'!r} of shape {shape}")
             return i, idx
         known.append(_aliases(path, len(leaves))[-1] + ("" if not leaf.shape else f"[…] of shape {tuple(leaf.shape)}"))

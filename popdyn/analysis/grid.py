@@ -13,6 +13,7 @@ from popdyn.analysis import coords
 from popdyn.batching import check_memory
 from popdyn.problem import Problem, Theta
 
+
 @dataclass(frozen=True)
 class Grid:
     """Initialisations θ(x_i, y_j): coordinates ``x`` and ``y`` of θ vary over ``x_range`` × ``y_range``
@@ -33,14 +34,15 @@ class Grid:
         if isinstance(self.shape, (str, bytes)) or not hasattr(self.shape, "__len__") or len(self.shape) != 2:
             raise ValueError(f"shape={self.shape!r} is invalid: must be a pair (ny, nx) of integers >= 2")
         ny, nx = self.shape
-        object.__setattr__(self, "shape", (_validate.int_at_least("grid (ny)", ny, 2),
-                                           _validate.int_at_least("grid (nx)", nx, 2)))
+        object.__setattr__(
+            self, "shape", (_validate.int_at_least("grid (ny)", ny, 2), _validate.int_at_least("grid (nx)", nx, 2))
+        )
         coords.check_syntax(self.x, "x"), coords.check_syntax(self.y, "y")
         if self.x == self.y:
             raise ValueError(f"x={self.x!r} and y={self.y!r} must name different coordinates")
 
     @classmethod
-    def square(cls, x: str, y: str, lo: float, hi: float, n: int, base: dict | None = None) -> "Grid":
+    def square(cls, x: str, y: str, lo: float, hi: float, n: int, base: dict | None = None) -> Grid:
         """An n × n grid over [lo, hi]² (n even keeps the axes x = 0 and y = 0 off the grid)."""
         return cls(x, y, (lo, hi), (lo, hi), (n, n), base)
 
@@ -57,16 +59,19 @@ class Grid:
         template = prob.template()
         leaves, treedef = jax.tree_util.tree_flatten(template)
         n_points = self.shape[0] * self.shape[1]
-        check_memory(3 * 8.0 * n_points * sum(max(1, int(np.prod(t.shape))) for t in leaves),
-                     f"a grid of {self.shape[0]:,} × {self.shape[1]:,} initialisations")
+        check_memory(
+            3 * 8.0 * n_points * sum(max(1, int(np.prod(t.shape))) for t in leaves),
+            f"a grid of {self.shape[0]:,} × {self.shape[1]:,} initialisations",
+        )
         base = [np.zeros(t.shape) for t in leaves]
         for i, name, value in _base_values(template, self.base):
             value = _validate.float_array(f"base[{name}]", value)
             try:
                 base[i] = np.broadcast_to(value, leaves[i].shape).copy()
             except ValueError:
-                raise ValueError(f"base[{name}] has shape {value.shape}: must broadcast to the parameter's shape "
-                                 f"{leaves[i].shape}") from None
+                raise ValueError(
+                    f"base[{name}] has shape {value.shape}: must broadcast to the parameter's shape {leaves[i].shape}"
+                ) from None
         X, Y = np.meshgrid(self.xs, self.ys)
         n = X.size
         batch = [np.broadcast_to(v, (n, *v.shape)).copy() for v in base]
@@ -91,6 +96,7 @@ def _base_values(template: Theta, base) -> list[tuple[int, str, object]]:
     try:
         parts = jax.tree_util.tree_structure(template).flatten_up_to(base)
     except (TypeError, ValueError):
-        raise ValueError(f"base={base!r} is invalid: must have the structure of θ, "
-                         f"{jax.tree_util.tree_structure(template)}") from None
-    return [(i, jax.tree_util.keystr(p), v) for i, (p, v) in enumerate(zip(paths, parts))]
+        raise ValueError(
+            f"base={base!r} is invalid: must have the structure of θ, {jax.tree_util.tree_structure(template)}"
+        ) from None
+    return [(i, jax.tree_util.keystr(p), v) for i, (p, v) in enumerate(zip(paths, parts, strict=False))]

@@ -17,7 +17,6 @@ from popdyn.dynamics import Status, Trajectory
 from popdyn.dynamics.status import AT_MINIMUM
 from popdyn.problem import Problem
 
-
 VERDICTS = ("held", "between", "edge of stability", "unstable", "diverged")
 """Audit verdicts, in order: η ≤ 1/λ_max held all along; max λ in (1/η, 2/η]; λ crossed 2/η but the run settled
 where λ_end < 2/η; past 2/η and not settled; the run diverged or hit NaN."""
@@ -63,17 +62,26 @@ class StepSizeAudit:
     @property
     def verdict_code(self) -> np.ndarray:
         """Index into ``VERDICTS`` per initialisation."""
-        return np.select([self.diverged, self.flagged & self.settled, self.flagged, ~self.monotone_safe],
-                         [4, 2, 3, 1], default=0)
+        return np.select(
+            [self.diverged, self.flagged & self.settled, self.flagged, ~self.monotone_safe], [4, 2, 3, 1], default=0
+        )
 
     def verdicts(self) -> np.ndarray:
         """``VERDICTS`` names per initialisation."""
         return np.asarray(VERDICTS, dtype=object)[self.verdict_code]
 
-    def run(self, i: int) -> "StepSizeAudit":
+    def run(self, i: int) -> StepSizeAudit:
         """The audit of run ``i`` of a batch (e.g. one η of a sweep), unbatched: for figures and tables."""
-        return StepSizeAudit(**{f.name: (getattr(self, f.name) if f.name == "lr" and np.ndim(self.lr) == 0
-                                         else np.asarray(getattr(self, f.name))[i]) for f in fields(self)})
+        return StepSizeAudit(
+            **{
+                f.name: (
+                    getattr(self, f.name)
+                    if f.name == "lr" and np.ndim(self.lr) == 0
+                    else np.asarray(getattr(self, f.name))[i]
+                )
+                for f in fields(self)
+            }
+        )
 
     def summary(self) -> dict | list[dict]:
         """The audit as plain numbers for ``summary.json``: a dict for one run, a list of dicts for a batch."""
@@ -85,22 +93,34 @@ class StepSizeAudit:
         lr = float(np.broadcast_to(self.lr, np.shape(self.max_lambda))[i])
         if not isinstance(self.lr, np.ndarray) or self.lr.ndim == 0:
             lr = float(self.lr)
-        return {"lr": lr, "max_lambda": float(self.max_lambda[i]), "lambda_end": float(self.lambda_end[i]),
-                "one_over_lr": 1 / lr, "two_over_lr": 2 / lr, "monotone_safe": bool(self.monotone_safe[i]),
-                "past_stability_edge": bool(self.flagged[i]), "verdict": VERDICTS[int(self.verdict_code[i])],
-                "first_step_above_2_over_lr": float(self.first_above_2_over_lr[i]),
-                "loss_rises": int(self.loss_rises[i])}
+        return {
+            "lr": lr,
+            "max_lambda": float(self.max_lambda[i]),
+            "lambda_end": float(self.lambda_end[i]),
+            "one_over_lr": 1 / lr,
+            "two_over_lr": 2 / lr,
+            "monotone_safe": bool(self.monotone_safe[i]),
+            "past_stability_edge": bool(self.flagged[i]),
+            "verdict": VERDICTS[int(self.verdict_code[i])],
+            "first_step_above_2_over_lr": float(self.first_above_2_over_lr[i]),
+            "loss_rises": int(self.loss_rises[i]),
+        }
 
     def verdict(self, i=()) -> str:
         """Run ``i``'s audit in words (the only run when unbatched), with λ_max against 1/η and 2/η."""
         r = self._row(i)
-        words = {"held": "η ≤ 1/λ_max held", "between": "between 1/λ_max and 2/λ_max",
-                 "edge of stability": f"edge of stability: λ_max crossed 2/η at t = {r['first_step_above_2_over_lr']:g}, "
-                                      f"then settled where λ_max = {r['lambda_end']:.4f} < 2/η",
-                 "unstable": "PAST 2/η (unstable)", "diverged": "PAST 2/η and diverged" if r["past_stability_edge"]
-                 else "diverged"}
-        return (f"max λ_max = {r['max_lambda']:.4f}, at the end {r['lambda_end']:.4f} (1/η = {r['one_over_lr']:.3f}, "
-                f"2/η = {r['two_over_lr']:.3f}): {words[r['verdict']]}; loss rose {r['loss_rises']}×")
+        words = {
+            "held": "η ≤ 1/λ_max held",
+            "between": "between 1/λ_max and 2/λ_max",
+            "edge of stability": f"edge of stability: λ_max crossed 2/η at t = {r['first_step_above_2_over_lr']:g}, "
+            f"then settled where λ_max = {r['lambda_end']:.4f} < 2/η",
+            "unstable": "PAST 2/η (unstable)",
+            "diverged": "PAST 2/η and diverged" if r["past_stability_edge"] else "diverged",
+        }
+        return (
+            f"max λ_max = {r['max_lambda']:.4f}, at the end {r['lambda_end']:.4f} (1/η = {r['one_over_lr']:.3f}, "
+            f"2/η = {r['two_over_lr']:.3f}): {words[r['verdict']]}; loss rose {r['loss_rises']}×"
+        )
 
 
 def _first_time(ts: np.ndarray, above: np.ndarray) -> np.ndarray:
@@ -128,7 +148,7 @@ def step_size_audit(prob: Problem, traj: Trajectory, lr, method: str = "auto") -
     lead = ts.shape  # (*B, T)
     lr = _rates(lr, lead)
     lr_b = np.asarray(lr)[..., None]
-    flat = jax.tree_util.tree_map(lambda x: x.reshape((-1, *x.shape[len(lead):])), traj.params)
+    flat = jax.tree_util.tree_map(lambda x: x.reshape((-1, *x.shape[len(lead) :])), traj.params)
     lam = np.asarray(lambda_max(prob, flat, method=method)).reshape(lead)
     lam = np.where(np.isfinite(ts), lam, np.nan)
     loss = np.asarray(traj.loss)
@@ -136,9 +156,13 @@ def step_size_audit(prob: Problem, traj: Trajectory, lr, method: str = "auto") -
     safe = np.where(np.isfinite(lam), lam, -np.inf)
     last = np.maximum(np.sum(np.isfinite(lam), axis=-1) - 1, 0)
     return StepSizeAudit(
-        lr=lr, ts=ts, lambda_max=lam, max_lambda=np.max(safe, axis=-1),
+        lr=lr,
+        ts=ts,
+        lambda_max=lam,
+        max_lambda=np.max(safe, axis=-1),
         lambda_end=np.take_along_axis(lam, last[..., None], axis=-1)[..., 0],
         first_above_1_over_lr=_first_time(ts, safe > 1.0 / lr_b),
         first_above_2_over_lr=_first_time(ts, safe > 2.0 / lr_b),
-        loss_rises=rises, status=np.asarray(traj.status),
+        loss_rises=rises,
+        status=np.asarray(traj.status),
     )

@@ -80,8 +80,17 @@ class HittingTimes:
         return count(self.status)
 
 
-def hitting_times(prob: Problem, theta0: Theta, target, method: str = "flow", *, t1: float = 1e4, lr=0.1,
-                  steps: int = 10_000, **dynamics_kwargs) -> HittingTimes:
+def hitting_times(
+    prob: Problem,
+    theta0: Theta,
+    target,
+    method: str = "flow",
+    *,
+    t1: float = 1e4,
+    lr=0.1,
+    steps: int = 10_000,
+    **dynamics_kwargs,
+) -> HittingTimes:
     """First time each run from θ0 (one point or a batch) meets ``target``: a function θ → real, reached when it
     first falls to ≤ 0 (``Distance``, ``LossBelow``, ``GradNormBelow`` or a user's own; an equinox Module keeps its
     numbers traced, so a new ε compiles nothing).
@@ -96,12 +105,20 @@ def hitting_times(prob: Problem, theta0: Theta, target, method: str = "flow", *,
     if method == "flow":
         traj = gradient_flow(prob, theta0, t1=t1, ts=None, until=target, **dynamics_kwargs)
     else:
-        traj = gradient_descent(prob, theta0, lr=lr, steps=steps, record_every=dynamics_kwargs.pop("record_every", steps),
-                                until=target, **dynamics_kwargs)
+        traj = gradient_descent(
+            prob,
+            theta0,
+            lr=lr,
+            steps=steps,
+            record_every=dynamics_kwargs.pop("record_every", steps),
+            until=target,
+            **dynamics_kwargs,
+        )
     status = np.asarray(traj.status)
     times = np.where(status == int(Status.REACHED), np.asarray(traj.t_final), np.nan)
-    return HittingTimes(times=times, status=status, final=jax.tree_util.tree_map(np.asarray, traj.final),
-                        time_unit=traj.time_unit)
+    return HittingTimes(
+        times=times, status=status, final=jax.tree_util.tree_map(np.asarray, traj.final), time_unit=traj.time_unit
+    )
 
 
 def hitting_time(ts: np.ndarray, dist: np.ndarray, eps: float) -> float:
@@ -139,8 +156,9 @@ def local_rate(prob: Problem, theta_limit: Theta, rel_tol: float = 1e-8) -> floa
     return float(pos[0]) if pos.size and ev[-1] > 0 else float("nan")
 
 
-def first_passage(prob: Problem, theta0: Theta, g, t1: float, *, n_grid: int = 4000, t_min: float | None = None,
-                  **flow_kwargs) -> tuple[np.ndarray, object]:
+def first_passage(
+    prob: Problem, theta0: Theta, g, t1: float, *, n_grid: int = 4000, t_min: float | None = None, **flow_kwargs
+) -> tuple[np.ndarray, object]:
     """First times t at which each component of g(θ_t) > 0 along the gradient flow from θ0 (one point, or a
     batch on a leading axis).
 

@@ -35,7 +35,9 @@ def _optimizer(optimizer, lr: float) -> optax.GradientTransformation:
         return optimizer
     if callable(optimizer):  # e.g. optax.adam: called with the learning rate
         return optimizer(lr)
-    raise ValueError(f"optimizer={optimizer!r} is invalid: must be None, an optax transformation or a factory lr -> transformation")
+    raise ValueError(
+        f"optimizer={optimizer!r} is invalid: must be None, an optax transformation or a factory lr -> transformation"
+    )
 
 
 def gradient_descent(
@@ -87,15 +89,16 @@ def gradient_descent(
     ``time_scales`` multiplies each parameter block's direction (per-block learning rates). Records at
     steps 0, k, 2k, …; the status comes from the scale-aware rule of ``popdyn.dynamics.stopping`` at the end point
     (δ = atol + rtol‖θ‖ on the noise-free direction f), or ‖f‖ < ``gtol`` when given; ``t_final`` is the first
-    recorded step where ‖f‖ ≤ δ·R with δ and R (the curvature along f) taken at the end point (or ``steps``). With ``until`` (θ → real), a point stops at the first step k with
-    until(θ_k) ≤ 0: status REACHED, ``t_final`` = k exactly, θ frozen there. Status as for ``gradient_flow``.
+    recorded step where ‖f‖ ≤ δ·R with δ and R (the curvature along f) taken at the end point (or ``steps``).
+    With ``until`` (θ → real), a point stops at the first step k with until(θ_k) ≤ 0: status REACHED,
+    ``t_final`` = k exactly, θ frozen there. Status as for ``gradient_flow``.
 
     Batches run in chunks of ``chunk_size`` spread over all devices; ``checkpoint`` (a directory) saves each
     finished chunk and resumes from them (``popdyn.batching.map_chunks``). When only end points are recorded
     (``record_every == steps``, no ``save_params`` or ``metrics``) and a chunk holds more points than
     lanes (``lanes``; by default min(1024, max(64, ⌈chunk/4⌉))), it runs through vmapped lanes
-    (``popdyn.dynamics.lanes``): a point stops at the first multiple of ``lane_steps`` where it is steady, diverged or at its target, and its lane takes the next point; its record at
-    ``ts[1]`` is then that step.
+    (``popdyn.dynamics.lanes``): a point stops at the first multiple of ``lane_steps`` where it is steady,
+    diverged or at its target, and its lane takes the next point; its record at ``ts[1]`` is then that step.
     """
     steps = _validate.int_at_least("steps", steps, 1)
     momentum = _validate.positive("momentum", momentum, allow_zero=True)
@@ -114,10 +117,18 @@ def gradient_descent(
     check_chunk_size(chunk_size)
     if steps % k:
         raise ValueError(f"steps={steps} is invalid: must be a multiple of record_every={k}")
-    cfg = _DescentConfig(steps=steps, record_every=k, save_params=save_params, gtol=gtol, rtol=rtol, atol=atol,
-                         diverge=diverge,
-                         scales=frozen_scales(scale_tree(prob, time_scales)), momentum=momentum,
-                         noise=noise)
+    cfg = _DescentConfig(
+        steps=steps,
+        record_every=k,
+        save_params=save_params,
+        gtol=gtol,
+        rtol=rtol,
+        atol=atol,
+        diverge=diverge,
+        scales=frozen_scales(scale_tree(prob, time_scales)),
+        momentum=momentum,
+        noise=noise,
+    )
     batch, batched = as_batch(prob, theta0)
     n = jax.tree_util.tree_leaves(batch)[0].shape[0]
     lrs = _learning_rates(lr, n, batched)
@@ -137,8 +148,15 @@ def gradient_descent(
     else:
         run = lambda b: _descend_batch(gd, *b)  # noqa: E731
         how = ("batch",)
-    out = map_chunks(run, (batch, lr_arr, keys), chunk_size, progress=progress, desc="gradient descent",
-                     checkpoint=checkpoint, depends_on=("gd", gd, how))
+    out = map_chunks(
+        run,
+        (batch, lr_arr, keys),
+        chunk_size,
+        progress=progress,
+        desc="gradient descent",
+        checkpoint=checkpoint,
+        depends_on=("gd", gd, how),
+    )
     return finish(prob, out, batched, saddle_tol, "step", rtol, atol)
 
 
@@ -149,8 +167,10 @@ def _noise_levels(prob: Problem, noise) -> float | tuple:
     template = prob.template()
     unknown = set(noise) - set(template) if isinstance(template, dict) else set(noise)
     if unknown:
-        raise ValueError(f"noise has unknown parameter(s) {sorted(unknown)}: allowed "
-                         f"{sorted(template) if isinstance(template, dict) else 'a single number'}")
+        raise ValueError(
+            f"noise has unknown parameter(s) {sorted(unknown)}: allowed "
+            f"{sorted(template) if isinstance(template, dict) else 'a single number'}"
+        )
     levels = {k: _validate.positive(f"noise[{k!r}]", noise.get(k, 0.0), allow_zero=True) for k in template}
     return tuple(levels.items()) if any(levels.values()) else 0.0
 
@@ -161,8 +181,10 @@ def _learning_rates(lr, n: int, batched: bool) -> np.ndarray:
         return np.full(n, _validate.positive("lr", np.asarray(lr).item()))
     arr = np.asarray(lr, dtype=float)
     if not batched or arr.shape != (n,) or not np.all(np.isfinite(arr) & (arr > 0)):
-        raise ValueError(f"lr has shape {arr.shape}: per-initialisation learning rates must be {n} finite numbers "
-                         f"> 0, one per point of a batched θ0")
+        raise ValueError(
+            f"lr has shape {arr.shape}: per-initialisation learning rates must be {n} finite numbers "
+            f"> 0, one per point of a batched θ0"
+        )
     return arr
 
 
@@ -196,8 +218,9 @@ class _GD(eqx.Module):
 
     def field_from(self, g):
         precondition = self.hooks[0]
-        return jax.tree_util.tree_map(jnp.negative, apply_scales(g if precondition is None else precondition(g),
-                                                                 self.scales()))
+        return jax.tree_util.tree_map(
+            jnp.negative, apply_scales(g if precondition is None else precondition(g), self.scales())
+        )
 
     def scales(self):
         return None if self.cfg.scales is None else dict(self.cfg.scales)
@@ -223,7 +246,9 @@ class _GD(eqx.Module):
             ks = jax.random.split(key_noise, len(leaves))
             sig = tree.flatten_up_to(stds)
             d = jax.tree_util.tree_unflatten(
-                tree, [x + s_ * jax.random.normal(k_, x.shape, x.dtype) for x, s_, k_ in zip(leaves, sig, ks)])
+                tree,
+                [x + s_ * jax.random.normal(k_, x.shape, x.dtype) for x, s_, k_ in zip(leaves, sig, ks, strict=False)],
+            )
         return apply_scales(d, self.scales())
 
     def update(self, theta, state, lr, key, g=None):
@@ -276,18 +301,27 @@ class _GD(eqx.Module):
         state = jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), state, new_state)
         if not lg:
             return theta, state, bad
-        return theta, state, bad, jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), lg[0],
-                                                         jax.value_and_grad(self.prob.loss)(new))
+        return (
+            theta,
+            state,
+            bad,
+            jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), lg[0], jax.value_and_grad(self.prob.loss)(new)),
+        )
 
     def steady(self, theta, floor) -> Array:
         cfg = self.cfg
         return stopping.steady(self.field, theta, stopping.state_tol(theta, cfg.rtol, cfg.atol), floor, cfg.gtol)
 
     def status(self, bad, finite, steady) -> Array:
-        return jnp.where(bad <= -2, int(Status.REACHED),
-                         jnp.where(bad >= 0, bad, jnp.where(~finite, int(Status.NAN),
-                                                            jnp.where(steady, int(Status.CONVERGED),
-                                                                      int(Status.MAX_STEPS)))))
+        return jnp.where(
+            bad <= -2,
+            int(Status.REACHED),
+            jnp.where(
+                bad >= 0,
+                bad,
+                jnp.where(~finite, int(Status.NAN), jnp.where(steady, int(Status.CONVERGED), int(Status.MAX_STEPS))),
+            ),
+        )
 
 
 @eqx.filter_jit
@@ -335,9 +369,15 @@ def _descend_batch(gd: _GD, batch: Theta, lrs, keys) -> dict:
         reached = bad <= -2
         hit_step = (-bad - 2).astype(ts.dtype)
         return {
-            "final": final, "status": gd.status(bad, finite, below[-1]), "t_final": jnp.where(reached, hit_step, first),
-            "ts": ts, "loss": recs["loss"], "grad_norm": gn, "params": recs.get("params"),
-            "metrics": recs.get("metrics"), "n_steps": jnp.where(reached, hit_step, steps).astype(jnp.int32),
+            "final": final,
+            "status": gd.status(bad, finite, below[-1]),
+            "t_final": jnp.where(reached, hit_step, first),
+            "ts": ts,
+            "loss": recs["loss"],
+            "grad_norm": gn,
+            "params": recs.get("params"),
+            "metrics": recs.get("metrics"),
+            "n_steps": jnp.where(reached, hit_step, steps).astype(jnp.int32),
         }
 
     return jax.vmap(run_one)(batch, lrs, keys)
@@ -352,40 +392,65 @@ def _descend_lanes(gd: _GD, batch: Theta, lrs, keys, width: int, segment: int) -
 
     def start(point):
         theta, lr, key = point
-        return {"theta": theta, "state": gd.init_state(theta), "bad": gd.start_code(theta), "lr": lr, "key": key,
-                "floor": stopping.speed_floor(optax.tree.norm(gd.field(theta))), "k": jnp.int32(0),
-                "seg": jnp.int32(0), "code": jnp.int32(-1)}
+        return {
+            "theta": theta,
+            "state": gd.init_state(theta),
+            "bad": gd.start_code(theta),
+            "lr": lr,
+            "key": key,
+            "floor": stopping.speed_floor(optax.tree.norm(gd.field(theta))),
+            "k": jnp.int32(0),
+            "seg": jnp.int32(0),
+            "code": jnp.int32(-1),
+        }
 
     def advance(lane):
         def body(c, i):
             return jax.lax.cond(i < steps, lambda: gd.step(c, i, lane["lr"], lane["key"]), lambda: c), None
 
         running = (lane["code"] == -1) & (lane["bad"] == -1)
-        (theta, state, bad), _ = jax.lax.scan(body, (lane["theta"], lane["state"], lane["bad"]),
-                                              lane["k"] + jnp.arange(segment))
+        (theta, state, bad), _ = jax.lax.scan(
+            body, (lane["theta"], lane["state"], lane["bad"]), lane["k"] + jnp.arange(segment)
+        )
         k = jnp.minimum(lane["k"] + segment, steps)
         loss, g = vg(theta)
         finite = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(g))
         steady = gd.steady(theta, lane["floor"])
         code = gd.status(bad, finite, steady)
         code = jnp.where((code == int(Status.MAX_STEPS)) & (k < steps), -1, code)
-        new = lane | {"theta": theta, "state": state, "bad": bad, "k": k, "seg": k - lane["k"],
-                      "code": code.astype(jnp.int32)}
-        done = lane | {"seg": jnp.int32(0), "code": gd.status(lane["bad"], jnp.bool_(True), jnp.bool_(False))
-                       .astype(jnp.int32)}
+        new = lane | {
+            "theta": theta,
+            "state": state,
+            "bad": bad,
+            "k": k,
+            "seg": k - lane["k"],
+            "code": code.astype(jnp.int32),
+        }
+        done = lane | {
+            "seg": jnp.int32(0),
+            "code": gd.status(lane["bad"], jnp.bool_(True), jnp.bool_(False)).astype(jnp.int32),
+        }
         return jax.tree_util.tree_map(lambda a, b: jnp.where(running, a, b), new, done)
 
-    out, _ = run_lanes(start, advance, lambda lane: lane["code"] != -1, lambda lane: lane["seg"],
-                       (batch, lrs, keys), width)
+    out, _ = run_lanes(
+        start, advance, lambda lane: lane["code"] != -1, lambda lane: lane["seg"], (batch, lrs, keys), width
+    )
 
     def package(theta0, lane):
         loss0, g0 = vg(theta0)
         loss1, g1 = vg(lane["theta"])
         reached = lane["bad"] <= -2
         stop = jnp.where(reached, -lane["bad"] - 2, lane["k"]).astype(jnp.result_type(float))
-        return {"final": lane["theta"], "status": lane["code"], "t_final": stop,
-                "ts": jnp.stack([jnp.zeros_like(stop), stop]), "loss": jnp.stack([loss0, loss1]),
-                "grad_norm": jnp.stack([optax.tree.norm(g0), optax.tree.norm(g1)]), "params": None, "metrics": None,
-                "n_steps": stop.astype(jnp.int32)}
+        return {
+            "final": lane["theta"],
+            "status": lane["code"],
+            "t_final": stop,
+            "ts": jnp.stack([jnp.zeros_like(stop), stop]),
+            "loss": jnp.stack([loss0, loss1]),
+            "grad_norm": jnp.stack([optax.tree.norm(g0), optax.tree.norm(g1)]),
+            "params": None,
+            "metrics": None,
+            "n_steps": stop.astype(jnp.int32),
+        }
 
     return jax.vmap(package)(batch, out)

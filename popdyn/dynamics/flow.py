@@ -113,8 +113,15 @@ def gradient_flow(
     check_chunk_size(chunk_size)
     times = record_times(t1, ts)
     cfg = _FlowConfig(
-        save_params=save_params, rtol=rtol, atol=atol, gtol=gtol, diverge=diverge, max_steps=max_steps,
-        pcoeff=pcoeff, icoeff=icoeff, scales=frozen_scales(scale_tree(prob, time_scales)),
+        save_params=save_params,
+        rtol=rtol,
+        atol=atol,
+        gtol=gtol,
+        diverge=diverge,
+        max_steps=max_steps,
+        pcoeff=pcoeff,
+        icoeff=icoeff,
+        scales=frozen_scales(scale_tree(prob, time_scales)),
     )
     if until is not None and not callable(until):
         raise ValueError(f"until={until!r} is invalid: must be a function θ -> real (reached when <= 0)")
@@ -133,8 +140,15 @@ def gradient_flow(
     else:
         run = lambda b: _solve_batch(pieces, b, t1_, jnp.asarray(times, dtype=t1_.dtype), solver_)  # noqa: E731
         how = ("batch",)
-    out = map_chunks(run, batch, chunk_size, progress=progress, desc="gradient flow", checkpoint=checkpoint,
-                     depends_on=("flow", prob, solver_, precondition, until, cfg, t1, times, how))
+    out = map_chunks(
+        run,
+        batch,
+        chunk_size,
+        progress=progress,
+        desc="gradient flow",
+        checkpoint=checkpoint,
+        depends_on=("flow", prob, solver_, precondition, until, cfg, t1, times, how),
+    )
     return finish(prob, out, batched, saddle_tol, "time", rtol, atol)
 
 
@@ -172,8 +186,9 @@ class _Pieces(eqx.Module):
     def steady(self, t, y: Theta, floor: Array) -> Array:
         """The stopping rule at θ = ``y`` (``popdyn.dynamics.stopping.steady``)."""
         cfg = self.cfg
-        return stopping.steady(lambda z: self.field(t, z, None), y, stopping.state_tol(y, cfg.rtol, cfg.atol),
-                               floor, cfg.gtol)
+        return stopping.steady(
+            lambda z: self.field(t, z, None), y, stopping.state_tol(y, cfg.rtol, cfg.atol), floor, cfg.gtol
+        )
 
     def floor(self, y0: Theta) -> Array:
         return stopping.speed_floor(optax.tree.norm(self.field(0.0, y0, None)))
@@ -193,8 +208,9 @@ class _Pieces(eqx.Module):
 
         if self.until is None:
             return diffrax.Event((steady, blowup))
-        return diffrax.Event((steady, blowup, target), root_finder=optx.Newton(rtol=cfg.rtol * 1e-2,
-                                                                                atol=cfg.atol * 1e-2))
+        return diffrax.Event(
+            (steady, blowup, target), root_finder=optx.Newton(rtol=cfg.rtol * 1e-2, atol=cfg.atol * 1e-2)
+        )
 
     def solve(self, solver, y0, t0, t1, floor, saveat, max_steps: int, moves=True):
         """diffeqsolve from (t0, y0); with ``moves`` False the field is zero and no event fires, so the point stays
@@ -206,11 +222,20 @@ class _Pieces(eqx.Module):
             return jax.tree_util.tree_map(lambda f: jnp.where(args[1], f, 0.0), self.field(t, y, None))
 
         return diffrax.diffeqsolve(
-            diffrax.ODETerm(term), solver, t0=t0, t1=t1, dt0=None, y0=y0, args=(floor, jnp.asarray(moves)),
+            diffrax.ODETerm(term),
+            solver,
+            t0=t0,
+            t1=t1,
+            dt0=None,
+            y0=y0,
+            args=(floor, jnp.asarray(moves)),
             saveat=saveat,
-            stepsize_controller=diffrax.PIDController(rtol=cfg.rtol, atol=cfg.atol, pcoeff=cfg.pcoeff,
-                                                      icoeff=cfg.icoeff),
-            event=self.event(), max_steps=max_steps, throw=False,
+            stepsize_controller=diffrax.PIDController(
+                rtol=cfg.rtol, atol=cfg.atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff
+            ),
+            event=self.event(),
+            max_steps=max_steps,
+            throw=False,
         )
 
     def at_start(self, y0) -> Array:
@@ -223,10 +248,22 @@ class _Pieces(eqx.Module):
         finite = finite_tree(*jax.tree_util.tree_leaves(final), self.prob.loss(final))
         hit = at_start | (fired & hit_target[0]) if self.until is not None else at_start
         return jnp.select(
-            [~finite, hit, fired & hit_steady, fired & hit_blowup, sol.result == diffrax.RESULTS.successful,
-             sol.result == diffrax.RESULTS.max_steps_reached],
-            [int(Status.NAN), int(Status.REACHED), int(Status.CONVERGED), int(Status.DIVERGED), int(Status.MAX_STEPS),
-             running_code],
+            [
+                ~finite,
+                hit,
+                fired & hit_steady,
+                fired & hit_blowup,
+                sol.result == diffrax.RESULTS.successful,
+                sol.result == diffrax.RESULTS.max_steps_reached,
+            ],
+            [
+                int(Status.NAN),
+                int(Status.REACHED),
+                int(Status.CONVERGED),
+                int(Status.DIVERGED),
+                int(Status.MAX_STEPS),
+                running_code,
+            ],
             default=int(Status.SOLVER_FAILED),
         )
 
@@ -261,9 +298,14 @@ def _solve_batch(pieces: _Pieces, batch: Theta, t1: Array, times: Float[Array, "
         status = jnp.where(steady0 & ~at_start & (status != int(Status.NAN)), int(Status.CONVERGED), status)
         final = jax.tree_util.tree_map(lambda a, b: jnp.where(stop0, a, b), y0, final)
         return {
-            "final": final, "status": status, "t_final": jnp.where(stop0, 0.0, sol.ts[0][0]),
-            "ts": jnp.where(reached, rec_t, jnp.nan), "loss": recs["loss"], "grad_norm": recs["grad_norm"],
-            "params": recs.get("params"), "n_steps": jnp.where(stop0, 0, sol.stats["num_steps"]),
+            "final": final,
+            "status": status,
+            "t_final": jnp.where(stop0, 0.0, sol.ts[0][0]),
+            "ts": jnp.where(reached, rec_t, jnp.nan),
+            "loss": recs["loss"],
+            "grad_norm": recs["grad_norm"],
+            "params": recs.get("params"),
+            "n_steps": jnp.where(stop0, 0, sol.stats["num_steps"]),
         }
 
     return jax.vmap(solve_one)(batch)
@@ -278,8 +320,14 @@ def _solve_lanes(pieces: _Pieces, batch: Theta, t1: Array, solver, width: int, s
 
     def start(y0):
         at_start = pieces.at_start(y0)
-        return {"y": y0, "t": jnp.zeros((), t1.dtype), "floor": pieces.floor(y0), "steps": jnp.int32(0),
-                "seg": jnp.int32(0), "code": jnp.where(at_start, int(Status.REACHED), running).astype(jnp.int32)}
+        return {
+            "y": y0,
+            "t": jnp.zeros((), t1.dtype),
+            "floor": pieces.floor(y0),
+            "steps": jnp.int32(0),
+            "seg": jnp.int32(0),
+            "code": jnp.where(at_start, int(Status.REACHED), running).astype(jnp.int32),
+        }
 
     def advance(lane):
         sol = pieces.solve(solver, lane["y"], lane["t"], t1, lane["floor"], diffrax.SaveAt(t1=True), segment)
@@ -288,13 +336,19 @@ def _solve_lanes(pieces: _Pieces, batch: Theta, t1: Array, solver, width: int, s
         steps = lane["steps"] + seg
         code = pieces.status(sol, y, jnp.bool_(False), running)
         code = jnp.where((code == running) & (steps >= cfg.max_steps), int(Status.MAX_STEPS), code)
-        new = {"y": y, "t": sol.ts[0], "floor": lane["floor"], "steps": steps, "seg": seg,
-               "code": code.astype(jnp.int32)}
-        return jax.tree_util.tree_map(lambda a, b: jnp.where(lane["code"] == running, a, b), new,
-                                      lane | {"seg": jnp.int32(0)})
+        new = {
+            "y": y,
+            "t": sol.ts[0],
+            "floor": lane["floor"],
+            "steps": steps,
+            "seg": seg,
+            "code": code.astype(jnp.int32),
+        }
+        return jax.tree_util.tree_map(
+            lambda a, b: jnp.where(lane["code"] == running, a, b), new, lane | {"seg": jnp.int32(0)}
+        )
 
-    out, _ = run_lanes(start, advance, lambda lane: lane["code"] != running, lambda lane: lane["seg"], batch,
-                             width)
+    out, _ = run_lanes(start, advance, lambda lane: lane["code"] != running, lambda lane: lane["seg"], batch, width)
 
     def package(y0, lane):
         loss0, g0 = vg(y0)
@@ -302,10 +356,15 @@ def _solve_lanes(pieces: _Pieces, batch: Theta, t1: Array, solver, width: int, s
         at_t1 = lane["code"] == int(Status.MAX_STEPS)
         at_t1 = at_t1 & (lane["t"] >= t1)
         nan = jnp.full((), jnp.nan, loss0.dtype)
-        return {"final": lane["y"], "status": lane["code"], "t_final": lane["t"],
-                "ts": jnp.stack([jnp.zeros((), t1.dtype), jnp.where(at_t1, t1, nan)]),
-                "loss": jnp.stack([loss0, jnp.where(at_t1, loss1, nan)]),
-                "grad_norm": jnp.stack([optax.tree.norm(g0), jnp.where(at_t1, optax.tree.norm(g1), nan)]),
-                "params": None, "n_steps": lane["steps"]}
+        return {
+            "final": lane["y"],
+            "status": lane["code"],
+            "t_final": lane["t"],
+            "ts": jnp.stack([jnp.zeros((), t1.dtype), jnp.where(at_t1, t1, nan)]),
+            "loss": jnp.stack([loss0, jnp.where(at_t1, loss1, nan)]),
+            "grad_norm": jnp.stack([optax.tree.norm(g0), jnp.where(at_t1, optax.tree.norm(g1), nan)]),
+            "params": None,
+            "n_steps": lane["steps"],
+        }
 
     return jax.vmap(package)(batch, out)

@@ -97,6 +97,6 @@ def executed_work(needed, width: int, segment: int) -> int:
     while any(x is not None for x in lanes):
         segs = [0 if x is None else min(segment, x) for x in lanes]
         total += w * max(segs)
-        lanes = [None if x is None else x - s for x, s in zip(lanes, segs)]
+        lanes = [None if x is None else x - s for x, s in zip(lanes, segs, strict=False)]
         lanes = [next(queue, None) if x == 0 else x for x in lanes]
     return total

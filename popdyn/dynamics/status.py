@@ -41,9 +41,7 @@ RESOLVED = (Status.CONVERGED, Status.SADDLE, Status.CONVERGED_LATE)
 STATUS_NAMES = tuple(s.name.lower() for s in Status)
 
 
-def refine_saddles(
-    status: Int[Array, " B"], lam_min: Array, lam_max: Array, saddle_tol: float
-) -> Int[Array, " B"]:
+def refine_saddles(status: Int[Array, " B"], lam_min: Array, lam_max: Array, saddle_tol: float) -> Int[Array, " B"]:
     """Mark converged points whose Hessian has λ_min < −saddle_tol·max(1, |λ_max|) as SADDLE."""
     is_saddle = lam_min < -saddle_tol * jnp.maximum(1.0, jnp.abs(lam_max))
     return jnp.where((status == Status.CONVERGED) & is_saddle, int(Status.SADDLE), status)

@@ -3,8 +3,8 @@
 
 With the flow's field f = −τ⊙P(∇L) and its Jacobian J, the quadratic model along f puts the nearest
 critical point at distance ‖f‖³/(−fᵀJf) = ‖f‖/R from θ (R the curvature along f). A point is steady when
-that distance is within the state tolerance δ = atol + rtol‖θ‖ — ‖f‖ ≤ δ·R — or when ‖f‖ has fallen to round-off relative
-to its start, ‖f‖ ≤ ROUNDOFF·ε·‖f(θ0)‖. Both are invariant under rescaling L, unlike ‖∇L‖ < gtol: a
+that distance is within the state tolerance δ = atol + rtol‖θ‖ — ‖f‖ ≤ δ·R — or when ‖f‖ has fallen to round-off
+relative to its start, ‖f‖ ≤ ROUNDOFF·ε·‖f(θ0)‖. Both are invariant under rescaling L, unlike ‖∇L‖ < gtol: a
 steep minimum is not missed because its gradient floor (curvature × solver error) sits above an
 absolute threshold, and a flat landscape is not called converged because its gradient is small.
 """
@@ -38,13 +38,14 @@ def along(field: Callable[[Theta], Theta], y: Theta) -> tuple[Float[Array, ""], 
     return jnp.sqrt(speed2), -optax.tree.vdot(f, jf) / jnp.maximum(speed2, jnp.finfo(speed2.dtype).tiny)
 
 
-def rule(speed: Array, curvature: Array, tol: Array, floor: Array) -> Bool[Array, "..."]:
+def rule(speed: Array, curvature: Array, tol: Array, floor: Array) -> Bool[Array, ...]:
     """The rule from its parts: ‖f‖ ≤ tol·R (that is ‖f‖³ ≤ tol·(−fᵀJf)) or ‖f‖ ≤ floor."""
     return (speed <= tol * curvature) | (speed <= floor)
 
 
-def steady(field: Callable[[Theta], Theta], y: Theta, tol: Float[Array, ""], floor: Float[Array, ""],
-           gtol: float | None = None) -> Bool[Array, ""]:
+def steady(
+    field: Callable[[Theta], Theta], y: Theta, tol: Float[Array, ""], floor: Float[Array, ""], gtol: float | None = None
+) -> Bool[Array, ""]:
     """The stopping rule at θ = ``y``; with ``gtol`` the absolute ‖f‖ < gtol instead."""
     if gtol is not None:
         return optax.tree.norm(field(y)) < gtol
@@ -59,10 +60,12 @@ def state_tol(y: Theta, rtol: float, atol: float) -> Float[Array, ""]:
 LATE_FACTOR = 10.0
 """A point at the end of its budget counts as converged late when its Newton distance is ≤ LATE_FACTOR·δ."""
 
+
 def newton_distance(prob: Problem, y: Theta) -> tuple[Array, Array, Array]:
     """(d, λ_min, λ_max): d = ‖H⁺∇L‖ is the Newton step to the nearest critical point of the quadratic model at θ,
     with eigenvalues below 1e-8·λ_max counted as that cut-off (a gradient along a flat direction is a long
-    way to go, not none); λ_min, λ_max the extreme Hessian eigenvalues. Dense: for up to ``EXACT_MAX_DIM`` parameters."""
+    way to go, not none); λ_min, λ_max the extreme Hessian eigenvalues. Dense: for up to ``EXACT_MAX_DIM``
+    parameters."""
     g = jax.flatten_util.ravel_pytree(jax.grad(prob.loss)(y))[0]
     lam, V = jnp.linalg.eigh(hessian_matrix(prob, y))
     cut = jnp.maximum(1e-8 * jnp.abs(lam[-1]), jnp.finfo(lam.dtype).tiny)

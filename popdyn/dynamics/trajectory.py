@@ -7,8 +7,8 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
-from popdyn.curvature import extreme_eigenvalues
 from popdyn.batching import unbatch
+from popdyn.curvature import extreme_eigenvalues
 from popdyn.dynamics import stopping
 from popdyn.dynamics.status import STATUS_NAMES, Status, count, refine_saddles
 from popdyn.problem import Problem, Theta
@@ -63,8 +63,9 @@ def _late(prob: Problem, batch: Theta, rtol: float, atol: float, saddle_tol: flo
     return jax.vmap(lambda t: stopping.converged_late(prob, t, rtol, atol, saddle_tol))(batch)
 
 
-def finish(prob: Problem, out: dict, batched: bool, saddle_tol: float, time_unit: str, rtol: float,
-           atol: float) -> Trajectory:
+def finish(
+    prob: Problem, out: dict, batched: bool, saddle_tol: float, time_unit: str, rtol: float, atol: float
+) -> Trajectory:
     """Classify converged points by their Hessian (saddle vs minimum), points whose budget ran out by the Newton
     test (CONVERGED_LATE or still MAX_STEPS), and package a Trajectory."""
     status = out["status"]
@@ -76,8 +77,16 @@ def finish(prob: Problem, out: dict, batched: bool, saddle_tol: float, time_unit
         lo, hi = extreme_eigenvalues(prob, out["final"])
         status = refine_saddles(status, lo, hi, saddle_tol)
     traj = Trajectory(
-        final=out["final"], final_loss=_losses(prob, out["final"]), status=status.astype(jnp.int32), t_final=out["t_final"], ts=out["ts"],
-        loss=out["loss"], grad_norm=out["grad_norm"], params=out["params"],
-        n_steps=jnp.asarray(out["n_steps"], jnp.int32), time_unit=time_unit, metrics=out.get("metrics"),
+        final=out["final"],
+        final_loss=_losses(prob, out["final"]),
+        status=status.astype(jnp.int32),
+        t_final=out["t_final"],
+        ts=out["ts"],
+        loss=out["loss"],
+        grad_norm=out["grad_norm"],
+        params=out["params"],
+        n_steps=jnp.asarray(out["n_steps"], jnp.int32),
+        time_unit=time_unit,
+        metrics=out.get("metrics"),
     )
     return unbatch(traj, batched)

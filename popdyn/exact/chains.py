@@ -26,19 +26,19 @@ class Chain(eqx.Module):
     order: int = eqx.field(static=True)
 
     @classmethod
-    def binary(cls, p: float, q: float) -> "Chain":
+    def binary(cls, p: float, q: float) -> Chain:
         """First-order binary chain P = [[1−p, p], [q, 1−q]], started from π (§1.1)."""
         p, q = _validate.open_unit("p", p), _validate.open_unit("q", q)
         return cls.from_matrix(binary_kernel(p, q))
 
     @classmethod
-    def from_matrix(cls, P) -> "Chain":
+    def from_matrix(cls, P) -> Chain:
         """First-order chain with a validated V×V transition matrix, started from its stationary law."""
         P = validate_transition_matrix(P)
         return cls(jnp.asarray(stationary_distribution(P)), jnp.asarray(P), P.shape[0], 1)
 
     @classmethod
-    def binary_order_k(cls, probs) -> "Chain":
+    def binary_order_k(cls, probs) -> Chain:
         """Binary chain of order k = log2(len(probs)): P(x_{n+1} = 1 | context c) = probs[c]; the first k
         bits are i.i.d. Bernoulli(1/2) (Local-to-Global's ``--chain random``, §1.2)."""
         probs = _validate.float_array("probs", probs)
@@ -52,12 +52,12 @@ class Chain(eqx.Module):
         return cls(jnp.full(2**k, 0.5**k), jnp.asarray(kernel), 2, k)
 
     @classmethod
-    def random_binary_order_k(cls, k: int, key: Array) -> "Chain":
+    def random_binary_order_k(cls, k: int, key: Array) -> Chain:
         """p_c ~ U(0, 1) i.i.d. over the 2^k contexts (§1.2)."""
         k = _validate.int_at_least("k", k, 1)
         return cls.binary_order_k(np.asarray(jax.random.uniform(key, (2**k,), dtype=jnp.float64)))
 
-    def context(self, tokens: Int[Array, "... k"]) -> Int[Array, "..."]:
+    def context(self, tokens: Int[Array, "... k"]) -> Int[Array, ...]:
         """Context index of the last ``order`` tokens, oldest most significant."""
         weights = self.V ** jnp.arange(self.order - 1, -1, -1)
         return jnp.sum(tokens[..., -self.order :] * weights, axis=-1)

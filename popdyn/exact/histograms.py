@@ -34,8 +34,9 @@ def check_histograms(L: int, n: int, distinct: bool, limit: int = MAX_HISTOGRAMS
     total = count_histograms(L, n, distinct)
     if total > limit:
         kind = f"C({L}, {n}) subsets" if distinct else f"C({L + n - 1}, {n}) multisets"
-        raise ValueError(f"n={n} is too large for exact histogram enumeration at L={L}: {kind} = {total} exceed "
-                         f"the limit of {limit}")
+        raise ValueError(
+            f"n={n} is too large for exact histogram enumeration at L={L}: {kind} = {total} exceed the limit of {limit}"
+        )
     return total
 
 
@@ -53,8 +54,15 @@ class Histograms(eqx.Module):
     valid: Bool[Array, "C chunk"]
     size: int = eqx.field(static=True)
 
-    def __init__(self, L: int, n: int, distinct: bool, chunk: int = 8192, limit: int = MAX_HISTOGRAMS,
-                 token_probs: Sequence[float] | None = None):
+    def __init__(
+        self,
+        L: int,
+        n: int,
+        distinct: bool,
+        chunk: int = 8192,
+        limit: int = MAX_HISTOGRAMS,
+        token_probs: Sequence[float] | None = None,
+    ):
         chunk = _validate.int_at_least("chunk", chunk, 1)
         self.size = check_histograms(L, n, distinct, limit)
         if token_probs is None:
@@ -64,8 +72,9 @@ class Histograms(eqx.Module):
         else:
             p = np.asarray(token_probs, dtype=float)
             if p.shape != (L,) or not np.all(p > 0) or abs(p.sum() - 1) > 1e-9:
-                raise ValueError(f"token_probs={p.tolist()} is invalid: must be {L} positive probabilities "
-                                 f"summing to 1")
+                raise ValueError(
+                    f"token_probs={p.tolist()} is invalid: must be {L} positive probabilities summing to 1"
+                )
             logp = np.log(p)
         if distinct:
             tokens = np.array(list(itertools.combinations(range(L), n)), dtype=np.int32).reshape(-1, n)

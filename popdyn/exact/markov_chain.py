@@ -42,7 +42,9 @@ def validate_transition_matrix(P, name: str = "P") -> np.ndarray:
         length *= 2
     if not reach.all():
         i, j = np.argwhere(~reach)[0]
-        raise ValueError(f"{name} is reducible (state {j} is unreachable from state {i}): the chain must be irreducible")
+        raise ValueError(
+            f"{name} is reducible (state {j} is unreachable from state {i}): the chain must be irreducible"
+        )
     return P
 
 

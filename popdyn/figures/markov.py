@@ -62,24 +62,45 @@ def markov_fig1(n_basin: int = 128, progress: bool = True) -> Result:
         draw_overlays(ax_l, prob, "w", "e", (-3.0, 3.0))
         ax_l.set(xlim=(-3, 3), ylim=(-3, 3), xlabel="w", ylabel="e", title=f"{title}: loss and −∇L")
         shade = np.where(bm.labels == 0, 1.0, np.where(bm.labels == 1, 0.0, np.nan))
-        ax_e.imshow(shade, origin="lower", extent=(-3, 3, -3, 3), aspect="auto", alpha=0.35,
-                    cmap=ListedColormap(["#e41a1c", "#4daf4a"]), interpolation="nearest")
+        ax_e.imshow(
+            shade,
+            origin="lower",
+            extent=(-3, 3, -3, 3),
+            aspect="auto",
+            alpha=0.35,
+            cmap=ListedColormap(["#e41a1c", "#4daf4a"]),
+            interpolation="nearest",
+        )
         ce = ax_e.contour(W, Ef, energy, levels=sorted(FIG1_ENERGY_LEVELS), colors="k", linewidths=0.6)
         ax_e.clabel(ce, fontsize=6, fmt="%.2g")
         draw_overlays(ax_e, prob, "w", "e", (-3.0, 3.0))
         for name, (x, y) in FIG1_LABELS[p + q < 1].items():
             ax_e.text(x, y, name, fontsize=13, weight="bold")
-        ax_e.set(xlim=(-3, 3), ylim=(-3, 3), xlabel="w", ylabel="e",
-                 title=f"{title}: energy, basins from the exact flow ({100 * agree:.2f}% = §4.4)")
+        ax_e.set(
+            xlim=(-3, 3),
+            ylim=(-3, 3),
+            xlabel="w",
+            ylabel="e",
+            title=f"{title}: energy, basins from the exact flow ({100 * agree:.2f}% = §4.4)",
+        )
         if row == 0:
             ax_l.legend(fontsize=7, loc="lower left")
         results[tag] = {"p": p, "q": q, "fractions": bm.fractions, "agreement_with_theory": agree}
-        arrays[f"fig1_{tag}"] = {"w": fine, "e": fine, "loss": loss, "energy": energy, "basin_w": grid.xs,
-                                 "basin_e": grid.ys, "labels": bm.labels}
+        arrays[f"fig1_{tag}"] = {
+            "w": fine,
+            "e": fine,
+            "loss": loss,
+            "energy": energy,
+            "basin_w": grid.xs,
+            "basin_e": grid.ys,
+            "labels": bm.labels,
+        }
     lines = ["markov-fig1: (e, w) loss, flows, energy and basins (spec §5.1)"]
-    lines += [f"  {r['p']}, {r['q']}: I_* {100 * r['fractions']['global']:.2f}%, I_min "
-              f"{100 * r['fractions']['local']:.2f}%, flow = closed form on {100 * r['agreement_with_theory']:.2f}%"
-              for r in results.values()]
+    lines += [
+        f"  {r['p']}, {r['q']}: I_* {100 * r['fractions']['global']:.2f}%, I_min "
+        f"{100 * r['fractions']['local']:.2f}%, flow = closed form on {100 * r['agreement_with_theory']:.2f}%"
+        for r in results.values()
+    ]
     return Result({"figure": "markov-fig1", "n_basin": n_basin}, results, arrays, {"markov-fig1": fig}, lines)
 
 
@@ -92,8 +113,16 @@ def fig4_inits(model: Transformer, key, e: float = 1.0, w: float = -1.0) -> tupl
     return std, dict(std, **{k: r1[k] for k in ("e", "pos", "W_1", "W_2", "b")})
 
 
-def markov_fig4(N: int = 8, d: int = 8, steps: int = 2000, lr: float = 0.1, adam_steps: int = 1000,
-                adam_lr: float = 1e-3, seed: int = 0, progress: bool = True) -> Result:
+def markov_fig4(
+    N: int = 8,
+    d: int = 8,
+    steps: int = 2000,
+    lr: float = 0.1,
+    adam_steps: int = 1000,
+    adam_lr: float = 1e-3,
+    seed: int = 0,
+    progress: bool = True,
+) -> Result:
     """Fig 4 (§5.4): p = 0.5, q = 0.8, full model with tied weights; exact population GD from the
     standard and the rank-one initialisation (main panel), and exact Adam for comparison."""
     p, q = 0.5, 0.8
@@ -112,29 +141,51 @@ def markov_fig4(N: int = 8, d: int = 8, steps: int = 2000, lr: float = 0.1, adam
     h_uni, h_rate = canon.unigram_loss(), canon.entropy_rate()
     names = ("standard", "rank_one")
     gd_loss, adam_loss = np.asarray(gd.loss), np.asarray(adam.loss)
-    escape = [float(np.asarray(adam.ts[0])[np.argmax(l < h_uni - 1e-3)]) if (l < h_uni - 1e-3).any() else None
-              for l in adam_loss]
+    escape = [
+        float(np.asarray(adam.ts[0])[np.argmax(curve < h_uni - 1e-3)]) if (curve < h_uni - 1e-3).any() else None
+        for curve in adam_loss
+    ]
     results = {
-        "final_loss": dict(zip(names, map(float, gd_loss[:, -1]))),
-        "status": {n: gd.status_names[int(s)] for n, s in zip(names, np.asarray(gd.status))},
-        "unigram_loss": h_uni, "entropy_rate": h_rate,
-        "adam": {"final_loss": dict(zip(names, map(float, adam_loss[:, -1]))),
-                 "first_step_below_unigram": dict(zip(names, escape))},
-        "n_params": model.n_params(), "N": N, "d": d, "sequences_per_loss": model.n_sequences,
-        "seconds_per_loss_and_grad": cost, "compile_seconds": t1 - t0,
+        "final_loss": dict(zip(names, map(float, gd_loss[:, -1]), strict=False)),
+        "status": {n: gd.status_names[int(s)] for n, s in zip(names, np.asarray(gd.status), strict=False)},
+        "unigram_loss": h_uni,
+        "entropy_rate": h_rate,
+        "adam": {
+            "final_loss": dict(zip(names, map(float, adam_loss[:, -1]), strict=False)),
+            "first_step_below_unigram": dict(zip(names, escape, strict=False)),
+        },
+        "n_params": model.n_params(),
+        "N": N,
+        "d": d,
+        "sequences_per_loss": model.n_sequences,
+        "seconds_per_loss_and_grad": cost,
+        "compile_seconds": t1 - t0,
     }
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     ax_gd, ax_adam = fig.subplots(1, 2)
-    for ax, losses, ts, label in ((ax_gd, gd_loss, gd.ts, f"exact GD, η = {lr:g}"),
-                                  (ax_adam, adam_loss, adam.ts, f"exact Adam, lr = {adam_lr:g}")):
-        for name, curve in zip(("standard initialisation", "rank-one initialisation"), losses):
+    for ax, losses, ts, label in (
+        (ax_gd, gd_loss, gd.ts, f"exact GD, η = {lr:g}"),
+        (ax_adam, adam_loss, adam.ts, f"exact Adam, lr = {adam_lr:g}"),
+    ):
+        for name, curve in zip(("standard initialisation", "rank-one initialisation"), losses, strict=False):
             ax.plot(np.asarray(ts[0]), curve, label=name)
         ax.axhline(h_uni, color="k", ls="--", lw=1, label=f"unigram H_uni = {h_uni:.4f}")
         ax.axhline(h_rate, color="k", ls=":", lw=1, label=f"bigram H_rate = {h_rate:.4f}")
         ax.set(ylim=(0.60, 0.90), xlabel="step", ylabel="exact population loss", title=label)
         ax.legend(fontsize=7)
-    inputs = {"figure": "markov-fig4", "p": p, "q": q, "N": N, "d": d, "steps": steps, "lr": lr,
-              "adam_steps": adam_steps, "adam_lr": adam_lr, "seed": seed, "rank_one": {"e": 1.0, "w": -1.0, "b": 0.0}}
+    inputs = {
+        "figure": "markov-fig4",
+        "p": p,
+        "q": q,
+        "N": N,
+        "d": d,
+        "steps": steps,
+        "lr": lr,
+        "adam_steps": adam_steps,
+        "adam_lr": adam_lr,
+        "seed": seed,
+        "rank_one": {"e": 1.0, "w": -1.0, "b": 0.0},
+    }
     lines = [
         f"markov-fig4: p = {p}, q = {q}; full model, {model.n_params()} parameters, N = {N}, d = {d}",
         f"  one exact loss + gradient: {model.n_sequences} sequences, {1e3 * cost:.2f} ms (compile {t1 - t0:.1f} s)",
@@ -143,9 +194,20 @@ def markov_fig4(N: int = 8, d: int = 8, steps: int = 2000, lr: float = 0.1, adam
         f"  exact Adam (lr = {adam_lr:g}, {adam_steps} steps): standard → {adam_loss[0, -1]:.6f}, rank-one → "
         f"{adam_loss[1, -1]:.6f}; standard leaves the unigram plateau at step {escape[0]}",
     ]
-    return Result(inputs, results, {"fig4": {"steps_gd": np.asarray(gd.ts[0]), "loss_gd": gd_loss,
-                                             "steps_adam": np.asarray(adam.ts[0]), "loss_adam": adam_loss}},
-                  {"markov-fig4": fig}, lines)
+    return Result(
+        inputs,
+        results,
+        {
+            "fig4": {
+                "steps_gd": np.asarray(gd.ts[0]),
+                "loss_gd": gd_loss,
+                "steps_adam": np.asarray(adam.ts[0]),
+                "loss_adam": adam_loss,
+            }
+        },
+        {"markov-fig4": fig},
+        lines,
+    )
 
 
 FIG3_PAPER = {  # spec §5.3: share of ‖·‖_F² in the top singular value, authors' saved weights
@@ -161,8 +223,9 @@ def top_singular_share(M: np.ndarray) -> float:
     return float(s[0] ** 2 / np.sum(s**2))
 
 
-def markov_fig3(N: int = 8, d: int = 8, steps: int = 400, lr: float = 2e-3, seed: int = 0,
-                progress: bool = True) -> Result:
+def markov_fig3(
+    N: int = 8, d: int = 8, steps: int = 400, lr: float = 2e-3, seed: int = 0, progress: bool = True
+) -> Result:
     """Fig 3 (§5.3): rank-one emergence in W_V, W_1 and the positional vectors from the standard
     initialisation, under exact population AdamW with the authors' settings (lr 2e-3, β = (0.9, 0.95),
     weight decay 1e-3), p = 0.2, q = 0.3 (the nearby runs' chain; the figure's own (p, q) is unknown).
@@ -178,10 +241,15 @@ def markov_fig3(N: int = 8, d: int = 8, steps: int = 400, lr: float = 2e-3, seed
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     ax, ax_l = fig.subplots(1, 2)
     for k, v in shares.items():
-        line, = ax.plot(ts, v, label=f"{k} (exact AdamW)")
+        (line,) = ax.plot(ts, v, label=f"{k} (exact AdamW)")
         its = [it for it in FIG3_PAPER[k] if it <= steps]
-        ax.scatter(its, [FIG3_PAPER[k][it] for it in its], color=line.get_color(), marker="o",
-                   label=f"{k} (paper, saved weights)")
+        ax.scatter(
+            its,
+            [FIG3_PAPER[k][it] for it in its],
+            color=line.get_color(),
+            marker="o",
+            label=f"{k} (paper, saved weights)",
+        )
     ax.set(xlabel="step", ylabel="σ₁² / ‖·‖_F²", ylim=(0, 1.02), title="rank-one emergence")
     ax.legend(fontsize=7)
     ax_l.plot(ts, np.asarray(traj.loss), color="k")
@@ -191,10 +259,27 @@ def markov_fig3(N: int = 8, d: int = 8, steps: int = 400, lr: float = 2e-3, seed
     ax_l.legend(fontsize=7)
     results = {"share": at, "paper_share": FIG3_PAPER, "final_loss": float(traj.loss[-1]), "entropy_rate": h_rate}
     lines = [f"markov-fig3: rank-one emergence under exact AdamW, p = {p}, q = {q}, N = {N}, d = {d}"]
-    lines += [f"  {k:>4s}: " + ", ".join(f"step {it}: {at[k][it]:.3f} (paper {FIG3_PAPER[k][it]:.3f})"
-                                        for it in sorted(at[k])) for k in at]
+    lines += [
+        f"  {k:>4s}: "
+        + ", ".join(f"step {it}: {at[k][it]:.3f} (paper {FIG3_PAPER[k][it]:.3f})" for it in sorted(at[k]))
+        for k in at
+    ]
     lines.append(f"  final loss {float(traj.loss[-1]):.6f} (H_rate {h_rate:.6f})")
-    inputs = {"figure": "markov-fig3", "p": p, "q": q, "N": N, "d": d, "steps": steps, "lr": lr, "seed": seed,
-              "optimizer": "adamw(b1=0.9, b2=0.95, weight_decay=1e-3)"}
-    return Result(inputs, results, {"fig3": {"steps": ts, **{f"share_{k}": v for k, v in shares.items()},
-                                             "loss": np.asarray(traj.loss)}}, {"markov-fig3": fig}, lines)
+    inputs = {
+        "figure": "markov-fig3",
+        "p": p,
+        "q": q,
+        "N": N,
+        "d": d,
+        "steps": steps,
+        "lr": lr,
+        "seed": seed,
+        "optimizer": "adamw(b1=0.9, b2=0.95, weight_decay=1e-3)",
+    }
+    return Result(
+        inputs,
+        results,
+        {"fig3": {"steps": ts, **{f"share_{k}": v for k, v in shares.items()}, "loss": np.asarray(traj.loss)}},
+        {"markov-fig3": fig},
+        lines,
+    )

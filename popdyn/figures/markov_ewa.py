@@ -39,8 +39,9 @@ def _normalised_gap(prob: AttentionScalar, loss) -> np.ndarray:
     return (np.asarray(loss) - h_rate) / (h_uni - h_rate)
 
 
-def markov_ewa(N: int = 4, n: int = 24, steps: int = 6000, lr: float = 0.05, n_traj: int = 12, seed: int = 0,
-               progress: bool = True) -> Result:
+def markov_ewa(
+    N: int = 4, n: int = 24, steps: int = 6000, lr: float = 0.05, n_traj: int = 12, seed: int = 0, progress: bool = True
+) -> Result:
     """(e, w, a) model for p = q = 0.1 and p = q = 0.9: n × n slices over (w, e) ∈ [−3, 3]² at
     a₀ ∈ {−1, 0, 1} (b₀ = 0), coloured by where exact GD (η = lr, ``steps`` steps) ends; and n_traj 3-D
     trajectories from uniform (e, w, a) ∈ [−2, 2]³."""
@@ -60,8 +61,7 @@ def markov_ewa(N: int = 4, n: int = 24, steps: int = 6000, lr: float = 0.05, n_t
         res = {"p": p, "q": q, "slices": {}}
         for col, a0 in enumerate(EWA_SLICES):
             grid = Grid.square("w", "e", -3.0, 3.0, n, base={"a": a0, "b": 0.0})
-            traj = gradient_descent(prob, grid.points(prob), lr=lr, steps=steps, record_every=steps,
-                                    progress=progress)
+            traj = gradient_descent(prob, grid.points(prob), lr=lr, steps=steps, record_every=steps, progress=progress)
             r = _normalised_gap(prob, traj.final_loss).reshape(grid.shape)
             cls = loss_classes(r)
             status = np.asarray(traj.status).reshape(grid.shape)
@@ -70,14 +70,33 @@ def markov_ewa(N: int = 4, n: int = 24, steps: int = 6000, lr: float = 0.05, n_t
                 "status": traj.status_counts(),
                 "median_abs_final_a": float(np.median(np.abs(np.asarray(traj.final["a"])))),
             }
-            arrays[f"ewa_{tag}_a{col}"] = {"w": grid.xs, "e": grid.ys, "r": r, "class": cls, "status": status,
-                                           "final_a": np.asarray(traj.final["a"]).reshape(grid.shape)}
+            arrays[f"ewa_{tag}_a{col}"] = {
+                "w": grid.xs,
+                "e": grid.ys,
+                "r": r,
+                "class": cls,
+                "status": status,
+                "final_a": np.asarray(traj.final["a"]).reshape(grid.shape),
+            }
             ax = fig.add_subplot(2, 4, 4 * row + col + 1)
-            ax.imshow(cls, origin="lower", extent=(-3, 3, -3, 3), aspect="auto", interpolation="nearest",
-                      cmap=ListedColormap(CLASS_COLOURS), vmin=-0.5, vmax=2.5)
+            ax.imshow(
+                cls,
+                origin="lower",
+                extent=(-3, 3, -3, 3),
+                aspect="auto",
+                interpolation="nearest",
+                cmap=ListedColormap(CLASS_COLOURS),
+                vmin=-0.5,
+                vmax=2.5,
+            )
             f = res["slices"][f"a0={a0:g}"]["fractions"]
-            ax.set(xlabel="w₀", ylabel="e₀", title=f"p = q = {p}, a₀ = {a0:g}: global {100 * f['global']:.0f}%, "
-                   f"unigram {100 * f['unigram']:.0f}%", xlim=(-3, 3), ylim=(-3, 3))
+            ax.set(
+                xlabel="w₀",
+                ylabel="e₀",
+                title=f"p = q = {p}, a₀ = {a0:g}: global {100 * f['global']:.0f}%, unigram {100 * f['unigram']:.0f}%",
+                xlim=(-3, 3),
+                ylim=(-3, 3),
+            )
             ax.title.set_fontsize(8)
         key = jax.random.PRNGKey(seed + row)
         z = jax.random.uniform(key, (n_traj, 3), minval=-2.0, maxval=2.0)
@@ -92,20 +111,45 @@ def markov_ewa(N: int = 4, n: int = 24, steps: int = 6000, lr: float = 0.05, n_t
         ax3.set(xlabel="w", ylabel="a", zlabel="e", title=f"p = q = {p}: {n_traj} trajectories (• start)")
         ax3.title.set_fontsize(8)
         res["trajectories"] = {c: int(np.sum(cls == k)) for k, c in enumerate(CLASSES)}
-        arrays[f"ewa_{tag}_trajectories"] = {"steps": np.asarray(traj.ts[0]), **{k: v for k, v in path.items()},
-                                             "class": cls}
+        arrays[f"ewa_{tag}_trajectories"] = {
+            "steps": np.asarray(traj.ts[0]),
+            **{k: v for k, v in path.items()},
+            "class": cls,
+        }
         results[tag] = res
-    fig.legend(handles=[fig.axes[0].scatter([], [], color=c, marker="s", label=name)
-                        for c, name in zip(CLASS_COLOURS, ("→ global minimum (r < 1e-2)",
-                                                           "→ unigram plateau (r > 0.99)", "neither at the horizon"))],
-               loc="outside lower center", ncol=3, fontsize=8)
-    lines = [f"markov-ewa: (e, w, a) attention-scalar model ([our choice], §2.4), N = {N}, exact GD η = {lr:g}, "
-             f"{steps} steps"]
+    fig.legend(
+        handles=[
+            fig.axes[0].scatter([], [], color=c, marker="s", label=name)
+            for c, name in zip(
+                CLASS_COLOURS,
+                ("→ global minimum (r < 1e-2)", "→ unigram plateau (r > 0.99)", "neither at the horizon"),
+                strict=False,
+            )
+        ],
+        loc="outside lower center",
+        ncol=3,
+        fontsize=8,
+    )
+    lines = [
+        f"markov-ewa: (e, w, a) attention-scalar model ([our choice], §2.4), N = {N}, exact GD η = {lr:g}, "
+        f"{steps} steps"
+    ]
     for r in results.values():
         for name, s in r["slices"].items():
             f = s["fractions"]
-            lines.append(f"  p = q = {r['p']}, {name}: global {100 * f['global']:.1f}%, unigram "
-                         f"{100 * f['unigram']:.1f}%, neither {100 * f['between']:.1f}%")
-    inputs = {"figure": "markov-ewa", "N": N, "n": n, "steps": steps, "lr": lr, "n_traj": n_traj, "seed": seed,
-              "slices_a0": list(EWA_SLICES), "r_tol": R_TOL}
+            lines.append(
+                f"  p = q = {r['p']}, {name}: global {100 * f['global']:.1f}%, unigram "
+                f"{100 * f['unigram']:.1f}%, neither {100 * f['between']:.1f}%"
+            )
+    inputs = {
+        "figure": "markov-ewa",
+        "N": N,
+        "n": n,
+        "steps": steps,
+        "lr": lr,
+        "n_traj": n_traj,
+        "seed": seed,
+        "slices_a0": list(EWA_SLICES),
+        "r_tol": R_TOL,
+    }
     return Result(inputs, results, arrays, {"markov-ewa": fig}, lines)

@@ -18,7 +18,12 @@ from popdyn import _validate
 from popdyn.dynamics import Status, gradient_descent
 from popdyn.io import Result
 from popdyn.tasks.scan_snap import (
-    B_n, ScanSnap, distinct_entropy, syn_medium, syn_small, transition_time,
+    B_n,
+    ScanSnap,
+    distinct_entropy,
+    syn_medium,
+    syn_small,
+    transition_time,
 )
 
 MOMENTUM = 0.9
@@ -30,16 +35,34 @@ FIG6_QUERIES = (1, 3, 5, 10)
 FIG6_ETA_Z = (0.5, 1.0, 2.0, 3.0)
 FIG6_RATIOS = (1.0, 2.0, 5.0, 10.0)
 # figure_6_data.pkl means over seeds 1–10: rows (K, η_Z), columns η_Y/η_Z = 1, 2, 5, 10 (spec §6)
-FIG6_PAPER = np.array([
-    [[1.971, 2.007, 2.066, 2.092], [1.871, 1.937, 2.022, 2.053], [1.699, 1.810, 1.934, 1.900],
-     [1.551, 1.708, 1.786, 1.825]],
-    [[2.019, 1.988, 2.031, 2.063], [1.963, 1.920, 1.982, 2.024], [1.842, 1.809, 1.899, 1.955],
-     [1.737, 1.715, 1.821, 1.839]],
-    [[2.026, 1.994, 2.020, 2.055], [1.995, 1.931, 1.971, 2.014], [1.906, 1.816, 1.884, 1.926],
-     [1.817, 1.718, 1.802, 1.831]],
-    [[2.033, 2.012, 2.018, 2.051], [2.027, 1.975, 1.976, 2.015], [1.990, 1.888, 1.899, 1.947],
-     [1.940, 1.805, 1.829, 1.875]],
-])
+FIG6_PAPER = np.array(
+    [
+        [
+            [1.971, 2.007, 2.066, 2.092],
+            [1.871, 1.937, 2.022, 2.053],
+            [1.699, 1.810, 1.934, 1.900],
+            [1.551, 1.708, 1.786, 1.825],
+        ],
+        [
+            [2.019, 1.988, 2.031, 2.063],
+            [1.963, 1.920, 1.982, 2.024],
+            [1.842, 1.809, 1.899, 1.955],
+            [1.737, 1.715, 1.821, 1.839],
+        ],
+        [
+            [2.026, 1.994, 2.020, 2.055],
+            [1.995, 1.931, 1.971, 2.014],
+            [1.906, 1.816, 1.884, 1.926],
+            [1.817, 1.718, 1.802, 1.831],
+        ],
+        [
+            [2.033, 2.012, 2.018, 2.051],
+            [2.027, 1.975, 1.976, 2.015],
+            [1.990, 1.888, 1.899, 1.947],
+            [1.940, 1.805, 1.829, 1.875],
+        ],
+    ]
+)
 
 FIG9_PANELS = (  # (label, M, [(η_Z, η_Y)], t_max), spec §5 Fig. 9
     ("ν = 10, M = 100", 100, [(0.5, 5.0), (1.0, 10.0), (2.0, 20.0), (4.0, 40.0), (8.0, 80.0)], 5.0),
@@ -62,8 +85,16 @@ def scan_snap_fig4(steps: int = 100, progress: bool = True) -> Result:
     tokens = np.arange(20)
     colours = np.where(tokens < 10, "#999999", "#377eb8")
     for row, (eta_y, eta_z) in enumerate(FIG4_PANELS):
-        traj = gradient_descent(prob, theta0, lr=1.0, steps=steps, momentum=MOMENTUM, save_params=True,
-                                time_scales={"Y": eta_y, "Z": eta_z}, progress=progress)
+        traj = gradient_descent(
+            prob,
+            theta0,
+            lr=1.0,
+            steps=steps,
+            momentum=MOMENTUM,
+            save_params=True,
+            time_scales={"Y": eta_y, "Z": eta_z},
+            progress=progress,
+        )
         attn = np.asarray(jax.vmap(prob.attention)(traj.params))  # (steps + 1, K, M)
         entropy = np.asarray(distinct_entropy(prob, traj.params))
         loss = np.asarray(traj.loss)
@@ -82,7 +113,9 @@ def scan_snap_fig4(steps: int = 100, progress: bool = True) -> Result:
         ax.set(xlabel="step", title="loss")
         ax.legend(fontsize=7)
         results[tag] = {
-            "eta_y": eta_y, "eta_z": eta_z, "status": traj.status_counts(),
+            "eta_y": eta_y,
+            "eta_z": eta_z,
+            "status": traj.status_counts(),
             "loss_at": {str(s): float(loss[s]) for s in (0, 4, 10, min(98, steps), steps)},
             "distinct_entropy": {str(s): float(entropy[s]) for s in snaps},
             "top_distinct_attention": float(attn[-1, 0, 19]),
@@ -93,21 +126,31 @@ def scan_snap_fig4(steps: int = 100, progress: bool = True) -> Result:
     left, right = (results[f"eta_y={a:g}_eta_z={b:g}"] for a, b in FIG4_PANELS)
     results["claims"] = {
         "right_converges_faster": left["loss_at"]["10"] > right["loss_at"]["10"],
-        "right_final_attention_less_sparse":
-            right["distinct_entropy"][str(steps)] > left["distinct_entropy"][str(steps)],
+        "right_final_attention_less_sparse": right["distinct_entropy"][str(steps)]
+        > left["distinct_entropy"][str(steps)],
         "authors_logged_loss": {str(k): v for k, v in FIG4_LOGGED.items()},
     }
     lines = [f"scan-snap-fig4: Syn-Small, exact heavy-ball GD (μ = {MOMENTUM}), {steps} steps, T → ∞"]
     for name, r in ((f"η_Y = {a:g}, η_Z = {b:g}", results[f"eta_y={a:g}_eta_z={b:g}"]) for a, b in FIG4_PANELS):
         la = r["loss_at"]
-        lines.append(f"  {name}: loss {la['0']:.4f} → {la['4']:.3g} (step 4) → {la['10']:.3g} (step 10) → "
-                     f"{la[str(steps)]:.3g}; distinct-token entropy {r['distinct_entropy']['0']:.4f} → "
-                     f"{r['distinct_entropy'][str(steps)]:.4f}")
-    lines.append(f"  authors' SGD log (left panel): 3.5264, 0.733 (step 4), 0.0130 (step 10), ~2e-5 (step 98); "
-                 f"right panel faster: {results['claims']['right_converges_faster']}, less sparse: "
-                 f"{results['claims']['right_final_attention_less_sparse']}")
-    inputs = {"figure": "scan-snap-fig4", "steps": steps, "momentum": MOMENTUM,
-              "panels": [list(p) for p in FIG4_PANELS], "init": "zero", "T": None}
+        lines.append(
+            f"  {name}: loss {la['0']:.4f} → {la['4']:.3g} (step 4) → {la['10']:.3g} (step 10) → "
+            f"{la[str(steps)]:.3g}; distinct-token entropy {r['distinct_entropy']['0']:.4f} → "
+            f"{r['distinct_entropy'][str(steps)]:.4f}"
+        )
+    lines.append(
+        f"  authors' SGD log (left panel): 3.5264, 0.733 (step 4), 0.0130 (step 10), ~2e-5 (step 98); "
+        f"right panel faster: {results['claims']['right_converges_faster']}, less sparse: "
+        f"{results['claims']['right_final_attention_less_sparse']}"
+    )
+    inputs = {
+        "figure": "scan-snap-fig4",
+        "steps": steps,
+        "momentum": MOMENTUM,
+        "panels": [list(p) for p in FIG4_PANELS],
+        "init": "zero",
+        "T": None,
+    }
     return Result(inputs, results, arrays, {"scan-snap-fig4": fig}, lines)
 
 
@@ -121,16 +164,18 @@ def fig6_grid(n_query: int, seeds: int, steps: int) -> np.ndarray:
     lrs = np.repeat(FIG6_ETA_Z, seeds)
     out = np.empty((len(FIG6_ETA_Z), len(FIG6_RATIOS), seeds))
     for j, ratio in enumerate(FIG6_RATIOS):
-        traj = gradient_descent(prob, batch, lr=lrs, steps=steps, record_every=steps, momentum=MOMENTUM,
-                                time_scales={"Y": ratio})
+        traj = gradient_descent(
+            prob, batch, lr=lrs, steps=steps, record_every=steps, momentum=MOMENTUM, time_scales={"Y": ratio}
+        )
         ok = np.isin(np.asarray(traj.status), (Status.CONVERGED, Status.MAX_STEPS))  # diverged/NaN stay visible as NaN
         ent = np.where(ok, np.asarray(distinct_entropy(prob, traj.final)), np.nan)
         out[:, j, :] = ent.reshape(len(FIG6_ETA_Z), seeds)
     return out
 
 
-def scan_snap_fig6(queries: tuple[int, ...] = FIG6_QUERIES, seeds: int = 10, steps: int = 100,
-                   progress: bool = True) -> Result:
+def scan_snap_fig6(
+    queries: tuple[int, ...] = FIG6_QUERIES, seeds: int = 10, steps: int = 100, progress: bool = True
+) -> Result:
     """Syn-Medium entropy grid (Fig. 6): K = 2·n_query, η_Z ∈ {0.5, 1, 2, 3}, η_Y/η_Z ∈ {1, 2, 5, 10},
     ``seeds`` U(−1/√M, 1/√M) initialisations, ``steps`` exact heavy-ball steps (μ = 0.9), next to the paper."""
     queries = tuple(_validate.int_at_least("queries", q, 1) for q in queries)
@@ -153,27 +198,44 @@ def scan_snap_fig6(queries: tuple[int, ...] = FIG6_QUERIES, seeds: int = 10, ste
         diffs.append(mean - paper)
         fall = np.all(np.diff(mean, axis=0) < 0, axis=0)  # per ratio: entropy falls as η_Z grows
         argmin = [FIG6_RATIOS[i] for i in np.argmin(mean, axis=1)]
-        not_falling.extend((K, r) for r, f in zip(FIG6_RATIOS, fall) if not f)
+        not_falling.extend((K, r) for r, f in zip(FIG6_RATIOS, fall, strict=False) if not f)
         if K >= 6:
             argmins.append(argmin)
         results["per_K"][str(K)] = {
-            "n_query": q, "M": int(syn_medium(q).M), "mean": mean.tolist(), "std": std.tolist(),
-            "paper": paper.tolist(), "diff": (mean - paper).tolist(), "falls_with_eta_z": fall.tolist(),
-            "argmin_ratio_per_eta_z": argmin, "n_unfinished": int(np.isnan(ent[q]).sum()),
+            "n_query": q,
+            "M": int(syn_medium(q).M),
+            "mean": mean.tolist(),
+            "std": std.tolist(),
+            "paper": paper.tolist(),
+            "diff": (mean - paper).tolist(),
+            "falls_with_eta_z": fall.tolist(),
+            "argmin_ratio_per_eta_z": argmin,
+            "n_unfinished": int(np.isnan(ent[q]).sum()),
         }
         for row, (data, title) in enumerate(((mean, "exact"), (paper, "paper"))):
             ax = axes[row, col]
             for i, ez in enumerate(FIG6_ETA_Z):
                 ax.plot(FIG6_RATIOS, data[i], "o-", label=f"η_Z = {ez:g}")
-            ax.set(xscale="log", xticks=FIG6_RATIOS, xticklabels=[f"{r:g}" for r in FIG6_RATIOS],
-                   xlabel="η_Y/η_Z", ylabel="entropy on distinct tokens", title=f"K = {K} ({title})")
+            ax.set(
+                xscale="log",
+                xticks=FIG6_RATIOS,
+                xticklabels=[f"{r:g}" for r in FIG6_RATIOS],
+                xlabel="η_Y/η_Z",
+                ylabel="entropy on distinct tokens",
+                title=f"K = {K} ({title})",
+            )
             ax.legend(fontsize=7)
     d = np.array(diffs)
     results["comparison"] = {
-        "mean_abs_diff": float(np.nanmean(np.abs(d))), "max_abs_diff": float(np.nanmax(np.abs(d))),
+        "mean_abs_diff": float(np.nanmean(np.abs(d))),
+        "max_abs_diff": float(np.nanmax(np.abs(d))),
         "mean_diff": float(np.nanmean(d)),
-        "corr": float(np.corrcoef(np.ravel([results["per_K"][str(2 * q)]["mean"] for q in queries]),
-                                  np.ravel([FIG6_PAPER[FIG6_QUERIES.index(q)] for q in queries]))[0, 1]),
+        "corr": float(
+            np.corrcoef(
+                np.ravel([results["per_K"][str(2 * q)]["mean"] for q in queries]),
+                np.ravel([FIG6_PAPER[FIG6_QUERIES.index(q)] for q in queries]),
+            )[0, 1]
+        ),
     }
     n_cols = len(queries) * len(FIG6_RATIOS)
     results["trends"] = {
@@ -181,22 +243,39 @@ def scan_snap_fig6(queries: tuple[int, ...] = FIG6_QUERIES, seeds: int = 10, ste
         "not_falling_K_ratio": [list(f) for f in not_falling],
         "lowest_near_ratio_2_for_K_ge_6": float(np.mean([r == 2.0 for a in argmins for r in a])) if argmins else None,
     }
-    fig.suptitle("Scan and Snap Fig. 6: Syn-Medium attention entropy on distinct tokens, exact heavy-ball GD "
-                 f"(μ = {MOMENTUM}, {steps} steps, {seeds} seeds) vs the paper's SGD")
+    fig.suptitle(
+        "Scan and Snap Fig. 6: Syn-Medium attention entropy on distinct tokens, exact heavy-ball GD "
+        f"(μ = {MOMENTUM}, {steps} steps, {seeds} seeds) vs the paper's SGD"
+    )
     c = results["comparison"]
-    lines = [f"scan-snap-fig6: Syn-Medium, K ∈ {[2 * q for q in queries]}, {seeds} seeds, {steps} exact "
-             f"heavy-ball steps",
-             f"  entropy falls as η_Z grows in {n_cols - len(not_falling)}/{n_cols} (K, η_Y/η_Z) columns"
-             + (f" (not in {', '.join(f'K = {k}, ratio {r:g}' for k, r in not_falling)})" if not_falling else ""),
-             f"  K ≥ 6: lowest at η_Y/η_Z = 2 for {results['trends']['lowest_near_ratio_2_for_K_ge_6']} of the "
-             f"(K, η_Z) rows" if argmins else "  K ≥ 6: not in this run",
-             f"  vs the paper's table: mean |diff| {c['mean_abs_diff']:.3f}, max {c['max_abs_diff']:.3f}, "
-             f"mean diff {c['mean_diff']:+.3f}, correlation {c['corr']:.3f}"]
-    arrays = {"fig6": {"entropy": np.stack([ent[q] for q in queries]), "queries": np.array(queries),
-                       "eta_z": np.array(FIG6_ETA_Z), "ratios": np.array(FIG6_RATIOS)}}
-    inputs = {"figure": "scan-snap-fig6", "queries": list(queries), "seeds": seeds, "steps": steps,
-              "momentum": MOMENTUM, "init": "uniform(-1/sqrt(M), 1/sqrt(M))", "T": None,
-              "metric": "mean over classes of the entropy of c_n restricted to its distinct tokens, renormalised"}
+    lines = [
+        f"scan-snap-fig6: Syn-Medium, K ∈ {[2 * q for q in queries]}, {seeds} seeds, {steps} exact heavy-ball steps",
+        f"  entropy falls as η_Z grows in {n_cols - len(not_falling)}/{n_cols} (K, η_Y/η_Z) columns"
+        + (f" (not in {', '.join(f'K = {k}, ratio {r:g}' for k, r in not_falling)})" if not_falling else ""),
+        f"  K ≥ 6: lowest at η_Y/η_Z = 2 for {results['trends']['lowest_near_ratio_2_for_K_ge_6']} of the (K, η_Z) rows"
+        if argmins
+        else "  K ≥ 6: not in this run",
+        f"  vs the paper's table: mean |diff| {c['mean_abs_diff']:.3f}, max {c['max_abs_diff']:.3f}, "
+        f"mean diff {c['mean_diff']:+.3f}, correlation {c['corr']:.3f}",
+    ]
+    arrays = {
+        "fig6": {
+            "entropy": np.stack([ent[q] for q in queries]),
+            "queries": np.array(queries),
+            "eta_z": np.array(FIG6_ETA_Z),
+            "ratios": np.array(FIG6_RATIOS),
+        }
+    }
+    inputs = {
+        "figure": "scan-snap-fig6",
+        "queries": list(queries),
+        "seeds": seeds,
+        "steps": steps,
+        "momentum": MOMENTUM,
+        "init": "uniform(-1/sqrt(M), 1/sqrt(M))",
+        "T": None,
+        "metric": "mean over classes of the entropy of c_n restricted to its distinct tokens, renormalised",
+    }
     return Result(inputs, results, arrays, {"scan-snap-fig6": fig}, lines)
 
 
@@ -208,19 +287,23 @@ def scan_snap_fig9(n_times: int = 400, progress: bool = True) -> Result:
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     axes = fig.subplots(1, 2)
     results, arrays = {}, {}
-    for ax, (label, M, rates, t_max) in zip(axes, FIG9_PANELS):
+    for ax, (label, M, rates, t_max) in zip(axes, FIG9_PANELS, strict=False):
         t = np.linspace(0.0, t_max, n_times)
         panel = {}
         for eta_z, eta_y in rates:
             B = np.asarray(B_n(t, FIG9_K, M, eta_y, eta_z, FIG9_C0))
             t0, t0s = float(transition_time(FIG9_K, M, eta_y)), float(transition_time(FIG9_K, M, eta_y, sharp=True))
             B0 = float(B_n(t0, FIG9_K, M, eta_y, eta_z, FIG9_C0))
-            line, = ax.plot(t, B, label=f"η_Z = {eta_z:g}, η_Y = {eta_y:g}")
+            (line,) = ax.plot(t, B, label=f"η_Z = {eta_z:g}, η_Y = {eta_y:g}")
             ax.plot([t0], [B0], "o", color=line.get_color())
             if t0s <= t_max:
                 ax.plot([t0s], [float(B_n(t0s, FIG9_K, M, eta_y, eta_z, FIG9_C0))], "x", color=line.get_color())
-            panel[f"eta_z={eta_z:g}_eta_y={eta_y:g}"] = {"t0": t0, "t0_sharp": t0s, "B_at_t0": B0,
-                                                        "B_at_t_max": float(B[-1])}
+            panel[f"eta_z={eta_z:g}_eta_y={eta_y:g}"] = {
+                "t0": t0,
+                "t0_sharp": t0s,
+                "B_at_t0": B0,
+                "B_at_t_max": float(B[-1]),
+            }
             arrays.setdefault(f"fig9_M{M}", {"t": t})[f"B_eta_z={eta_z:g}"] = B
         ax.set(xlabel="t", ylabel="B_n(t)", title=f"{label} (• t_0 = 2K ln M/η_Y, × sharp)")
         ax.legend(fontsize=7)
@@ -230,7 +313,6 @@ def scan_snap_fig9(n_times: int = 400, progress: bool = True) -> Result:
     for label, panel in results.items():
         b0 = [p["B_at_t0"] for p in panel.values()]
         t0s = ", ".join(f"{p['t0']:.3g}" for p in panel.values())
-        lines.append(f"  {label}: t_0 = {t0s}; "
-                     f"B(t_0) = {min(b0):.4f} … {max(b0):.4f}")
+        lines.append(f"  {label}: t_0 = {t0s}; B(t_0) = {min(b0):.4f} … {max(b0):.4f}")
     inputs = {"figure": "scan-snap-fig9", "K": FIG9_K, "C0": FIG9_C0, "n_times": n_times}
     return Result(inputs, results, arrays, {"scan-snap-fig9": fig}, lines)

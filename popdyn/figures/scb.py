@@ -16,17 +16,35 @@ from matplotlib.figure import Figure
 from popdyn import _validate
 from popdyn.dynamics import L1Prox, gradient_descent
 from popdyn.io import Result
-from popdyn.tasks.scb import SparseBigram, random_instance
 from popdyn.jobs.scb.training import (
-    BATCH, ETA2, ETA2_SMALL, LAMBDA_A, WithReference, gradient_variance, normalise, population_reference, stage1,
-    stage2, surrogate_noise, trajectory_metrics,
+    BATCH,
+    ETA2,
+    ETA2_SMALL,
+    LAMBDA_A,
+    WithReference,
+    gradient_variance,
+    normalise,
+    population_reference,
+    stage1,
+    stage2,
+    surrogate_noise,
+    trajectory_metrics,
 )
+from popdyn.tasks.scb import SparseBigram, random_instance
 
 RUNS = (("proximal", "proximal", ETA2), ("sgd", "SGD η_2", ETA2), ("sgd_small", "SGD η_2'", ETA2_SMALL))
 
 
-def stage2_comparison(N: int = 10, T: int = 50, Q: int = 2, seed: int = 0, steps: int = 3000,
-                      batch: int = BATCH, noise: str = "gaussian", record_every: int = 10) -> dict:
+def stage2_comparison(
+    N: int = 10,
+    T: int = 50,
+    Q: int = 2,
+    seed: int = 0,
+    steps: int = 3000,
+    batch: int = BATCH,
+    noise: str = "gaussian",
+    record_every: int = 10,
+) -> dict:
     """Stage 1 (exact) then the three stage-2 runs from the same point with the same noise seed; metrics of
     each against the noise-free reference trajectory at its own step size."""
     prob = SparseBigram(*random_instance(jax.random.PRNGKey(_validate.int_at_least("seed", seed, 0)), N, T, Q))
@@ -37,37 +55,80 @@ def stage2_comparison(N: int = 10, T: int = 50, Q: int = 2, seed: int = 0, steps
     runs = {}
     for key, _, lr in RUNS:
         method = "proximal" if key == "proximal" else "sgd"
-        traj = stage2(prob, s1["theta"], method=method, noise=noise, lr=lr, steps=steps, batch=batch,
-                      variance=var, seed=seed, record_every=record_every)
+        traj = stage2(
+            prob,
+            s1["theta"],
+            method=method,
+            noise=noise,
+            lr=lr,
+            steps=steps,
+            batch=batch,
+            variance=var,
+            seed=seed,
+            record_every=record_every,
+        )
         ref = population_reference(prob, s1["theta"], lr=lr, steps=steps, record_every=record_every)
         m = trajectory_metrics(prob, traj, ref)
-        runs[key] = {"lr": lr, "metrics": m, "final_normalised": prob.distances(normalise(traj.final)),
-                     "status": traj.status_counts()}
+        runs[key] = {
+            "lr": lr,
+            "metrics": m,
+            "final_normalised": prob.distances(normalise(traj.final)),
+            "status": traj.status_counts(),
+        }
     return {"prob": prob, "stage1": s1, "variance": var, "runs": runs}
 
 
 def _summary(comp: dict) -> dict:
-    out = {"stage1_steps": comp["stage1"]["step"], "threshold": comp["stage1"]["threshold"],
-           "gradient_variance": comp["variance"]}
+    out = {
+        "stage1_steps": comp["stage1"]["step"],
+        "threshold": comp["stage1"]["threshold"],
+        "gradient_variance": comp["variance"],
+    }
     for key, r in comp["runs"].items():
         m = r["metrics"]
-        out[key] = {"lr": r["lr"], "final_dist_V": float(m["dist_V"][-1]), "final_dist_A": float(m["dist_A"][-1]),
-                    "normalised_dist_V": float(r["final_normalised"][0]),
-                    "normalised_dist_A": float(r["final_normalised"][1]),
-                    "final_alpha_V": float(m["alpha_V"][-1]), "final_alpha_A": float(m["alpha_A"][-1]),
-                    "max_delta_A_mu": float(m["delta_A_mu"].max()), "max_delta_V_mu": float(m["delta_V_mu"].max()),
-                    "status": r["status"]}
+        out[key] = {
+            "lr": r["lr"],
+            "final_dist_V": float(m["dist_V"][-1]),
+            "final_dist_A": float(m["dist_A"][-1]),
+            "normalised_dist_V": float(r["final_normalised"][0]),
+            "normalised_dist_A": float(r["final_normalised"][1]),
+            "final_alpha_V": float(m["alpha_V"][-1]),
+            "final_alpha_A": float(m["alpha_A"][-1]),
+            "max_delta_A_mu": float(m["delta_A_mu"].max()),
+            "max_delta_V_mu": float(m["delta_V_mu"].max()),
+            "status": r["status"],
+        }
     return out
 
 
 def _inputs(figure: str, N, T, Q, seed, steps, batch, noise) -> dict:
-    return {"figure": figure, "N": N, "T": T, "Q": Q, "seed": seed, "steps": steps, "batch": batch, "noise": noise,
-            "eta2": ETA2, "eta2_small": ETA2_SMALL, "lambda_A": LAMBDA_A, "lambda_V": 0.0,
-            "stage1": "exact population preconditioned projected GD, η_1 = 0.5, to max(α) >= 2/(QN)"}
+    return {
+        "figure": figure,
+        "N": N,
+        "T": T,
+        "Q": Q,
+        "seed": seed,
+        "steps": steps,
+        "batch": batch,
+        "noise": noise,
+        "eta2": ETA2,
+        "eta2_small": ETA2_SMALL,
+        "lambda_A": LAMBDA_A,
+        "lambda_V": 0.0,
+        "stage1": "exact population preconditioned projected GD, η_1 = 0.5, to max(α) >= 2/(QN)",
+    }
 
 
-def scb_fig1(N: int = 10, T: int = 50, Q: int = 2, seed: int = 0, steps: int = 3000, batch: int = BATCH,
-             noise: str = "gaussian", progress: bool = True) -> Result:
+def scb_fig1(
+    N: int = 10,
+    T: int = 50,
+    Q: int = 2,
+    seed: int = 0,
+    steps: int = 3000,
+    batch: int = BATCH,
+    noise: str = "gaussian",
+    progress: bool = True,
+) -> Result:
     """Fig. 1: distances to the truth over stage 2 for proximal, SGD η_2 and SGD η_2'."""
     del progress
     comp = stage2_comparison(N, T, Q, seed, steps, batch, noise)
@@ -75,42 +136,58 @@ def scb_fig1(N: int = 10, T: int = 50, Q: int = 2, seed: int = 0, steps: int = 3
     axes = fig.subplots(1, 2)
     for key, label, _ in RUNS:
         m = comp["runs"][key]["metrics"]
-        for ax, b in zip(axes, ("V", "A")):
+        for ax, b in zip(axes, ("V", "A"), strict=False):
             ax.semilogy(m["steps"], m[f"dist_{b}"], label=label)
     star = comp["runs"]["proximal"]["final_normalised"]
-    for ax, b, v in zip(axes, ("V", "A"), star):
+    for ax, b, v in zip(axes, ("V", "A"), star, strict=False):
         ax.semilogy([steps], [float(v)], "*", ms=14, color="k", label="proximal, normalised")
         ax.set(xlabel="stage-2 step", ylabel=f"‖{b} − {'P' if b == 'V' else 'Qm'}‖_μ", title=f"distance of {b}")
         ax.legend(fontsize=7)
-    fig.suptitle(f"SCB Fig. 1: N={N}, T={T}, Q={Q}, batch {batch}, {noise} noise, after stage 1 "
-                 f"({comp['stage1']['step']} exact steps)")
+    fig.suptitle(
+        f"SCB Fig. 1: N={N}, T={T}, Q={Q}, batch {batch}, {noise} noise, after stage 1 "
+        f"({comp['stage1']['step']} exact steps)"
+    )
     results = _summary(comp)
-    lines = [f"scb-fig1: N={N}, T={T}, Q={Q}, seed {seed}, stage 1 = {results['stage1_steps']} steps, "
-             f"stage 2 = {steps} steps, batch {batch}, {noise} noise"]
+    lines = [
+        f"scb-fig1: N={N}, T={T}, Q={Q}, seed {seed}, stage 1 = {results['stage1_steps']} steps, "
+        f"stage 2 = {steps} steps, batch {batch}, {noise} noise"
+    ]
     for key, label, _ in RUNS:
         r = results[key]
-        lines.append(f"  {label:<9s}: ‖V−P‖_μ {r['final_dist_V']:.4f}, ‖A−Qm‖_μ {r['final_dist_A']:.4f}; normalised "
-                     f"{r['normalised_dist_V']:.4f}, {r['normalised_dist_A']:.4f}")
+        lines.append(
+            f"  {label:<9s}: ‖V−P‖_μ {r['final_dist_V']:.4f}, ‖A−Qm‖_μ {r['final_dist_A']:.4f}; normalised "
+            f"{r['normalised_dist_V']:.4f}, {r['normalised_dist_A']:.4f}"
+        )
     arrays = {f"fig1_{k}": comp["runs"][k]["metrics"] for k, _, _ in RUNS}
     return Result(_inputs("scb-fig1", N, T, Q, seed, steps, batch, noise), results, arrays, {"scb-fig1": fig}, lines)
 
 
-def scb_fig3(N: int = 10, T: int = 50, Q: int = 2, seed: int = 0, steps: int = 3000, batch: int = BATCH,
-             noise: str = "gaussian", progress: bool = True) -> Result:
+def scb_fig3(
+    N: int = 10,
+    T: int = 50,
+    Q: int = 2,
+    seed: int = 0,
+    steps: int = 3000,
+    batch: int = BATCH,
+    noise: str = "gaussian",
+    progress: bool = True,
+) -> Result:
     """Fig. 3: signals α_V, α_A and the distances Δ_V, Δ_A (μ-norm and Frobenius) to the noise-free,
     unregularised population trajectory, for proximal and SGD η_2."""
     del progress
     comp = stage2_comparison(N, T, Q, seed, steps, batch, noise)
     fig = Figure(figsize=(11, 7.5), layout="constrained")
     axes = fig.subplots(2, 2)
-    for (key, label, _), colour in zip(RUNS[:2], ("C0", "C1")):
+    for (key, label, _), colour in zip(RUNS[:2], ("C0", "C1"), strict=False):
         m = comp["runs"][key]["metrics"]
         axes[0, 0].plot(m["steps"], m["alpha_V"], color=colour, label=label)
         axes[0, 1].plot(m["steps"], m["alpha_A"], color=colour, label=label)
-        for ax, b in zip(axes[1], ("V", "A")):  # Δ = 0 at the shared start: drawn from the first record on
+        for ax, b in zip(
+            axes[1], ("V", "A"), strict=False
+        ):  # Δ = 0 at the shared start: drawn from the first record on
             ax.semilogy(m["steps"][1:], m[f"delta_{b}_mu"][1:], color=colour, label=f"{label} (μ-norm)")
             ax.semilogy(m["steps"][1:], m[f"delta_{b}_fro"][1:], ":", color=colour, label=f"{label} (Frobenius)")
-    for ax, title in zip(axes.ravel(), ("α_V", "α_A", "‖Δ_V‖", "‖Δ_A‖")):
+    for ax, title in zip(axes.ravel(), ("α_V", "α_A", "‖Δ_V‖", "‖Δ_A‖"), strict=False):
         ax.set(xlabel="stage-2 step", title=title)
         ax.legend(fontsize=7)
     fig.suptitle(f"SCB Fig. 3: signals and distance to the population process (N={N}, T={T}, Q={Q}, {noise} noise)")
@@ -118,8 +195,10 @@ def scb_fig3(N: int = 10, T: int = 50, Q: int = 2, seed: int = 0, steps: int = 3
     lines = [f"scb-fig3: N={N}, T={T}, Q={Q}, seed {seed}, {steps} stage-2 steps, {noise} noise"]
     for key, label, _ in RUNS[:2]:
         r = results[key]
-        lines.append(f"  {label:<9s}: α = ({r['final_alpha_V']:.3f}, {r['final_alpha_A']:.3f}), max ‖Δ_A‖_μ "
-                     f"{r['max_delta_A_mu']:.4f}, max ‖Δ_V‖_μ {r['max_delta_V_mu']:.4f}")
+        lines.append(
+            f"  {label:<9s}: α = ({r['final_alpha_V']:.3f}, {r['final_alpha_A']:.3f}), max ‖Δ_A‖_μ "
+            f"{r['max_delta_A_mu']:.4f}, max ‖Δ_V‖_μ {r['max_delta_V_mu']:.4f}"
+        )
     arrays = {f"fig3_{k}": comp["runs"][k]["metrics"] for k, _, _ in RUNS[:2]}
     return Result(_inputs("scb-fig3", N, T, Q, seed, steps, batch, noise), results, arrays, {"scb-fig3": fig}, lines)
 
@@ -136,31 +215,55 @@ def fig5_batch(prob: SparseBigram, theta1, var_A: float) -> tuple[int, float]:
     drive = -prob.precondition(jax.grad(prob.loss)(theta1), project=True)["A"]
     lam_A = FIG5_DRIVE_FRACTION * float(np.median(np.asarray(drive)[np.asarray(prob.Qm) > 0]))
     if not lam_A > 0:
-        raise ValueError(f"the population drive on the support of Qm is {lam_A / FIG5_DRIVE_FRACTION:.3g} at the "
-                         "switch: stage 1 ended where A does not move toward Qm")
+        raise ValueError(
+            f"the population drive on the support of Qm is {lam_A / FIG5_DRIVE_FRACTION:.3g} at the "
+            "switch: stage 1 ended where A does not move toward Qm"
+        )
     return int(np.ceil(var_A * (FIG5_NOISE_SDS / lam_A) ** 2)), lam_A
 
 
-def _fig5_run(prob: SparseBigram, theta1, sigma: dict, lam_A: float | None, steps: int, seed: int,
-              record_every: int) -> dict:
+def _fig5_run(
+    prob: SparseBigram, theta1, sigma: dict, lam_A: float | None, steps: int, seed: int, record_every: int
+) -> dict:
     """One stage-2 surrogate run paired with the noise-free reference (``WithReference``): Δ and the signals
     as metrics, θ never stored; plus the final A's support statistics (is the signal still there?)."""
     pair = WithReference(prob)
-    traj = gradient_descent(pair, pair.pair(theta1), lr=ETA2, steps=steps, precondition=pair.precondition,
-                            noise=sigma, prox=None if lam_A is None else L1Prox({"A": lam_A}),
-                            metrics=pair.metrics, record_every=record_every, seed=seed)
+    traj = gradient_descent(
+        pair,
+        pair.pair(theta1),
+        lr=ETA2,
+        steps=steps,
+        precondition=pair.precondition,
+        noise=sigma,
+        prox=None if lam_A is None else L1Prox({"A": lam_A}),
+        metrics=pair.metrics,
+        record_every=record_every,
+        seed=seed,
+    )
     A = traj.final["A"]
     support = prob.Qm > 0
     metrics = {k: np.asarray(v) for k, v in traj.metrics.items()} | {"steps": np.asarray(traj.ts)}
-    return {"metrics": metrics, "status": traj.status_counts(),
-            "support_mass": float(prob.mu @ (A * support).sum(axis=0)),
-            "nonzero_off_support": float(((A != 0) & ~support).mean()),
-            "min_support_entry": float(np.asarray(A)[np.asarray(support)].min())}
+    return {
+        "metrics": metrics,
+        "status": traj.status_counts(),
+        "support_mass": float(prob.mu @ (A * support).sum(axis=0)),
+        "nonzero_off_support": float(((A != 0) & ~support).mean()),
+        "min_support_entry": float(np.asarray(A)[np.asarray(support)].min()),
+    }
 
 
-def scb_fig5(N: int = 100, T: int = 100_000, Q: int = 2, seed: int = 0, steps: int = 200, batch: int | None = None,
-             switch: float = FIG5_SWITCH, samples: int = 4000, record_every: int = 5,
-             progress: bool = True) -> Result:
+def scb_fig5(
+    N: int = 100,
+    T: int = 100_000,
+    Q: int = 2,
+    seed: int = 0,
+    steps: int = 200,
+    batch: int | None = None,
+    switch: float = FIG5_SWITCH,
+    samples: int = 4000,
+    record_every: int = 5,
+    progress: bool = True,
+) -> Result:
     """Fig. 5 at the paper's N = 100, T = 10⁵: stage 1 exact until both signals reach ``switch``, then the
     exact preconditioned population step plus Gaussian noise N(0, σ_b²), σ_b² = var_b/B calibrated from
     ``samples`` exact per-sample gradients at the switch (§5), with and without the ℓ1 prox (λ_A = 3σ_A);
@@ -179,11 +282,15 @@ def scb_fig5(N: int = 100, T: int = 100_000, Q: int = 2, seed: int = 0, steps: i
         batch, _ = fig5_batch(prob, s1["theta"], var["A"])
     sigma = surrogate_noise(var, batch)
     lam_A = FIG5_NOISE_SDS * sigma["A"]
-    runs = {"proximal": _fig5_run(prob, s1["theta"], sigma, lam_A, steps, seed, record_every),
-            "sgd": _fig5_run(prob, s1["theta"], sigma, None, steps, seed, record_every)}
+    runs = {
+        "proximal": _fig5_run(prob, s1["theta"], sigma, lam_A, steps, seed, record_every),
+        "sgd": _fig5_run(prob, s1["theta"], sigma, None, steps, seed, record_every),
+    }
     fig = Figure(figsize=(11, 4), layout="constrained")
     ax_d, ax_a = fig.subplots(1, 2)
-    for (key, label), colour in zip((("proximal", "ℓ1-proximal"), ("sgd", "SGD, same batch")), ("C0", "C1")):
+    for (key, label), colour in zip(
+        (("proximal", "ℓ1-proximal"), ("sgd", "SGD, same batch")), ("C0", "C1"), strict=False
+    ):
         m = runs[key]["metrics"]
         for b, ls in (("A", "-"), ("V", ":")):
             ax_d.semilogy(m["steps"][1:], m[f"delta_{b}_fro"][1:], ls, color=colour, label=f"{label}: ‖Δ_{b}‖_F")
@@ -193,26 +300,55 @@ def scb_fig5(N: int = 100, T: int = 100_000, Q: int = 2, seed: int = 0, steps: i
     ax_a.set(xlabel="stage-2 step", title="signals")
     for ax in (ax_d, ax_a):
         ax.legend(fontsize=7)
-    fig.suptitle(f"SCB Fig. 5: N={N}, T={T}, Q={Q}, Gaussian surrogate of batch {batch} "
-                 f"(σ_V={sigma['V']:.2g}, σ_A={sigma['A']:.2g}), λ_A = {lam_A:.2g}")
-    results = {"stage1_steps": s1["step"], "switch": switch, "stage1_alphas": [float(a) for a in s1["alphas"][-1]],
-               "gradient_variance": var, "sigma": sigma, "lambda_A": lam_A}
+    fig.suptitle(
+        f"SCB Fig. 5: N={N}, T={T}, Q={Q}, Gaussian surrogate of batch {batch} "
+        f"(σ_V={sigma['V']:.2g}, σ_A={sigma['A']:.2g}), λ_A = {lam_A:.2g}"
+    )
+    results = {
+        "stage1_steps": s1["step"],
+        "switch": switch,
+        "stage1_alphas": [float(a) for a in s1["alphas"][-1]],
+        "gradient_variance": var,
+        "sigma": sigma,
+        "lambda_A": lam_A,
+    }
     for key, r in runs.items():
         m = r["metrics"]
-        results[key] = {"final_delta_A_fro": float(m["delta_A_fro"][-1]), "final_delta_V_fro": float(m["delta_V_fro"][-1]),
-                        "final_delta_A_mu": float(m["delta_A_mu"][-1]), "final_alpha_V": float(m["alpha_V"][-1]),
-                        "final_alpha_A": float(m["alpha_A"][-1]), "support_mass": r["support_mass"],
-                        "nonzero_off_support": r["nonzero_off_support"], "min_support_entry": r["min_support_entry"],
-                        "status": r["status"]}
-    lines = [f"scb-fig5: N={N}, T={T}, Q={Q}, seed {seed}: stage 1 exact for {s1['step']} steps (to min(α) ≥ "
-             f"{switch:g}), then {steps} surrogate steps at η_2 = {ETA2}, batch {batch}, λ_A = {lam_A:.3g}"]
+        results[key] = {
+            "final_delta_A_fro": float(m["delta_A_fro"][-1]),
+            "final_delta_V_fro": float(m["delta_V_fro"][-1]),
+            "final_delta_A_mu": float(m["delta_A_mu"][-1]),
+            "final_alpha_V": float(m["alpha_V"][-1]),
+            "final_alpha_A": float(m["alpha_A"][-1]),
+            "support_mass": r["support_mass"],
+            "nonzero_off_support": r["nonzero_off_support"],
+            "min_support_entry": r["min_support_entry"],
+            "status": r["status"],
+        }
+    lines = [
+        f"scb-fig5: N={N}, T={T}, Q={Q}, seed {seed}: stage 1 exact for {s1['step']} steps (to min(α) ≥ "
+        f"{switch:g}), then {steps} surrogate steps at η_2 = {ETA2}, batch {batch}, λ_A = {lam_A:.3g}"
+    ]
     for key, label in (("proximal", "ℓ1-proximal"), ("sgd", "SGD")):
         r = results[key]
-        lines.append(f"  {label:<11s}: ‖Δ_A‖_F {r['final_delta_A_fro']:.4f}, ‖Δ_V‖_F {r['final_delta_V_fro']:.4f}; "
-                     f"α = ({r['final_alpha_V']:.3f}, {r['final_alpha_A']:.3f}); A's mass on the support of Qm "
-                     f"{r['support_mass']:.3f}, off-support entries non-zero {100 * r['nonzero_off_support']:.1f}%")
-    inputs = {"figure": "scb-fig5", "N": N, "T": T, "Q": Q, "seed": seed, "steps": steps, "batch": batch,
-              "switch": switch, "samples": samples, "eta2": ETA2, "lambda_A": f"{FIG5_NOISE_SDS:g}·σ_A",
-              "stage1": "exact population preconditioned projected GD, η_1 = 0.5, to min(α_V, α_A) >= switch"}
+        lines.append(
+            f"  {label:<11s}: ‖Δ_A‖_F {r['final_delta_A_fro']:.4f}, ‖Δ_V‖_F {r['final_delta_V_fro']:.4f}; "
+            f"α = ({r['final_alpha_V']:.3f}, {r['final_alpha_A']:.3f}); A's mass on the support of Qm "
+            f"{r['support_mass']:.3f}, off-support entries non-zero {100 * r['nonzero_off_support']:.1f}%"
+        )
+    inputs = {
+        "figure": "scb-fig5",
+        "N": N,
+        "T": T,
+        "Q": Q,
+        "seed": seed,
+        "steps": steps,
+        "batch": batch,
+        "switch": switch,
+        "samples": samples,
+        "eta2": ETA2,
+        "lambda_A": f"{FIG5_NOISE_SDS:g}·σ_A",
+        "stage1": "exact population preconditioned projected GD, η_1 = 0.5, to min(α_V, α_A) >= switch",
+    }
     arrays = {f"fig5_{k}": r["metrics"] for k, r in runs.items()}
     return Result(inputs, results, arrays, {"scb-fig5": fig}, lines)

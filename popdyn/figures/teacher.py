@@ -13,14 +13,13 @@ from matplotlib.figure import Figure
 
 from popdyn.dynamics import gradient_descent
 from popdyn.io import Result
+from popdyn.jobs.teacher.rates import default_steps, rates, reduced_records
 from popdyn.tasks.teacher.builders import PAPER_SIZES, build
 from popdyn.tasks.teacher.online import OnlineGradient, cosine
-from popdyn.jobs.teacher.rates import default_steps, rates, reduced_records
 from popdyn.tasks.teacher.reduced import TeacherReduced, embed
 
 # the six synthetic settings (§8): CNN and GCN with ReLU and leaky ReLU; STS and GSLP are linear maps (§1.1)
-SETTINGS = (("cnn", "relu"), ("cnn", "leaky"), ("gcn", "relu"), ("gcn", "leaky"), ("sts", "linear"),
-            ("gslp", "linear"))
+SETTINGS = (("cnn", "relu"), ("cnn", "leaky"), ("gcn", "relu"), ("gcn", "leaky"), ("sts", "linear"), ("gslp", "linear"))
 ONLINE_BATCH, ONLINE_STEPS = 64, 4000  # [our choice]: the paper's batch size and step count are unknown
 
 
@@ -39,14 +38,28 @@ def _run_all(settings, sizes: dict | None, horizon: float, ood_samples: int) -> 
 
 def _online_cosine(prob, lr: float, steps: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """cos(W_t, V*) along online SGD from zero (fresh batch of ``ONLINE_BATCH`` every step)."""
-    traj = gradient_descent(prob, prob.init(None), lr=lr, steps=steps, record_every=max(1, steps // 200),
-                            gradient=OnlineGradient(prob, ONLINE_BATCH), metrics=lambda th: {"cos": cosine(prob, th)},
-                            seed=seed)
+    traj = gradient_descent(
+        prob,
+        prob.init(None),
+        lr=lr,
+        steps=steps,
+        record_every=max(1, steps // 200),
+        gradient=OnlineGradient(prob, ONLINE_BATCH),
+        metrics=lambda th: {"cos": cosine(prob, th)},
+        seed=seed,
+    )
     return np.asarray(traj.ts), np.asarray(traj.metrics["cos"])
 
 
-def teacher_rates(sizes: dict | None = None, horizon: float = 300.0, ood_samples: int = 2000,
-                  online_steps: int = ONLINE_STEPS, seed: int = 0, settings=SETTINGS, progress: bool = True) -> Result:
+def teacher_rates(
+    sizes: dict | None = None,
+    horizon: float = 300.0,
+    ood_samples: int = 2000,
+    online_steps: int = ONLINE_STEPS,
+    seed: int = 0,
+    settings=SETTINGS,
+    progress: bool = True,
+) -> Result:
     """The poster's rate plots for the six settings (or ``settings``, which must include CNN ReLU, whose online
     SGD run gives the cosine panel) at the paper's (D, K) (or ``sizes``), exact."""
     del progress
@@ -55,7 +68,7 @@ def teacher_rates(sizes: dict | None = None, horizon: float = 300.0, ood_samples
     axes = fig.subplots(2, 3)
     (ax_l, ax_c, ax_e), (ax_p, ax_o, ax_cos) = axes
     results = {}
-    for (key, (prob, r)), colour in zip(runs.items(), [f"C{i}" for i in range(6)]):
+    for (key, (prob, r)), colour in zip(runs.items(), [f"C{i}" for i in range(6)], strict=False):
         c, lr = r["curves"], r["lr"]
         t = lr * c["steps"]
         ok = t > 0
@@ -69,47 +82,79 @@ def teacher_rates(sizes: dict | None = None, horizon: float = 300.0, ood_samples
         o = r["ood"]
         ax_o.loglog(lr * o["steps"], o["excess"], ".-", color=colour, label=label)
         results["_".join(key)] = {
-            "D": prob.D, "K": prob.K, "v": float(prob.v), "lr": lr, "steps": r["steps"],
-            "late_constant": r["late_constant"], "late_constant_predicted": r["late_constant_predicted"],
-            "late_constant_ratio": r["late_constant"] / r["late_constant_predicted"], "slopes": r["slopes"],
-            "half_over_T_star": r["half_over_T_star"], "ood_slope": r["ood"]["slope"],
-            "ood_exact": r["ood"]["exact"], "max_lambda_over_one_over_lr": r["audit"]["max_lambda"] * lr}
+            "D": prob.D,
+            "K": prob.K,
+            "v": float(prob.v),
+            "lr": lr,
+            "steps": r["steps"],
+            "late_constant": r["late_constant"],
+            "late_constant_predicted": r["late_constant_predicted"],
+            "late_constant_ratio": r["late_constant"] / r["late_constant_predicted"],
+            "slopes": r["slopes"],
+            "half_over_T_star": r["half_over_T_star"],
+            "ood_slope": r["ood"]["slope"],
+            "ood_exact": r["ood"]["exact"],
+            "max_lambda_over_one_over_lr": r["audit"]["max_lambda"] * lr,
+        }
     prob, r = runs[("cnn", "relu")]
     ts, cos = _online_cosine(prob, r["lr"], online_steps, seed)
     ax_cos.semilogx(ts[1:], cos[1:], label=f"online SGD, batch {ONLINE_BATCH} (the paper's procedure)")
     ax_cos.axhline(1.0, color="k", ls="--", lw=1, label="exact population GD: cos = 1 for t > 0")
-    results["online_cosine"] = {"setting": "cnn_relu", "batch": ONLINE_BATCH, "steps": online_steps,
-                                "final": float(cos[-1]), "max": float(cos.max())}
+    results["online_cosine"] = {
+        "setting": "cnn_relu",
+        "batch": ONLINE_BATCH,
+        "steps": online_steps,
+        "final": float(cos[-1]),
+        "max": float(cos.max()),
+    }
     ax_l.set(xlabel="ηT", title="L − L_opt (dotted: KD(D−K)/(4ηT))")
     ax_c.set(xlabel="ηT", title="ηT·(L − L_opt) / (KD(D−K)/4) → 1")
     ax_e.set(xlabel="ηT", title="‖W − V*‖ (solid), ‖S − S*‖ (dashed): slope −1/2")
     ax_p.set(xlabel="step / T*,  T* = KD²/(η‖V*‖²)", title="K·p: attention on the support")
     ax_o.set(xlabel="ηT", title="excess OOD loss (Exp(1) inputs)")
-    ax_cos.set(xlabel="step", ylim=(min(0.9, float(cos[1:].min()) - 0.02), 1.005), title=f"cos(W_V, V*), {_label('cnn', 'relu')}")
+    ax_cos.set(
+        xlabel="step",
+        ylim=(min(0.9, float(cos[1:].min()) - 0.02), 1.005),
+        title=f"cos(W_V, V*), {_label('cnn', 'relu')}",
+    )
     for ax in axes.ravel():
         ax.legend(fontsize=6)
     fig.suptitle("Bilinear teachers from zero initialisation: exact population GD at η = 1/λ_max(teacher)")
-    lines = ["teacher-rates: six settings, exact GD from zero to ηT = "
-             f"{horizon:g} × late onset; late constant ηT(L − L_opt) vs KD(D−K)/4, slopes, OOD"]
+    lines = [
+        "teacher-rates: six settings, exact GD from zero to ηT = "
+        f"{horizon:g} × late onset; late constant ηT(L − L_opt) vs KD(D−K)/4, slopes, OOD"
+    ]
     for key, r in results.items():
         if key == "online_cosine":
             continue
-        lines.append(f"  {key:<12s} D={r['D']:<3d} K={r['K']}: constant ratio {r['late_constant_ratio']:.4f}, "
-                     f"slopes loss {r['slopes']['excess']:.3f}, W {r['slopes']['w_error']:.3f}, "
-                     f"S {r['slopes']['s_error']:.3f}; K·p = 1/2 at {r['half_over_T_star']:.2f} T*; OOD slope "
-                     f"{r['ood_slope']:.3f}")
+        lines.append(
+            f"  {key:<12s} D={r['D']:<3d} K={r['K']}: constant ratio {r['late_constant_ratio']:.4f}, "
+            f"slopes loss {r['slopes']['excess']:.3f}, W {r['slopes']['w_error']:.3f}, "
+            f"S {r['slopes']['s_error']:.3f}; K·p = 1/2 at {r['half_over_T_star']:.2f} T*; OOD slope "
+            f"{r['ood_slope']:.3f}"
+        )
     oc = results["online_cosine"]
     lines.append(f"  cosine(W, V*): exact = 1 for t > 0; online SGD (batch {ONLINE_BATCH}) ends at {oc['final']:.4f}")
-    inputs = {"figure": "teacher-rates", "settings": [list(s) for s in settings], "sizes": sizes or PAPER_SIZES,
-              "horizon": horizon, "ood_samples": ood_samples, "online_steps": online_steps, "seed": seed,
-              "d": 4, "M": "4 (cnn, gcn), d (sts), 1 (gslp)", "lr": "1/λ_max at the teacher"}
+    inputs = {
+        "figure": "teacher-rates",
+        "settings": [list(s) for s in settings],
+        "sizes": sizes or PAPER_SIZES,
+        "horizon": horizon,
+        "ood_samples": ood_samples,
+        "online_steps": online_steps,
+        "seed": seed,
+        "d": 4,
+        "M": "4 (cnn, gcn), d (sts), 1 (gslp)",
+        "lr": "1/λ_max at the teacher",
+    }
     arrays = {f"rates_{'_'.join(k)}": r["curves"] for k, (_, r) in runs.items()}
     arrays["online_cosine"] = {"steps": ts, "cos": cos}
     return Result(inputs, results, arrays, {"teacher-rates": fig}, lines)
 
 
-def teacher_heatmaps(sizes: dict | None = None, horizon: float = 300.0, settings=SETTINGS,
-                     progress: bool = True) -> Result:
+def teacher_heatmaps(
+    sizes: dict | None = None, horizon: float = 300.0, settings=SETTINGS, progress: bool = True
+) -> Result:
     """The learned attention S = softmax(A/√D) at the end of the exact run from zero, next to S*, for the six
     settings (CNN block-diagonal, GCN cyclic tridiagonal, STS and GSLP bright rows)."""
     del progress
@@ -125,20 +170,31 @@ def teacher_heatmaps(sizes: dict | None = None, horizon: float = 300.0, settings
         final = {"C1": params["C1"][-1], "Delta": params["Delta"][-1]}
         S = np.asarray(prob.attention(embed(prob, final)))
         S_star = np.asarray(prob.S_star)
-        for ax, M, title in ((axes[0, j], S, f"{_label(name, activation)}: learned S"),
-                             (axes[1, j], S_star, "S*")):
+        for ax, M, title in ((axes[0, j], S, f"{_label(name, activation)}: learned S"), (axes[1, j], S_star, "S*")):
             im = ax.imshow(prob.K * M, cmap="viridis", vmin=0, vmax=1)
             ax.set(title=title, xticks=[], yticks=[])
         key = f"{name}_{activation}"
-        results[key] = {"D": D, "K": prob.K, "steps": int(ts[-1]), "max_abs_S_minus_S_star": float(np.abs(S - S_star).max()),
-                        "support_value": float(S[S_star > 0].mean()), "off_support_value": float(S[S_star == 0].mean())
-                        if (S_star == 0).any() else None}
+        results[key] = {
+            "D": D,
+            "K": prob.K,
+            "steps": int(ts[-1]),
+            "max_abs_S_minus_S_star": float(np.abs(S - S_star).max()),
+            "support_value": float(S[S_star > 0].mean()),
+            "off_support_value": float(S[S_star == 0].mean()) if (S_star == 0).any() else None,
+        }
         arrays[f"S_{key}"] = {"S": S, "S_star": S_star}
     fig.colorbar(im, ax=axes, shrink=0.6, label="K × attention weight (1 on the support of S*)")
     fig.suptitle("Learned attention at the end of exact GD from zero (top) and the teacher's S* (bottom)")
     lines = ["teacher-heatmaps: S at the end of exact GD from zero, η = 1/λ_max(teacher)"]
-    lines += [f"  {k:<12s} support {v['support_value']:.4f} (1/K = {1 / v['K']:.4f}), max |S − S*| "
-              f"{v['max_abs_S_minus_S_star']:.2e}" for k, v in results.items()]
-    inputs = {"figure": "teacher-heatmaps", "settings": [list(s) for s in settings], "sizes": sizes or PAPER_SIZES,
-              "horizon": horizon}
+    lines += [
+        f"  {k:<12s} support {v['support_value']:.4f} (1/K = {1 / v['K']:.4f}), max |S − S*| "
+        f"{v['max_abs_S_minus_S_star']:.2e}"
+        for k, v in results.items()
+    ]
+    inputs = {
+        "figure": "teacher-heatmaps",
+        "settings": [list(s) for s in settings],
+        "sizes": sizes or PAPER_SIZES,
+        "horizon": horizon,
+    }
     return Result(inputs, results, arrays, {"teacher-heatmaps": fig}, lines)

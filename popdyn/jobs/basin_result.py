@@ -11,10 +11,18 @@ from popdyn.plot import plot_basin_map
 from popdyn.problem import Problem
 
 
-def basin_result(bm: BasinMap, prob: Problem, title: str, inputs: dict, results: dict,
-                 axes: tuple[str, str] = ("x", "y"), **arrays) -> Result:
+def basin_result(
+    bm: BasinMap, prob: Problem, title: str, inputs: dict, results: dict, axes: tuple[str, str] = ("x", "y"), **arrays
+) -> Result:
     """``Result(inputs, results)`` with the map's arrays under ``basins`` (the axes named ``axes``) and its
     figure; ``arrays`` adds job-specific arrays (e.g. closed-form labels)."""
-    basins = {"labels": bm.labels, axes[0]: bm.grid.xs, axes[1]: bm.grid.ys, "times": bm.times, "status": bm.status,
-              "attractors": np.array(bm.attractors), **arrays}
+    basins = {
+        "labels": bm.labels,
+        axes[0]: bm.grid.xs,
+        axes[1]: bm.grid.ys,
+        "times": bm.times,
+        "status": bm.status,
+        "attractors": np.array(bm.attractors),
+        **arrays,
+    }
     return Result(inputs, results, arrays={"basins": basins}, figures={"basins": plot_basin_map(bm, prob, title)})

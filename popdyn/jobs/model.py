@@ -14,7 +14,7 @@ import jax
 import numpy as np
 
 from popdyn import _validate
-from popdyn.analysis import Grid, GradNormBelow, basin_map, hitting_times, lambda_max, step_size_audit
+from popdyn.analysis import GradNormBelow, Grid, basin_map, hitting_times, lambda_max, step_size_audit
 from popdyn.analysis.coords import names as coordinate_names
 from popdyn.dynamics import gradient_descent
 from popdyn.io import Result
@@ -60,15 +60,18 @@ def build(factory: str, param=(), **overrides) -> Problem:
     takes_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
     unknown = [k for k in kwargs if k not in sig.parameters and not takes_any]
     if unknown:
-        raise ValueError(f"param {unknown[0]!r} is not a keyword of {factory}: it takes "
-                         f"{', '.join(sig.parameters) or 'none'}")
+        raise ValueError(
+            f"param {unknown[0]!r} is not a keyword of {factory}: it takes {', '.join(sig.parameters) or 'none'}"
+        )
     try:
         prob = fn(**kwargs)
     except TypeError as err:  # missing or wrong arguments
         raise ValueError(f"factory={factory!r} cannot be called with {kwargs or 'no arguments'}: {err}") from None
     if not isinstance(prob, Problem):
-        raise ValueError(f"factory={factory!r} returned {type(prob).__name__}: must return a popdyn.Problem "
-                         "(popdyn.Problem.from_loss turns a loss function into one)")
+        raise ValueError(
+            f"factory={factory!r} returned {type(prob).__name__}: must return a popdyn.Problem "
+            "(popdyn.Problem.from_loss turns a loss function into one)"
+        )
     return prob
 
 
@@ -76,10 +79,23 @@ def _title(factory: str, param) -> str:
     return factory + ("" if not param else " " + " ".join(param))
 
 
-def basins_model(factory: str, param=(), x: str | None = None, y: str | None = None, grid: int = 32,
-                 lo: float = -3.0, hi: float = 3.0, seed: int = 0, method: str = "flow", t1: float = 1e4,
-                 lr: float = 0.1, steps: int = 2000, chunk: int = 16384, progress: bool = False,
-                 checkpoint=None) -> Result:
+def basins_model(
+    factory: str,
+    param=(),
+    x: str | None = None,
+    y: str | None = None,
+    grid: int = 32,
+    lo: float = -3.0,
+    hi: float = 3.0,
+    seed: int = 0,
+    method: str = "flow",
+    t1: float = 1e4,
+    lr: float = 0.1,
+    steps: int = 2000,
+    chunk: int = 16384,
+    progress: bool = False,
+    checkpoint=None,
+) -> Result:
     """Basin map over coordinates (x, y) ∈ [lo, hi]² of θ, every other coordinate from prob.init(PRNGKey(seed));
     attractors from the problem's residuals, else by loss level and Morse index (``popdyn.basin_map``)."""
     prob = build(factory, param)
@@ -93,13 +109,28 @@ def basins_model(factory: str, param=(), x: str | None = None, y: str | None = N
     x = coords[0] if x is None else x
     y = (coords[1] if coords[1] != x else coords[0]) if y is None else y
     g = Grid.square(x, y, lo, hi, n, base=base)
-    bm = basin_map(prob, g, method, t1=t1, lr=lr, steps=steps, chunk_size=chunk, progress=progress,
-                   checkpoint=checkpoint)
+    bm = basin_map(
+        prob, g, method, t1=t1, lr=lr, steps=steps, chunk_size=chunk, progress=progress, checkpoint=checkpoint
+    )
     title = f"{_title(factory, param)}, {method}"
-    inputs = {"task": factory, "param": list(param), "x": x, "y": y, "grid": n, "range": [lo, hi], "seed": seed,
-              "method": method, **({"t1": t1} if method == "flow" else {"lr": lr, "steps": steps})}
-    results = {"fractions": bm.fractions, "stderr": bm.stderr, "attractors": list(bm.attractors),
-               "status_counts": bm.status_counts(), "resolved_fraction": bm.resolved_fraction}
+    inputs = {
+        "task": factory,
+        "param": list(param),
+        "x": x,
+        "y": y,
+        "grid": n,
+        "range": [lo, hi],
+        "seed": seed,
+        "method": method,
+        **({"t1": t1} if method == "flow" else {"lr": lr, "steps": steps}),
+    }
+    results = {
+        "fractions": bm.fractions,
+        "stderr": bm.stderr,
+        "attractors": list(bm.attractors),
+        "status_counts": bm.status_counts(),
+        "resolved_fraction": bm.resolved_fraction,
+    }
     res = basin_result(bm, prob, title, inputs, results)
     res.lines.append(f"basins  {title}  grid {n}x{n} of ({x}, {y}) over [{lo}, {hi}]^2")
     res.lines += [f"  {k:>12s}: {100 * f:6.2f}% ± {100 * bm.stderr[k]:.2f}" for k, f in bm.fractions.items()]
@@ -107,8 +138,9 @@ def basins_model(factory: str, param=(), x: str | None = None, y: str | None = N
     return res
 
 
-def converge_model(factory: str, param=(), n_init: int = 16, seed: int = 0, eps: float = 1e-6,
-                   t1: float = 1e4) -> Result:
+def converge_model(
+    factory: str, param=(), n_init: int = 16, seed: int = 0, eps: float = 1e-6, t1: float = 1e4
+) -> Result:
     """From n_init draws of prob.init: the flow time to ‖∇L‖ ≤ ε (exact to the solver's tolerance:
     ``popdyn.hitting_times`` with ``GradNormBelow``), the status of each run and its end loss."""
     prob = build(factory, param)
@@ -121,15 +153,25 @@ def converge_model(factory: str, param=(), n_init: int = 16, seed: int = 0, eps:
     final_loss = np.asarray(jax.vmap(prob.loss)(ht.final))
     times = ht.times
     inputs = {"task": factory, "param": list(param), "n_init": n_init, "seed": seed, "eps": eps, "t1": t1}
-    results = {"reached": int(ht.reached.sum()), "status_counts": ht.status_counts(),
-               "time_median": float(np.nanmedian(times)) if ht.reached.any() else None,
-               "time_max": float(np.nanmax(times)) if ht.reached.any() else None,
-               "times": times, "final_loss": final_loss}
-    res = Result(inputs, results, arrays={"converge": {"times": times, "status": ht.status, "final_loss": final_loss}},
-                 figures={"converge": plot_times(times, f"{_title(factory, param)}: time to ‖∇L‖ ≤ {eps:g}")})
+    results = {
+        "reached": int(ht.reached.sum()),
+        "status_counts": ht.status_counts(),
+        "time_median": float(np.nanmedian(times)) if ht.reached.any() else None,
+        "time_max": float(np.nanmax(times)) if ht.reached.any() else None,
+        "times": times,
+        "final_loss": final_loss,
+    }
+    res = Result(
+        inputs,
+        results,
+        arrays={"converge": {"times": times, "status": ht.status, "final_loss": final_loss}},
+        figures={"converge": plot_times(times, f"{_title(factory, param)}: time to ‖∇L‖ ≤ {eps:g}")},
+    )
     res.lines.append(f"converge  {_title(factory, param)}: flow time to ‖∇L‖ ≤ {eps:g} from {n_init} draws of init")
-    res.lines.append(f"  reached {results['reached']}/{n_init}; status: "
-                     + ", ".join(f"{k} {v}" for k, v in ht.status_counts().items() if v))
+    res.lines.append(
+        f"  reached {results['reached']}/{n_init}; status: "
+        + ", ".join(f"{k} {v}" for k, v in ht.status_counts().items() if v)
+    )
     if ht.reached.any():
         res.lines.append(f"  time: median {results['time_median']:.6g}, max {results['time_max']:.6g}")
     return res
@@ -148,11 +190,19 @@ def stepsize_model(factory: str, param=(), lr=(0.1,), steps: int = 400, seed: in
     runs = [audit.run(i) for i in range(lrs.size)]
     rows = audit.summary()
     inputs = {"task": factory, "param": list(param), "lr": lrs.tolist(), "steps": steps, "seed": seed}
-    res = Result(inputs, {"runs": rows, "lambda_max_at_start": float(lambda_max(prob, theta0))},
-                 arrays={"stepsize": {"steps": np.asarray(audit.ts), "lambda_max": np.asarray(audit.lambda_max),
-                                      "loss": np.asarray(traj.loss), "lr": lrs}},
-                 figures={"stepsize": plot_step_size_audit(runs, list(np.asarray(traj.loss)),
-                                                           [f"η = {v:g}" for v in lrs])})
+    res = Result(
+        inputs,
+        {"runs": rows, "lambda_max_at_start": float(lambda_max(prob, theta0))},
+        arrays={
+            "stepsize": {
+                "steps": np.asarray(audit.ts),
+                "lambda_max": np.asarray(audit.lambda_max),
+                "loss": np.asarray(traj.loss),
+                "lr": lrs,
+            }
+        },
+        figures={"stepsize": plot_step_size_audit(runs, list(np.asarray(traj.loss)), [f"η = {v:g}" for v in lrs])},
+    )
     res.lines.append(f"stepsize  {_title(factory, param)}: GD from init(seed={seed}), {steps} steps")
     res.lines += [f"  η = {v:<8g} {audit.verdict(i)}" for i, v in enumerate(lrs)]
     return res

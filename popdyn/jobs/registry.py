@@ -58,7 +58,7 @@ class Option:
         value = self.default if value is None else value
         if len(self.params) == 1:
             return {self.params[0]: list(value) if isinstance(value, tuple) and self.nargs == "+" else value}
-        return dict(zip(self.params, value))
+        return dict(zip(self.params, value, strict=False))
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,11 @@ class Job:
     def declared_params(self) -> set[str]:
         """The keywords the options, progress, checkpoint and fixed values supply."""
         out = {p for o in self.options for p in o.params} | set(self.fixed)
-        return out | ({"progress"} if self.takes_progress else set()) | ({"checkpoint"} if self.takes_checkpoint else set())
+        return (
+            out
+            | ({"progress"} if self.takes_progress else set())
+            | ({"checkpoint"} if self.takes_checkpoint else set())
+        )
 
     def keywords(self, given: dict[str, Any], progress: bool, checkpoint) -> dict[str, Any]:
         """The job function's keywords from the parsed option values ``given`` (None = not given): defaults
@@ -94,8 +98,10 @@ class Job:
         values = {o.dest: (o.default if given.get(o.dest) is None else given[o.dest]) for o in self.options}
         for o in self.options:
             if o.when is not None and given.get(o.dest) is not None and values.get(o.when[0]) != o.when[1]:
-                raise ValueError(f"--{o.dest.replace('_', '-')} applies only with --{o.when[0].replace('_', '-')} "
-                                 f"{o.when[1]} (here {values.get(o.when[0])!r}); leave it out")
+                raise ValueError(
+                    f"--{o.dest.replace('_', '-')} applies only with --{o.when[0].replace('_', '-')} "
+                    f"{o.when[1]} (here {values.get(o.when[0])!r}); leave it out"
+                )
         kw = dict(self.fixed)
         for o in self.options:
             kw.update(o.kwargs(values[o.dest]))
@@ -111,33 +117,50 @@ def _opts(*options: Option) -> tuple[Option, ...]:
     return tuple(options)
 
 
-GRID_RANGE = Option("--range", float, (-3.0, 3.0), "the square [LO, HI]² of the slice", nargs=2,
-                    param=("lo", "hi"), metavar=("LO", "HI"))
+GRID_RANGE = Option(
+    "--range",
+    float,
+    (-3.0, 3.0),
+    "the square [LO, HI]² of the slice",
+    nargs=2,
+    param=("lo", "hi"),
+    metavar=("LO", "HI"),
+)
 CHUNK = Option("--chunk", int, 16384, "initialisations per compiled chunk")
 METHOD = Option("--method", str, "flow", "dynamics", choices=("flow", "gd"))
 SEED = Option("--seed", int, 0, "random seed")
 
-MARKOV = _opts(Option("--p", float, 0.1, "P(next=1 | current=0), in (0, 1)"),
-               Option("--q", float, 0.1, "P(next=0 | current=1), in (0, 1)"))
-DECISION_LIST = _opts(Option("--L", int, 10, "number of tokens"),
-                      Option("--n", int, 3, "sequence length (<= L for distinct tokens)"),
-                      Option("--distribution", str, "distinct", "how sequences are drawn (spec §2 choice)",
-                             choices=("distinct", "iid")))
+MARKOV = _opts(
+    Option("--p", float, 0.1, "P(next=1 | current=0), in (0, 1)"),
+    Option("--q", float, 0.1, "P(next=0 | current=1), in (0, 1)"),
+)
+DECISION_LIST = _opts(
+    Option("--L", int, 10, "number of tokens"),
+    Option("--n", int, 3, "sequence length (<= L for distinct tokens)"),
+    Option("--distribution", str, "distinct", "how sequences are drawn (spec §2 choice)", choices=("distinct", "iid")),
+)
 DL_C = Option("--c", float, None, "V = cP scale (default: the theorem's)")
 DL_M = Option("--M", int, 3, "longest list: lists of every length 1..M")
-SCB = _opts(Option("--N", int, 10, "vocabulary size"), Option("--T", int, 50, "context length"),
-            Option("--Q", int, 2, "sparsity: nonzeros per attention column"), SEED)
-TEACHER = _opts(Option("--teacher", str, "cnn", "the teacher model", choices=("cnn", "gcn", "sts", "gslp")),
-                Option("--D", int, None, "tokens (default: the paper's, cnn 36, others 20)"),
-                Option("--K", int, None, "support per column of S* (default: cnn 4, gcn 3, sts 4, gslp 1)"),
-                Option("--activation", str, "relu", "activation", choices=("relu", "leaky", "linear")),
-                Option("--alpha", float, None, "leaky slope in [0, 1) (default 0.1)"),
-                Option("--d", int, 4, "features per token"),
-                Option("--M", int, None, "channels (cnn, gcn: default 4)"),
-                SEED)
-USER = _opts(Option("--factory", str, None, "module.path:factory returning a popdyn.Problem (given as the task)"),
-             Option("--param", str, (), "a keyword of the factory, NAME=VALUE (repeatable)", nargs="*",
-                    metavar="NAME=VALUE"))
+SCB = _opts(
+    Option("--N", int, 10, "vocabulary size"),
+    Option("--T", int, 50, "context length"),
+    Option("--Q", int, 2, "sparsity: nonzeros per attention column"),
+    SEED,
+)
+TEACHER = _opts(
+    Option("--teacher", str, "cnn", "the teacher model", choices=("cnn", "gcn", "sts", "gslp")),
+    Option("--D", int, None, "tokens (default: the paper's, cnn 36, others 20)"),
+    Option("--K", int, None, "support per column of S* (default: cnn 4, gcn 3, sts 4, gslp 1)"),
+    Option("--activation", str, "relu", "activation", choices=("relu", "leaky", "linear")),
+    Option("--alpha", float, None, "leaky slope in [0, 1) (default 0.1)"),
+    Option("--d", int, 4, "features per token"),
+    Option("--M", int, None, "channels (cnn, gcn: default 4)"),
+    SEED,
+)
+USER = _opts(
+    Option("--factory", str, None, "module.path:factory returning a popdyn.Problem (given as the task)"),
+    Option("--param", str, (), "a keyword of the factory, NAME=VALUE (repeatable)", nargs="*", metavar="NAME=VALUE"),
+)
 
 _M = "popdyn.jobs.markov.commands"
 _DL = "popdyn.jobs.decision_list.commands"
@@ -148,147 +171,368 @@ _SW = "popdyn.jobs.sweep"
 
 JOBS: tuple[Job, ...] = (
     # ---- markov
-    Job("basins", "markov", f"{_M}:basins_markov", "basin map over the (w, e) plane against the closed form (§4.4)",
-        MARKOV + _opts(Option("--grid", int, 128, "points per axis (>= 2)", param="n"), GRID_RANGE, METHOD,
-                       Option("--t1", float, 1e4, "flow horizon", when=("method", "flow")),
-                       Option("--lr", float, 0.5, "GD learning rate", when=("method", "gd")),
-                       Option("--steps", int, 2000, "GD steps", when=("method", "gd")),
-                       Option("--momentum", float, 0.0, "heavy-ball momentum in [0, 1)", when=("method", "gd")),
-                       Option("--bias", str, "profiled", "the bias b: profiled out (§2.2) or trained from b = 0",
-                              choices=("profiled", "trained")),
-                       Option("--gtol", float, None, "stop at ‖∇L‖ < gtol (default: the scale-aware rule)"), CHUNK),
-        takes_progress=True, takes_checkpoint=True),
-    Job("converge", "markov", f"{_M}:converge_markov", "time to the ε-ball around the limit vs the local rate (§4.6)",
-        MARKOV + _opts(Option("--n-init", int, 8, "random initialisations"),
-                       Option("--std", float, 1.0, "std of the Gaussian initialisations"), SEED,
-                       Option("--eps", float, 1e-6, "target distance to the limit"),
-                       Option("--t1", float, 1e4, "flow horizon"))),
-    Job("stepsize", "markov", f"{_M}:stepsize_markov", "λ_max along GD from (e0, w0) against 1/η and 2/η",
-        MARKOV + _opts(Option("--e0", float, 1.0, "initial e"), Option("--w0", float, 0.5, "initial w"),
-                       Option("--lr", float, (0.5, 2.0, 3.0), "learning rates", nargs="+", param="lrs"),
-                       Option("--steps", int, 400, "GD steps"))),
-    Job("sweep", "markov", f"{_SW}:sweep_markov",
+    Job(
+        "basins",
+        "markov",
+        f"{_M}:basins_markov",
+        "basin map over the (w, e) plane against the closed form (§4.4)",
+        MARKOV
+        + _opts(
+            Option("--grid", int, 128, "points per axis (>= 2)", param="n"),
+            GRID_RANGE,
+            METHOD,
+            Option("--t1", float, 1e4, "flow horizon", when=("method", "flow")),
+            Option("--lr", float, 0.5, "GD learning rate", when=("method", "gd")),
+            Option("--steps", int, 2000, "GD steps", when=("method", "gd")),
+            Option("--momentum", float, 0.0, "heavy-ball momentum in [0, 1)", when=("method", "gd")),
+            Option(
+                "--bias",
+                str,
+                "profiled",
+                "the bias b: profiled out (§2.2) or trained from b = 0",
+                choices=("profiled", "trained"),
+            ),
+            Option("--gtol", float, None, "stop at ‖∇L‖ < gtol (default: the scale-aware rule)"),
+            CHUNK,
+        ),
+        takes_progress=True,
+        takes_checkpoint=True,
+    ),
+    Job(
+        "converge",
+        "markov",
+        f"{_M}:converge_markov",
+        "time to the ε-ball around the limit vs the local rate (§4.6)",
+        MARKOV
+        + _opts(
+            Option("--n-init", int, 8, "random initialisations"),
+            Option("--std", float, 1.0, "std of the Gaussian initialisations"),
+            SEED,
+            Option("--eps", float, 1e-6, "target distance to the limit"),
+            Option("--t1", float, 1e4, "flow horizon"),
+        ),
+    ),
+    Job(
+        "stepsize",
+        "markov",
+        f"{_M}:stepsize_markov",
+        "λ_max along GD from (e0, w0) against 1/η and 2/η",
+        MARKOV
+        + _opts(
+            Option("--e0", float, 1.0, "initial e"),
+            Option("--w0", float, 0.5, "initial w"),
+            Option("--lr", float, (0.5, 2.0, 3.0), "learning rates", nargs="+", param="lrs"),
+            Option("--steps", int, 400, "GD steps"),
+        ),
+    ),
+    Job(
+        "sweep",
+        "markov",
+        f"{_SW}:sweep_markov",
         "basin fractions, hitting times and λ_max over a (p, q) grid, with the p + q = 1 line",
-        _opts(Option("--p", float, (0.05, 0.95), "range of p, in (0, 1)", nargs=2, param=("p_lo", "p_hi"),
-                     metavar=("LO", "HI")),
-              Option("--q", float, (0.05, 0.95), "range of q, in (0, 1)", nargs=2, param=("q_lo", "q_hi"),
-                     metavar=("LO", "HI")),
-              Option("--points", int, 8, "values per data parameter (>= 2)"),
-              Option("--grid", int, 16, "initialisations per axis of the (w, e) slice (>= 2)"), GRID_RANGE,
-              METHOD, Option("--t1", float, 1e4, "flow horizon", when=("method", "flow")),
-              Option("--lr", float, 0.5, "GD learning rate", when=("method", "gd")),
-              Option("--steps", int, 2000, "GD steps", when=("method", "gd")), CHUNK),
-        takes_progress=True, takes_checkpoint=True),
+        _opts(
+            Option(
+                "--p",
+                float,
+                (0.05, 0.95),
+                "range of p, in (0, 1)",
+                nargs=2,
+                param=("p_lo", "p_hi"),
+                metavar=("LO", "HI"),
+            ),
+            Option(
+                "--q",
+                float,
+                (0.05, 0.95),
+                "range of q, in (0, 1)",
+                nargs=2,
+                param=("q_lo", "q_hi"),
+                metavar=("LO", "HI"),
+            ),
+            Option("--points", int, 8, "values per data parameter (>= 2)"),
+            Option("--grid", int, 16, "initialisations per axis of the (w, e) slice (>= 2)"),
+            GRID_RANGE,
+            METHOD,
+            Option("--t1", float, 1e4, "flow horizon", when=("method", "flow")),
+            Option("--lr", float, 0.5, "GD learning rate", when=("method", "gd")),
+            Option("--steps", int, 2000, "GD steps", when=("method", "gd")),
+            CHUNK,
+        ),
+        takes_progress=True,
+        takes_checkpoint=True,
+    ),
     # ---- decision lists
-    Job("basins", "decision-list", f"{_DL}:basins_decision_list",
+    Job(
+        "basins",
+        "decision-list",
+        f"{_DL}:basins_decision_list",
         "rule order reached from the zero-column-sum plane of the reduced flow (§3 C)",
-        DECISION_LIST + _opts(DL_C, Option("--grid", int, 32, "points per axis (>= 2)"), GRID_RANGE,
-                              Option("--t1", float, 100.0, "flow horizon"),
-                              Option("--records", int, 120, "log-spaced record times for the first passage",
-                                     param="n_times"), CHUNK),
-        takes_checkpoint=True),
-    Job("converge", "decision-list", f"{_DL}:converge_decision_list",
+        DECISION_LIST
+        + _opts(
+            DL_C,
+            Option("--grid", int, 32, "points per axis (>= 2)"),
+            GRID_RANGE,
+            Option("--t1", float, 100.0, "flow horizon"),
+            Option("--records", int, 120, "log-spaced record times for the first passage", param="n_times"),
+            CHUNK,
+        ),
+        takes_checkpoint=True,
+    ),
+    Job(
+        "converge",
+        "decision-list",
+        f"{_DL}:converge_decision_list",
         "first time of perfect classification T* per list length against Theorem 1's bounds",
-        DECISION_LIST + _opts(DL_M, DL_C, Option("--delta", float, None, "override δ (default: spec §5's)"),
-                              Option("--gamma", float, None, "override γ (default: δ/L-type, §5)"),
-                              Option("--t1", float, None, "flow horizon (default: 10× the bound)"))),
-    Job("stepsize", "decision-list", f"{_DL}:stepsize_decision_list",
+        DECISION_LIST
+        + _opts(
+            DL_M,
+            DL_C,
+            Option("--delta", float, None, "override δ (default: spec §5's)"),
+            Option("--gamma", float, None, "override γ (default: δ/L-type, §5)"),
+            Option("--t1", float, None, "flow horizon (default: 10× the bound)"),
+        ),
+    ),
+    Job(
+        "stepsize",
+        "decision-list",
+        f"{_DL}:stepsize_decision_list",
         "Theorem 2's exact GD at η = 1/λ_max(θ0) with its step-size audit",
-        _opts(*DECISION_LIST[:2], DL_M, SEED,
-              Option("--lr", float, None, "learning rate (default 1/λ_max(θ0))"),
-              Option("--steps", int, 20, "GD steps"),
-              Option("--draws", int, 10, "draws of V0's perturbation (seeds seed, seed+1, …) for λ_max(θ0)'s spread"))),
+        _opts(
+            *DECISION_LIST[:2],
+            DL_M,
+            SEED,
+            Option("--lr", float, None, "learning rate (default 1/λ_max(θ0))"),
+            Option("--steps", int, 20, "GD steps"),
+            Option("--draws", int, 10, "draws of V0's perturbation (seeds seed, seed+1, …) for λ_max(θ0)'s spread"),
+        ),
+    ),
     # ---- sparse contextual bigrams
-    Job("basins", "scb", f"{_SCB}:basins_scb", "basin map of the reduced (α_V, α_A) flow (§4)",
-        SCB + _opts(Option("--grid", int, 64, "points per axis (>= 2)", param="n"),
-                    Option("--range", float, (-2.0, 2.0), "the square [LO, HI]² of the slice", nargs=2,
-                           param=("lo", "hi"), metavar=("LO", "HI")),
-                    Option("--t1", float, 2e4, "flow horizon"), CHUNK),
-        takes_progress=True, takes_checkpoint=True),
-    Job("converge", "scb", f"{_SCB}:converge_scb", "steps of exact preconditioned GD to ε against the local theory",
-        SCB + _opts(Option("--lr", float, 0.5, "step size"), Option("--eps", float, 0.01, "target accuracy"),
-                    Option("--threshold", float, None, "stage-1 threshold (default: the spec's)"),
-                    Option("--max-steps", int, 20_000, "GD step budget"))),
-    Job("stepsize", "scb", f"{_SCB}:stepsize_scb", "whitened λ_max along GD against 1/η and 2/η",
-        SCB + _opts(Option("--lr", float, None, "learning rates (default 0.5 and 0.9, 1.1 × 2/λ*)", nargs="+",
-                           param="lrs"),
-                    Option("--steps", int, 400, "GD steps"), Option("--record-every", int, 20, "audit every k steps"))),
+    Job(
+        "basins",
+        "scb",
+        f"{_SCB}:basins_scb",
+        "basin map of the reduced (α_V, α_A) flow (§4)",
+        SCB
+        + _opts(
+            Option("--grid", int, 64, "points per axis (>= 2)", param="n"),
+            Option(
+                "--range",
+                float,
+                (-2.0, 2.0),
+                "the square [LO, HI]² of the slice",
+                nargs=2,
+                param=("lo", "hi"),
+                metavar=("LO", "HI"),
+            ),
+            Option("--t1", float, 2e4, "flow horizon"),
+            CHUNK,
+        ),
+        takes_progress=True,
+        takes_checkpoint=True,
+    ),
+    Job(
+        "converge",
+        "scb",
+        f"{_SCB}:converge_scb",
+        "steps of exact preconditioned GD to ε against the local theory",
+        SCB
+        + _opts(
+            Option("--lr", float, 0.5, "step size"),
+            Option("--eps", float, 0.01, "target accuracy"),
+            Option("--threshold", float, None, "stage-1 threshold (default: the spec's)"),
+            Option("--max-steps", int, 20_000, "GD step budget"),
+        ),
+    ),
+    Job(
+        "stepsize",
+        "scb",
+        f"{_SCB}:stepsize_scb",
+        "whitened λ_max along GD against 1/η and 2/η",
+        SCB
+        + _opts(
+            Option("--lr", float, None, "learning rates (default 0.5 and 0.9, 1.1 × 2/λ*)", nargs="+", param="lrs"),
+            Option("--steps", int, 400, "GD steps"),
+            Option("--record-every", int, 20, "audit every k steps"),
+        ),
+    ),
     # ---- bilinear teachers
-    Job("converge", "teacher", f"{_T}:converge_teacher", "GD against the rate theory, with a step-size audit (§5)",
-        TEACHER + _opts(Option("--lr", float, None, "GD step (default 1/λ_max at the teacher)"),
-                        Option("--steps", int, None, "GD steps (default: to ηT = 300 × late onset)"))),
-    Job("basins", "teacher", f"{_T}:basins_teacher",
+    Job(
+        "converge",
+        "teacher",
+        f"{_T}:converge_teacher",
+        "GD against the rate theory, with a step-size audit (§5)",
+        TEACHER
+        + _opts(
+            Option("--lr", float, None, "GD step (default 1/λ_max at the teacher)"),
+            Option("--steps", int, None, "GD steps (default: to ηT = 300 × late onset)"),
+        ),
+    ),
+    Job(
+        "basins",
+        "teacher",
+        f"{_T}:basins_teacher",
         "which starts of a 2-D slice reach the teacher's loss level under full-matrix GD",
-        _opts(*TEACHER[:1], Option("--D", int, None, "tokens (default: a small instance, cnn 8, gcn 9, sts 8, gslp 8)"),
-              Option("--K", int, None, "support per column of S* (default: cnn 2, gcn 3, sts 2, gslp 1)"),
-              *TEACHER[3:],
-              Option("--x", str, None, "first coordinate, e.g. W[0,1] (default: the scale of W)"),
-              Option("--y", str, None, "second coordinate (default: the scale of the attention logits)"),
-              Option("--grid", int, 12, "points per axis (>= 2)"),
-              Option("--range", float, (0.0, 6.0), "the square [LO, HI]² of the slice", nargs=2, param=("lo", "hi"),
-                     metavar=("LO", "HI")),
-              Option("--lr", float, None, "GD step (default 1/λ_max at the teacher)"),
-              Option("--steps", int, 3000, "GD step budget"),
-              Option("--tol", float, 0.01, "the teacher's level: L ≤ L_opt + tol·(L(0) − L_opt), tol in (0, 1)"),
-              CHUNK),
-        takes_progress=True, takes_checkpoint=True),
-    Job("stepsize", "teacher", f"{_T}:stepsize_teacher", "λ_max along full-matrix GD from W = 0, A = 0 against 1/η, 2/η",
-        TEACHER + _opts(Option("--lr", float, None, "learning rates (default (1, 1.5, 2.5)/λ_max at the teacher)",
-                               nargs="+"),
-                        Option("--steps", int, 5000, "GD steps"), Option("--records", int, 40, "audit points"))),
+        _opts(
+            *TEACHER[:1],
+            Option("--D", int, None, "tokens (default: a small instance, cnn 8, gcn 9, sts 8, gslp 8)"),
+            Option("--K", int, None, "support per column of S* (default: cnn 2, gcn 3, sts 2, gslp 1)"),
+            *TEACHER[3:],
+            Option("--x", str, None, "first coordinate, e.g. W[0,1] (default: the scale of W)"),
+            Option("--y", str, None, "second coordinate (default: the scale of the attention logits)"),
+            Option("--grid", int, 12, "points per axis (>= 2)"),
+            Option(
+                "--range",
+                float,
+                (0.0, 6.0),
+                "the square [LO, HI]² of the slice",
+                nargs=2,
+                param=("lo", "hi"),
+                metavar=("LO", "HI"),
+            ),
+            Option("--lr", float, None, "GD step (default 1/λ_max at the teacher)"),
+            Option("--steps", int, 3000, "GD step budget"),
+            Option("--tol", float, 0.01, "the teacher's level: L ≤ L_opt + tol·(L(0) − L_opt), tol in (0, 1)"),
+            CHUNK,
+        ),
+        takes_progress=True,
+        takes_checkpoint=True,
+    ),
+    Job(
+        "stepsize",
+        "teacher",
+        f"{_T}:stepsize_teacher",
+        "λ_max along full-matrix GD from W = 0, A = 0 against 1/η, 2/η",
+        TEACHER
+        + _opts(
+            Option("--lr", float, None, "learning rates (default (1, 1.5, 2.5)/λ_max at the teacher)", nargs="+"),
+            Option("--steps", int, 5000, "GD steps"),
+            Option("--records", int, 40, "audit points"),
+        ),
+    ),
     # ---- scan and snap
-    Job("converge", "scan-snap", "popdyn.jobs.scan_snap:converge_scan_snap",
+    Job(
+        "converge",
+        "scan-snap",
+        "popdyn.jobs.scan_snap:converge_scan_snap",
         "measured snap time t₀ against its closed form and Remark 1's bound, across η_Y/η_Z",
-        _opts(Option("--K", int, 10, "classes (one shared query token)"),
-              Option("--M", int, 200, "vocabulary size (the paper's worked case: 1000)"),
-              Option("--eta-y", float, 0.5, "decoder rate η_Y"),
-              Option("--ratios", float, (1.0, 10.0, 100.0), "η_Y/η_Z values", nargs="+"),
-              Option("--n-common", int, 1, "common tokens per class"),
-              Option("--n-distinct", int, 10, "distinct tokens per class"),
-              Option("--rtol", float, 1e-8, "the flow's relative tolerance (atol = rtol/100)"))),
-    Job("stepsize", "scan-snap", "popdyn.jobs.scan_snap:stepsize_scan_snap",
+        _opts(
+            Option("--K", int, 10, "classes (one shared query token)"),
+            Option("--M", int, 200, "vocabulary size (the paper's worked case: 1000)"),
+            Option("--eta-y", float, 0.5, "decoder rate η_Y"),
+            Option("--ratios", float, (1.0, 10.0, 100.0), "η_Y/η_Z values", nargs="+"),
+            Option("--n-common", int, 1, "common tokens per class"),
+            Option("--n-distinct", int, 10, "distinct tokens per class"),
+            Option("--rtol", float, 1e-8, "the flow's relative tolerance (atol = rtol/100)"),
+        ),
+    ),
+    Job(
+        "stepsize",
+        "scan-snap",
+        "popdyn.jobs.scan_snap:stepsize_scan_snap",
         "λ_max along exact GD against 1/η and 2/η",
-        _opts(Option("--lr", float, (1.0, 5.0, 20.0), "learning rates", nargs="+", param="lrs"),
-              Option("--steps", int, 100, "GD steps"), Option("--record-every", int, 2, "steps between audits"),
-              Option("--K", int, 2, "classes"), Option("--n-common", int, 10, "common tokens per class"),
-              Option("--n-distinct", int, 10, "distinct tokens per class"),
-              Option("--M", int, None, "vocabulary size (default: the tokens used)"))),
-    Job("basins", "scan-snap", "popdyn.jobs.scan_snap:basins_scan_snap",
+        _opts(
+            Option("--lr", float, (1.0, 5.0, 20.0), "learning rates", nargs="+", param="lrs"),
+            Option("--steps", int, 100, "GD steps"),
+            Option("--record-every", int, 2, "steps between audits"),
+            Option("--K", int, 2, "classes"),
+            Option("--n-common", int, 10, "common tokens per class"),
+            Option("--n-distinct", int, 10, "distinct tokens per class"),
+            Option("--M", int, None, "vocabulary size (default: the tokens used)"),
+        ),
+    ),
+    Job(
+        "basins",
+        "scan-snap",
+        "popdyn.jobs.scan_snap:basins_scan_snap",
         "which distinct token wins the attention, over initial decoder weight × attention logit",
-        _opts(Option("--grid", int, 9, "points per axis (>= 2)"),
-              Option("--decoder-range", float, (-1.0, 1.0), "range of Y[l₂, n₀](0)", nargs=2, metavar=("LO", "HI")),
-              Option("--logit-range", float, (-0.5, 1.5), "range of Z[m, l₂](0)", nargs=2, metavar=("LO", "HI")),
-              Option("--K", int, 2, "classes"), Option("--n-common", int, 1, "common tokens per class"),
-              Option("--n-distinct", int, 3, "distinct tokens per class (>= 2)"),
-              Option("--M", int, 20, "vocabulary size"), Option("--eta-y", float, 1.0, "decoder rate η_Y"),
-              Option("--eta-z", float, 0.1, "attention rate η_Z"),
-              Option("--gtol", float, 1e-4, "gradient norm that ends a run"), Option("--t1", float, 1e7, "flow horizon"),
-              CHUNK),
-        takes_progress=True, takes_checkpoint=True),
+        _opts(
+            Option("--grid", int, 9, "points per axis (>= 2)"),
+            Option("--decoder-range", float, (-1.0, 1.0), "range of Y[l₂, n₀](0)", nargs=2, metavar=("LO", "HI")),
+            Option("--logit-range", float, (-0.5, 1.5), "range of Z[m, l₂](0)", nargs=2, metavar=("LO", "HI")),
+            Option("--K", int, 2, "classes"),
+            Option("--n-common", int, 1, "common tokens per class"),
+            Option("--n-distinct", int, 3, "distinct tokens per class (>= 2)"),
+            Option("--M", int, 20, "vocabulary size"),
+            Option("--eta-y", float, 1.0, "decoder rate η_Y"),
+            Option("--eta-z", float, 0.1, "attention rate η_Z"),
+            Option("--gtol", float, 1e-4, "gradient norm that ends a run"),
+            Option("--t1", float, 1e7, "flow horizon"),
+            CHUNK,
+        ),
+        takes_progress=True,
+        takes_checkpoint=True,
+    ),
     # ---- a user's own Problem
-    Job("basins", MODEL, f"{_U}:basins_model", "basin map over two coordinates of your Problem's θ",
-        USER + _opts(Option("--x", str, None, "first coordinate (default: θ's first)"),
-                     Option("--y", str, None, "second coordinate (default: θ's second)"),
-                     Option("--grid", int, 32, "points per axis (>= 2)"), GRID_RANGE, SEED, METHOD,
-                     Option("--t1", float, 1e4, "flow horizon", when=("method", "flow")),
-                     Option("--lr", float, 0.1, "GD learning rate", when=("method", "gd")),
-                     Option("--steps", int, 2000, "GD steps", when=("method", "gd")), CHUNK),
-        takes_progress=True, takes_checkpoint=True),
-    Job("converge", MODEL, f"{_U}:converge_model", "times to ‖∇L‖ ≤ ε from random initialisations",
-        USER + _opts(Option("--n-init", int, 16, "random initialisations (prob.init)"), SEED,
-                     Option("--eps", float, 1e-6, "target gradient norm"), Option("--t1", float, 1e4, "flow horizon"))),
-    Job("stepsize", MODEL, f"{_U}:stepsize_model", "λ_max along GD from prob.init against 1/η and 2/η",
-        USER + _opts(Option("--lr", float, (0.1,), "learning rates", nargs="+"), Option("--steps", int, 400, "GD steps"),
-                     SEED)),
-    Job("sweep", MODEL, f"{_SW}:sweep_model",
+    Job(
+        "basins",
+        MODEL,
+        f"{_U}:basins_model",
+        "basin map over two coordinates of your Problem's θ",
+        USER
+        + _opts(
+            Option("--x", str, None, "first coordinate (default: θ's first)"),
+            Option("--y", str, None, "second coordinate (default: θ's second)"),
+            Option("--grid", int, 32, "points per axis (>= 2)"),
+            GRID_RANGE,
+            SEED,
+            METHOD,
+            Option("--t1", float, 1e4, "flow horizon", when=("method", "flow")),
+            Option("--lr", float, 0.1, "GD learning rate", when=("method", "gd")),
+            Option("--steps", int, 2000, "GD steps", when=("method", "gd")),
+            CHUNK,
+        ),
+        takes_progress=True,
+        takes_checkpoint=True,
+    ),
+    Job(
+        "converge",
+        MODEL,
+        f"{_U}:converge_model",
+        "times to ‖∇L‖ ≤ ε from random initialisations",
+        USER
+        + _opts(
+            Option("--n-init", int, 16, "random initialisations (prob.init)"),
+            SEED,
+            Option("--eps", float, 1e-6, "target gradient norm"),
+            Option("--t1", float, 1e4, "flow horizon"),
+        ),
+    ),
+    Job(
+        "stepsize",
+        MODEL,
+        f"{_U}:stepsize_model",
+        "λ_max along GD from prob.init against 1/η and 2/η",
+        USER
+        + _opts(
+            Option("--lr", float, (0.1,), "learning rates", nargs="+"), Option("--steps", int, 400, "GD steps"), SEED
+        ),
+    ),
+    Job(
+        "sweep",
+        MODEL,
+        f"{_SW}:sweep_model",
         "basin fractions, hitting times and λ_max over a grid of one or two of the factory's keywords",
-        USER + _opts(Option("--vary", str, None, "a keyword to sweep, NAME=LO:HI:N (once or twice)", nargs="+",
-                            metavar="NAME=LO:HI:N"),
-                     Option("--n-init", int, 64, "random initialisations per parameter value (prob.init)"), SEED,
-                     METHOD, Option("--t1", float, 1e4, "flow horizon", when=("method", "flow")),
-                     Option("--lr", float, 0.1, "GD learning rate", when=("method", "gd")),
-                     Option("--steps", int, 2000, "GD steps", when=("method", "gd")), CHUNK),
-        takes_progress=True, takes_checkpoint=True),
+        USER
+        + _opts(
+            Option(
+                "--vary",
+                str,
+                None,
+                "a keyword to sweep, NAME=LO:HI:N (once or twice)",
+                nargs="+",
+                metavar="NAME=LO:HI:N",
+            ),
+            Option("--n-init", int, 64, "random initialisations per parameter value (prob.init)"),
+            SEED,
+            METHOD,
+            Option("--t1", float, 1e4, "flow horizon", when=("method", "flow")),
+            Option("--lr", float, 0.1, "GD learning rate", when=("method", "gd")),
+            Option("--steps", int, 2000, "GD steps", when=("method", "gd")),
+            CHUNK,
+        ),
+        takes_progress=True,
+        takes_checkpoint=True,
+    ),
 )
 
 REGISTRY: dict[tuple[str, str], Job] = {(j.command, j.task): j for j in JOBS}
@@ -304,6 +548,8 @@ def tasks_for(command: str) -> tuple[str, ...]:
 def lookup(command: str, task: str) -> Job:
     """The job of ``command`` for ``task``; a ValueError names the tasks that have one."""
     if (command, task) not in REGISTRY:
-        raise ValueError(f"task={task!r} has no {command} job: available for {', '.join(tasks_for(command))}, or "
-                         "your own model as module.path:factory")
+        raise ValueError(
+            f"task={task!r} has no {command} job: available for {', '.join(tasks_for(command))}, or "
+            "your own model as module.path:factory"
+        )
     return REGISTRY[(command, task)]

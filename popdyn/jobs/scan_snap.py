@@ -29,7 +29,15 @@ from popdyn.jobs.basin_result import basin_result
 from popdyn.plot import plot_step_size_audit
 from popdyn.problem import Overlay, Problem, Theta
 from popdyn.tasks.scan_snap import (
-    Classes, ScanSnap, dataset2, h_star, make_classes, omega_1, scan_time, transition_time, x_star,
+    Classes,
+    ScanSnap,
+    dataset2,
+    h_star,
+    make_classes,
+    omega_1,
+    scan_time,
+    transition_time,
+    x_star,
 )
 from popdyn.tasks.scan_snap.data import distinct_mask
 
@@ -42,8 +50,9 @@ def _min_vocabulary(K: int, n_common: int, n_distinct: int) -> int:
     return n_common + K * n_distinct + 1 + K  # [common | distinct per class | the query | the K next tokens]
 
 
-def _check_data(K, n_common, n_distinct, M, *, min_M: int = 2,
-                M_optional: bool = True) -> tuple[int, int, int, int | None]:
+def _check_data(
+    K, n_common, n_distinct, M, *, min_M: int = 2, M_optional: bool = True
+) -> tuple[int, int, int, int | None]:
     """Validated (K, n_common, n_distinct, M); M (None allowed when ``M_optional``) must hold every token used."""
     K = _validate.int_at_least("K", K, 1)
     n_common = _validate.int_at_least("n_common", n_common, 0)
@@ -102,9 +111,15 @@ class _BlockRates(eqx.Module):
         return {"Y": self.eta_y * grad["Y"], "Z": self.eta_z * grad["Z"]}
 
 
-def converge_scan_snap(K: int = 10, M: int = 200, eta_y: float = 0.5,
-                       ratios: Sequence[float] = (1.0, 10.0, 100.0), n_common: int = 1, n_distinct: int = 10,
-                       rtol: float = 1e-8) -> Result:
+def converge_scan_snap(
+    K: int = 10,
+    M: int = 200,
+    eta_y: float = 0.5,
+    ratios: Sequence[float] = (1.0, 10.0, 100.0),
+    n_common: int = 1,
+    n_distinct: int = 10,
+    rtol: float = 1e-8,
+) -> Result:
     """Transition time t₀ (the snap) of the exact joint gradient flow from θ = 0, at η_Y = ``eta_y`` and
     η_Z = η_Y/ν for each ν in ``ratios``, against the closed forms of spec §4-§5 (docs/jobs.md).
 
@@ -139,10 +154,16 @@ def converge_scan_snap(K: int = 10, M: int = 200, eta_y: float = 0.5,
     t0 = K * (2 * (M - 1) * xs - 1) / (M * eta_y)  # Lemma 6 at M h = x*
     rho0 = _overlap(prob)
     t0_slow = t0 / (1 - rho0)  # Remark 1: effective rate (1 − ρ₀)η_Y
-    closed = {"x_star": xs, "omega_1": float(omega_1(M)), "t0": t0,
-              "t0_sharp": float(transition_time(K, M, eta_y, sharp=True)),
-              "t0_leading": float(transition_time(K, M, eta_y)), "t0_scan_end": float(scan_time(K, M, eta_y)),
-              "rho0": rho0, "t0_remark1": t0_slow}
+    closed = {
+        "x_star": xs,
+        "omega_1": float(omega_1(M)),
+        "t0": t0,
+        "t0_sharp": float(transition_time(K, M, eta_y, sharp=True)),
+        "t0_leading": float(transition_time(K, M, eta_y)),
+        "t0_scan_end": float(scan_time(K, M, eta_y)),
+        "rho0": rho0,
+        "t0_remark1": t0_slow,
+    }
     theta0 = prob.init(None)
     target = _LogOddsReach(prob, jnp.asarray(xs))
     m = int(prob.query[0])  # the shared query
@@ -151,50 +172,86 @@ def converge_scan_snap(K: int = 10, M: int = 200, eta_y: float = 0.5,
     rows = []
     for nu in sorted(ratios):
         rates = _BlockRates(jnp.asarray(eta_y), jnp.asarray(eta_y / nu))
-        ht = hitting_times(prob, theta0, target, "flow", t1=4 * t0_slow, precondition=rates, rtol=rtol,
-                           atol=rtol / 100)
+        ht = hitting_times(prob, theta0, target, "flow", t1=4 * t0_slow, precondition=rates, rtol=rtol, atol=rtol / 100)
         Z = np.asarray(ht.final["Z"])
         t = float(ht.times)
-        rows.append({"ratio": nu, "eta_z": eta_y / nu, "t0_measured": t, "measured_over_t0": t / t0,
-                     "status": STATUS_NAMES[int(ht.status)],
-                     "common_logit_change": float(np.mean(Z[m, common])) if common.size else None,
-                     "top_distinct_logit_change": float(np.mean(Z[m, top]))})
+        rows.append(
+            {
+                "ratio": nu,
+                "eta_z": eta_y / nu,
+                "t0_measured": t,
+                "measured_over_t0": t / t0,
+                "status": STATUS_NAMES[int(ht.status)],
+                "common_logit_change": float(np.mean(Z[m, common])) if common.size else None,
+                "top_distinct_logit_change": float(np.mean(Z[m, top])),
+            }
+        )
     done = [r for r in rows if math.isfinite(r["t0_measured"])]
     tol = 100 * rtol * t0
     checks = {
         "all_reached": len(done) == len(rows),
         "closed_form_is_lower_bound": all(r["t0_measured"] >= t0 - tol for r in done),
         "remark1_is_upper_bound": all(r["t0_measured"] <= t0_slow + tol for r in done),
-        "later_for_larger_ratio": all(a["t0_measured"] <= b["t0_measured"] + tol for a, b in zip(done, done[1:])),
+        "later_for_larger_ratio": all(
+            a["t0_measured"] <= b["t0_measured"] + tol for a, b in zip(done, done[1:], strict=False)
+        ),
     }
-    inputs = {"task": "scan-snap", "K": K, "M": M, "eta_y": eta_y, "ratios": ratios, "n_common": n_common,
-              "n_distinct": n_distinct, "rtol": rtol, "init": "Y = Z = 0", "T": None,
-              "worked_case": {"K": K, "M": M, "eta_y": eta_y} == WORKED_CASE,
-              "measured": "first time the decoder label log-odds reach x* (exact hitting time of the joint flow)"}
+    inputs = {
+        "task": "scan-snap",
+        "K": K,
+        "M": M,
+        "eta_y": eta_y,
+        "ratios": ratios,
+        "n_common": n_common,
+        "n_distinct": n_distinct,
+        "rtol": rtol,
+        "init": "Y = Z = 0",
+        "T": None,
+        "worked_case": {"K": K, "M": M, "eta_y": eta_y} == WORKED_CASE,
+        "measured": "first time the decoder label log-odds reach x* (exact hitting time of the joint flow)",
+    }
     results = {"closed_form": closed, "rows": rows, "checks": checks}
-    res = Result(inputs, results,
-                 arrays={"converge": {
-                     "ratio": np.array([r["ratio"] for r in rows]),
-                     "t0_measured": np.array([r["t0_measured"] for r in rows]),
-                     "closed_form": np.array([t0, closed["t0_sharp"], closed["t0_leading"], t0_slow])}},
-                 figures={"converge": _converge_figure(rows, closed, K, M, eta_y)})
-    res.lines.append(f"converge scan-snap  K={K}, M={M}, η_Y={eta_y:g}, {n_common} common + {n_distinct} distinct "
-                     f"tokens per class (ρ₀ = {rho0:.4f}), θ(0) = 0"
-                     + ("  [the spec's worked case]" if inputs["worked_case"] else ""))
-    res.lines.append(f"  closed form: x* = {xs:.6f} (ω₁ = {closed['omega_1']:.4f}); t₀ = K(2(M−1)x*−1)/(Mη_Y) = "
-                     f"{t0:.4f}, 2(1+ω₁)K ln M/η_Y = {closed['t0_sharp']:.4f}, 2K ln M/η_Y = "
-                     f"{closed['t0_leading']:.4f}, t'₀ = K ln M/η_Y = {closed['t0_scan_end']:.4f}; "
-                     f"Remark 1 t₀/(1−ρ₀) = {t0_slow:.4f}")
-    res.lines.append(f"  {'η_Y/η_Z':>9s} {'η_Z':>9s} {'t₀ measured':>12s} {'/ t₀':>9s} {'Δz common':>10s} "
-                     f"{'Δz top':>9s}  status")
+    res = Result(
+        inputs,
+        results,
+        arrays={
+            "converge": {
+                "ratio": np.array([r["ratio"] for r in rows]),
+                "t0_measured": np.array([r["t0_measured"] for r in rows]),
+                "closed_form": np.array([t0, closed["t0_sharp"], closed["t0_leading"], t0_slow]),
+            }
+        },
+        figures={"converge": _converge_figure(rows, closed, K, M, eta_y)},
+    )
+    res.lines.append(
+        f"converge scan-snap  K={K}, M={M}, η_Y={eta_y:g}, {n_common} common + {n_distinct} distinct "
+        f"tokens per class (ρ₀ = {rho0:.4f}), θ(0) = 0"
+        + ("  [the spec's worked case]" if inputs["worked_case"] else "")
+    )
+    res.lines.append(
+        f"  closed form: x* = {xs:.6f} (ω₁ = {closed['omega_1']:.4f}); t₀ = K(2(M−1)x*−1)/(Mη_Y) = "
+        f"{t0:.4f}, 2(1+ω₁)K ln M/η_Y = {closed['t0_sharp']:.4f}, 2K ln M/η_Y = "
+        f"{closed['t0_leading']:.4f}, t'₀ = K ln M/η_Y = {closed['t0_scan_end']:.4f}; "
+        f"Remark 1 t₀/(1−ρ₀) = {t0_slow:.4f}"
+    )
+    res.lines.append(
+        f"  {'η_Y/η_Z':>9s} {'η_Z':>9s} {'t₀ measured':>12s} {'/ t₀':>9s} {'Δz common':>10s} {'Δz top':>9s}  status"
+    )
     for r in rows:
         dzc = "n/a" if r["common_logit_change"] is None else f"{r['common_logit_change']:+.5f}"
-        res.lines.append(f"  {r['ratio']:9.4g} {r['eta_z']:9.4g} {r['t0_measured']:12.4f} "
-                         f"{r['measured_over_t0']:9.6f} {dzc:>10s} {r['top_distinct_logit_change']:+9.5f}  "
-                         f"{r['status']}")
-    res.lines.append("  direction: t₀ ≤ measured {} ; measured ≤ t₀/(1−ρ₀) {} ; later for larger η_Y/η_Z {}".format(
-        *("holds" if checks[k] else "FAILS" for k in ("closed_form_is_lower_bound", "remark1_is_upper_bound",
-                                                        "later_for_larger_ratio"))))
+        res.lines.append(
+            f"  {r['ratio']:9.4g} {r['eta_z']:9.4g} {r['t0_measured']:12.4f} "
+            f"{r['measured_over_t0']:9.6f} {dzc:>10s} {r['top_distinct_logit_change']:+9.5f}  "
+            f"{r['status']}"
+        )
+    res.lines.append(
+        "  direction: t₀ ≤ measured {} ; measured ≤ t₀/(1−ρ₀) {} ; later for larger η_Y/η_Z {}".format(
+            *(
+                "holds" if checks[k] else "FAILS"
+                for k in ("closed_form_is_lower_bound", "remark1_is_upper_bound", "later_for_larger_ratio")
+            )
+        )
+    )
     return res
 
 
@@ -209,18 +266,29 @@ def _converge_figure(rows: list[dict], closed: dict, K: int, M: int, eta_y: floa
     ax, ax_z = fig.subplots(1, 2)
     nu = np.array([r["ratio"] for r in rows])
     ax.plot(nu, [r["t0_measured"] for r in rows], "o-", color="k", label="measured (exact flow, hitting time)")
-    for key, label, style in (("t0", "t₀ = K(2(M−1)x*−1)/(Mη_Y)", "-"), ("t0_sharp", "2(1+ω₁)K ln M/η_Y", "--"),
-                              ("t0_remark1", f"t₀/(1−ρ₀), ρ₀ = {closed['rho0']:.3f} (Remark 1)", ":"),
-                              ("t0_leading", "2K ln M/η_Y", "-.")):
+    for key, label, style in (
+        ("t0", "t₀ = K(2(M−1)x*−1)/(Mη_Y)", "-"),
+        ("t0_sharp", "2(1+ω₁)K ln M/η_Y", "--"),
+        ("t0_remark1", f"t₀/(1−ρ₀), ρ₀ = {closed['rho0']:.3f} (Remark 1)", ":"),
+        ("t0_leading", "2K ln M/η_Y", "-."),
+    ):
         ax.axhline(closed[key], ls=style, lw=1, label=label)
-    ax.set(xscale="log", xlabel="η_Y/η_Z", ylabel="transition time t₀",
-           title=f"snap time, K = {K}, M = {M}, η_Y = {eta_y:g}")
+    ax.set(
+        xscale="log",
+        xlabel="η_Y/η_Z",
+        ylabel="transition time t₀",
+        title=f"snap time, K = {K}, M = {M}, η_Y = {eta_y:g}",
+    )
     ax.legend(fontsize=7)
     if rows[0]["common_logit_change"] is not None:
         ax_z.plot(nu, [-r["common_logit_change"] for r in rows], "o-", label="−Δz, common tokens")
     ax_z.plot(nu, [r["top_distinct_logit_change"] for r in rows], "s-", label="Δz, top distinct token")
-    ax_z.set(xscale="log", xlabel="η_Y/η_Z", ylabel="attention logit moved by t₀",
-             title="attention at the snap (smaller for larger η_Y/η_Z)")
+    ax_z.set(
+        xscale="log",
+        xlabel="η_Y/η_Z",
+        ylabel="attention logit moved by t₀",
+        title="attention at the snap (smaller for larger η_Y/η_Z)",
+    )
     ax_z.legend(fontsize=7)
     return fig
 
@@ -242,7 +310,7 @@ def hessian_at_zero(classes: Classes) -> dict:
     out = {"lambda_Y_block": float(np.linalg.eigvalsh(F.T @ (w[:, None] * F))[-1] / M), "lambda_max": None}
     if not classes.common().any():
         sig = [np.linalg.svd((np.eye(M) - np.outer(f, f)) * f[None, :], compute_uv=False)[0] for f in F]
-        out["lambda_max"] = float(max(wn * max(1 / M, math.sqrt(1 - 1 / M) * s) for wn, s in zip(w, sig)))
+        out["lambda_max"] = float(max(wn * max(1 / M, math.sqrt(1 - 1 / M) * s) for wn, s in zip(w, sig, strict=False)))
     return out
 
 
@@ -254,8 +322,15 @@ def lemma5_loss(steps: Sequence[int], K: int, M: int, lr: float) -> np.ndarray:
     return np.log1p((M - 1) * np.exp(-M * hs))
 
 
-def stepsize_scan_snap(lrs: Sequence[float] = (1.0, 5.0, 20.0), steps: int = 100, record_every: int = 2,
-                       K: int = 2, n_common: int = 10, n_distinct: int = 10, M: int | None = None) -> Result:
+def stepsize_scan_snap(
+    lrs: Sequence[float] = (1.0, 5.0, 20.0),
+    steps: int = 100,
+    record_every: int = 2,
+    K: int = 2,
+    n_common: int = 10,
+    n_distinct: int = 10,
+    M: int | None = None,
+) -> Result:
     """Exact GD from θ = 0 with one rate η for Y and Z (η_Y = η_Z, Fig. 4's left panel; no momentum: 1/η and
     2/η are thresholds of plain GD), one run per η in ``lrs`` in one batched call, with λ_max(∇²L(θ_s)) audited
     against 1/η (monotone) and 2/η (stable) at every record (docs/jobs.md).
@@ -289,9 +364,12 @@ def stepsize_scan_snap(lrs: Sequence[float] = (1.0, 5.0, 20.0), steps: int = 100
     ts = np.asarray(traj.ts)
     disjoint = zero["lambda_max"] is not None
     rows = []
-    for i, (row, lr) in enumerate(zip(audit.summary(), lrs)):
-        row |= {"status": STATUS_NAMES[int(traj.status[i])], "lambda_max_start": float(audit.lambda_max[i, 0]),
-                "final_loss": float(loss[i, -1])}
+    for i, (row, lr) in enumerate(zip(audit.summary(), lrs, strict=False)):
+        row |= {
+            "status": STATUS_NAMES[int(traj.status[i])],
+            "lambda_max_start": float(audit.lambda_max[i, 0]),
+            "final_loss": float(loss[i, -1]),
+        }
         if disjoint:
             ok = np.isfinite(ts[i])
             exact = lemma5_loss(ts[i][ok].astype(int), K, classes.M, lr)
@@ -302,9 +380,20 @@ def stepsize_scan_snap(lrs: Sequence[float] = (1.0, 5.0, 20.0), steps: int = 100
     if disjoint:
         checks["start_matches_closed_form"] = bool(np.allclose(lam0, zero["lambda_max"], rtol=1e-8))
         checks["loss_matches_lemma5"] = all(r["lemma5_loss_max_rel_error"] < 1e-9 for r in rows)
-    inputs = {"task": "scan-snap", "lrs": lrs, "steps": steps, "record_every": record_every, "K": K,
-              "n_common": n_common, "n_distinct": n_distinct, "M": classes.M, "init": "Y = Z = 0",
-              "rates": "η_Y = η_Z = η", "momentum": 0.0, "lambda_method": "lanczos"}
+    inputs = {
+        "task": "scan-snap",
+        "lrs": lrs,
+        "steps": steps,
+        "record_every": record_every,
+        "K": K,
+        "n_common": n_common,
+        "n_distinct": n_distinct,
+        "M": classes.M,
+        "init": "Y = Z = 0",
+        "rates": "η_Y = η_Z = η",
+        "momentum": 0.0,
+        "lambda_method": "lanczos",
+    }
     results = {"hessian_at_zero": zero, "runs": rows, "checks": checks}
     audits = [audit.run(i) for i in range(len(lrs))]
     fig = plot_step_size_audit(audits, list(loss), [f"η = {lr:g}" for lr in lrs])
@@ -313,18 +402,23 @@ def stepsize_scan_snap(lrs: Sequence[float] = (1.0, 5.0, 20.0), steps: int = 100
     if disjoint:
         ax.plot([0], [zero["lambda_max"]], "k*", ms=9, label="λ_max(θ = 0), closed form")
     ax.legend(fontsize=7)
-    res = Result(inputs, results,
-                 arrays={"stepsize": {"steps": ts, "lambda_max": audit.lambda_max, "loss": loss, "lr": lr_arr}},
-                 figures={"stepsize": fig})
-    res.lines.append(f"stepsize scan-snap  K={K}, M={classes.M}, {n_common} common + {n_distinct} distinct tokens "
-                     f"per class, exact GD from θ = 0 (η_Y = η_Z = η), {steps} steps")
+    res = Result(
+        inputs,
+        results,
+        arrays={"stepsize": {"steps": ts, "lambda_max": audit.lambda_max, "loss": loss, "lr": lr_arr}},
+        figures={"stepsize": fig},
+    )
+    res.lines.append(
+        f"stepsize scan-snap  K={K}, M={classes.M}, {n_common} common + {n_distinct} distinct tokens "
+        f"per class, exact GD from θ = 0 (η_Y = η_Z = η), {steps} steps"
+    )
     closed = f"; closed form λ_max(0) = {zero['lambda_max']:.6f}" if disjoint else ""
     res.lines.append(f"  θ = 0: λ_max = {lam0[0]:.6f}, spec's Y–Y block {zero['lambda_Y_block']:.6f}{closed}")
     for i, r in enumerate(rows):
-        extra = (f"; loss vs Lemma 5 max rel. error {r['lemma5_loss_max_rel_error']:.1e}"
-                 if disjoint else "")
-        res.lines.append(f"  η = {r['lr']:<6g} {audit.verdict(i)}; final loss {r['final_loss']:.6g}, "
-                         f"{r['status']}{extra}")
+        extra = f"; loss vs Lemma 5 max rel. error {r['lemma5_loss_max_rel_error']:.1e}" if disjoint else ""
+        res.lines.append(
+            f"  η = {r['lr']:<6g} {audit.verdict(i)}; final loss {r['final_loss']:.6g}, {r['status']}{extra}"
+        )
     return res
 
 
@@ -341,26 +435,47 @@ def _winner_problem(prob: ScanSnap, cls: int, axes: tuple[str, str], tie: float)
         def r(theta: Theta) -> Float[Array, ""]:
             s = logp + theta["Z"][m, dist]
             return jax.nn.relu(jnp.max(jnp.where(np.arange(len(dist)) == i, -jnp.inf, s)) - s[i])
+
         return r
 
     def overlays(x_axis: str, y_axis: str, x_range: tuple[float, float]) -> list[Overlay]:
         if (x_axis, y_axis) != axes:
             return []
-        return [Overlay("tie of c̃(0) (Theorem 3; exact at x = 0)", "line", tuple(x_range), (tie, tie),
-                        {"color": "k", "ls": ":", "lw": 1}),
-                Overlay("", "points", (0.0,), (tie,), {"color": "k", "marker": "x", "s": 40})]
+        return [
+            Overlay(
+                "tie of c̃(0) (Theorem 3; exact at x = 0)",
+                "line",
+                tuple(x_range),
+                (tie, tie),
+                {"color": "k", "ls": ":", "lw": 1},
+            ),
+            Overlay("", "points", (0.0,), (tie,), {"color": "k", "marker": "x", "s": 40}),
+        ]
 
-    return Problem.from_loss(lambda theta: prob.loss(theta), lambda key: prob.init(key),
-                             attractors={f"token {l} wins": residual(i) for i, l in enumerate(dist)},
-                             overlays=overlays)
+    return Problem.from_loss(
+        lambda theta: prob.loss(theta),
+        lambda key: prob.init(key),
+        attractors={f"token {tok} wins": residual(i) for i, tok in enumerate(dist)},
+        overlays=overlays,
+    )
 
 
-def basins_scan_snap(grid: int = 9, decoder_range: tuple[float, float] = (-1.0, 1.0),
-                     logit_range: tuple[float, float] = (-0.5, 1.5), K: int = 2, n_common: int = 1,
-                     n_distinct: int = 3, M: int | None = 20, eta_y: float = 1.0, eta_z: float = 0.1,
-                     gtol: float = 1e-4,
-                     t1: float = 1e7, chunk: int = 16384, progress: bool = True,
-                     checkpoint: str | os.PathLike | None = None) -> Result:
+def basins_scan_snap(
+    grid: int = 9,
+    decoder_range: tuple[float, float] = (-1.0, 1.0),
+    logit_range: tuple[float, float] = (-0.5, 1.5),
+    K: int = 2,
+    n_common: int = 1,
+    n_distinct: int = 3,
+    M: int | None = 20,
+    eta_y: float = 1.0,
+    eta_z: float = 0.1,
+    gtol: float = 1e-4,
+    t1: float = 1e7,
+    chunk: int = 16384,
+    progress: bool = True,
+    checkpoint: str | os.PathLike | None = None,
+) -> Result:
     """Which distinct token of class 0 wins the scan (the most attention among its distinct tokens at the end),
     over a grid × grid slice of initial values of one decoder weight and one attention logit, all else 0:
     x = Y[l₂, n₀] (from class 0's runner-up distinct token l₂ to its next token n₀), y = Z[m, l₂] (the query's
@@ -405,8 +520,17 @@ def basins_scan_snap(grid: int = 9, decoder_range: tuple[float, float] = (-1.0, 
     axes = (f"Y[{l2},{n0}]", f"Z[{m},{l2}]")
     wp = _winner_problem(prob, 0, axes, tie)
     plane = Grid(*axes, x_range, y_range, (n, n))
-    bm = basin_map(wp, plane, "flow", t1=t1, gtol=gtol, time_scales={"Y": eta_y, "Z": eta_z}, chunk_size=chunk,
-                   progress=progress, checkpoint=checkpoint)
+    bm = basin_map(
+        wp,
+        plane,
+        "flow",
+        t1=t1,
+        gtol=gtol,
+        time_scales={"Y": eta_y, "Z": eta_z},
+        chunk_size=chunk,
+        progress=progress,
+        checkpoint=checkpoint,
+    )
     # Theorem 3 on the column x = 0: the winner is argmax_l P(l|n) e^{z_ml(0)}
     logc0 = np.log(P[dist])[None, :] + np.where(dist == l2, plane.ys[:, None], 0.0)
     predicted_column = np.argmax(logc0, axis=1)
@@ -415,29 +539,60 @@ def basins_scan_snap(grid: int = 9, decoder_range: tuple[float, float] = (-1.0, 
     agree = None if on_column is None else float(np.mean(on_column == predicted_column))
     i2 = int(np.flatnonzero(dist == l2)[0])
     boundary = [_switch(plane.ys, bm.labels[:, j], i2) for j in range(n)]
-    inputs = {"task": "scan-snap", "grid": n, "x": axes[0], "y": axes[1], "decoder_range": list(x_range),
-              "logit_range": list(y_range), "K": K, "n_common": n_common, "n_distinct": n_distinct, "M": classes.M,
-              "eta_y": eta_y, "eta_z": eta_z, "gtol": gtol, "t1": t1, "method": "flow", "base": "θ = 0"}
-    results = {"fractions": bm.fractions, "attractors": list(bm.attractors),
-               "status_counts": bm.status_counts(), "resolved_fraction": bm.resolved_fraction,
-               "tokens": {"top": int(l1), "runner_up": int(l2), "query": m, "next_token": n0},
-               "distinct_token_probs": {int(l): float(P[l]) for l in dist},
-               "theorem3_tie": tie, "agreement_on_x0_column": agree,
-               "boundary_logit_per_column": boundary,
-               "median_time": float(np.nanmedian(bm.times)) if np.isfinite(bm.times).any() else None}
+    inputs = {
+        "task": "scan-snap",
+        "grid": n,
+        "x": axes[0],
+        "y": axes[1],
+        "decoder_range": list(x_range),
+        "logit_range": list(y_range),
+        "K": K,
+        "n_common": n_common,
+        "n_distinct": n_distinct,
+        "M": classes.M,
+        "eta_y": eta_y,
+        "eta_z": eta_z,
+        "gtol": gtol,
+        "t1": t1,
+        "method": "flow",
+        "base": "θ = 0",
+    }
+    results = {
+        "fractions": bm.fractions,
+        "attractors": list(bm.attractors),
+        "status_counts": bm.status_counts(),
+        "resolved_fraction": bm.resolved_fraction,
+        "tokens": {"top": int(l1), "runner_up": int(l2), "query": m, "next_token": n0},
+        "distinct_token_probs": {int(tok): float(P[tok]) for tok in dist},
+        "theorem3_tie": tie,
+        "agreement_on_x0_column": agree,
+        "boundary_logit_per_column": boundary,
+        "median_time": float(np.nanmedian(bm.times)) if np.isfinite(bm.times).any() else None,
+    }
     title = f"scan winner of class 0, η_Y = {eta_y:g}, η_Z = {eta_z:g}"
     res = basin_result(bm, wp, title, inputs, results, predicted_x0=predicted_column)
-    res.lines.append(f"basins scan-snap  {title}: x = {axes[0]}, y = {axes[1]}, grid {n}x{n} over "
-                     f"{list(x_range)} x {list(y_range)}")
+    res.lines.append(
+        f"basins scan-snap  {title}: x = {axes[0]}, y = {axes[1]}, grid {n}x{n} over {list(x_range)} x {list(y_range)}"
+    )
     res.lines += [f"  {name:>14s}: {100 * f:6.2f}%" for name, f in bm.fractions.items()]
-    res.lines.append("  status: " + ", ".join(f"{k} {v}" for k, v in bm.status_counts().items() if v)
-                     + f" (a run ends at ‖τ⊙∇L‖ < {gtol:g}: the loss has no minimiser; converged/saddle say only "
-                       "whether the Hessian there has a negative eigenvalue)")
-    res.lines.append(f"  Theorem 3 tie at x = 0: y = ln(P({l1})/P({l2})) = {tie:.6f}; "
-                     + ("agreement on the x = 0 column " + f"{100 * agree:.1f}%" if agree is not None
-                        else "x = 0 is not on the grid (use an odd grid and a decoder_range symmetric about 0)"))
-    res.lines.append("  measured boundary y per column (x ascending): "
-                     + ", ".join("none" if b is None else f"{b:.3f}" for b in boundary))
+    res.lines.append(
+        "  status: "
+        + ", ".join(f"{k} {v}" for k, v in bm.status_counts().items() if v)
+        + f" (a run ends at ‖τ⊙∇L‖ < {gtol:g}: the loss has no minimiser; converged/saddle say only "
+        "whether the Hessian there has a negative eigenvalue)"
+    )
+    res.lines.append(
+        f"  Theorem 3 tie at x = 0: y = ln(P({l1})/P({l2})) = {tie:.6f}; "
+        + (
+            "agreement on the x = 0 column " + f"{100 * agree:.1f}%"
+            if agree is not None
+            else "x = 0 is not on the grid (use an odd grid and a decoder_range symmetric about 0)"
+        )
+    )
+    res.lines.append(
+        "  measured boundary y per column (x ascending): "
+        + ", ".join("none" if b is None else f"{b:.3f}" for b in boundary)
+    )
     return res
 
 

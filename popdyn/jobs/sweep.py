@@ -44,17 +44,30 @@ def parse_vary(vary) -> list[tuple[str, np.ndarray]]:
     return axes
 
 
-def run_sweep(make: Callable[..., Problem], axes: list[tuple[str, np.ndarray]], inits: Theta | int, *,
-              method: str = "flow", seed: int = 0, t1: float = 1e4, lr: float = 0.1, steps: int = 2000,
-              chunk: int = 16384, progress: bool = False, checkpoint=None) -> dict:
+def run_sweep(
+    make: Callable[..., Problem],
+    axes: list[tuple[str, np.ndarray]],
+    inits: Theta | int,
+    *,
+    method: str = "flow",
+    seed: int = 0,
+    t1: float = 1e4,
+    lr: float = 0.1,
+    steps: int = 2000,
+    chunk: int = 16384,
+    progress: bool = False,
+    checkpoint=None,
+) -> dict:
     """For every point of the parameter grid (row-major, the last axis fastest): basin fractions among resolved
     runs (with standard errors), the resolved share, the median stopping time and the median λ_max at the resolved
     end points, from the same initialisations ``inits`` (a batch, or a number of draws of the first problem's
     init). Checkpoints: one folder per parameter point under ``checkpoint``."""
     _validate.choice("method", method, ("flow", "gd"))
     shape = tuple(len(v) for _, v in axes)
-    grid = [dict(zip([a[0] for a in axes], vals)) for vals in np.array(np.meshgrid(*[v for _, v in axes],
-                                                                                   indexing="ij")).reshape(len(axes), -1).T]
+    grid = [
+        dict(zip([a[0] for a in axes], vals, strict=False))
+        for vals in np.array(np.meshgrid(*[v for _, v in axes], indexing="ij")).reshape(len(axes), -1).T
+    ]
     if isinstance(inits, (int, np.integer)):
         n = _validate.int_at_least("n-init", inits, 1)
         first = make(**{k: float(v) for k, v in grid[0].items()})
@@ -68,10 +81,13 @@ def run_sweep(make: Callable[..., Problem], axes: list[tuple[str, np.ndarray]], 
             structure = jax.tree_util.tree_structure(prob)
         elif jax.tree_util.tree_structure(prob) != structure and not warned:
             warned = True
-            warnings.warn("the problem's static structure changes with the swept values (for instance a loss "
-                          "function defined inside the factory, or a data number stored as a static field): every "
-                          "value compiles again. Define the loss at module level and pass data numbers as data "
-                          "(docs/jobs.md, \"Sweeps\")", stacklevel=2)
+            warnings.warn(
+                "the problem's static structure changes with the swept values (for instance a loss "
+                "function defined inside the factory, or a data number stored as a static field): every "
+                "value compiles again. Define the loss at module level and pass data numbers as data "
+                '(docs/jobs.md, "Sweeps")',
+                stacklevel=2,
+            )
         ckpt = None if checkpoint is None else os.fspath(Path(checkpoint) / f"point-{i:05d}")
         bf = basin_fractions(prob, inits, method, t1=t1, lr=lr, steps=steps, chunk_size=chunk, checkpoint=ckpt)
         ok = bf.labels >= 0
@@ -79,31 +95,48 @@ def run_sweep(make: Callable[..., Problem], axes: list[tuple[str, np.ndarray]], 
         names += [a for a in bf.attractors if a not in names]
         k = int(ok.sum())
         frac = bf.fractions_of_resolved
-        rows.append({"values": {key: float(v) for key, v in values.items()}, "fractions": frac,
-                     "stderr": {a: (float(np.sqrt(f * (1 - f) / k)) if k else float("nan")) for a, f in frac.items()},
-                     "resolved_fraction": bf.resolved_fraction, "status_counts": bf.status_counts(),
-                     "time_median": float(np.nanmedian(bf.times)) if ok.any() else float("nan"),
-                     "lambda_max_median": float(np.nanmedian(lam))})
-    fractions = {a: np.array([r["fractions"].get(a, 0.0) if r["resolved_fraction"] > 0 else np.nan for r in rows])
-                 .reshape(shape) for a in names}
-    return {"axes": axes, "shape": shape, "rows": rows, "attractors": names, "fractions": fractions,
-            "resolved": np.array([r["resolved_fraction"] for r in rows]).reshape(shape),
-            "time_median": np.array([r["time_median"] for r in rows]).reshape(shape),
-            "lambda_max_median": np.array([r["lambda_max_median"] for r in rows]).reshape(shape)}
+        rows.append(
+            {
+                "values": {key: float(v) for key, v in values.items()},
+                "fractions": frac,
+                "stderr": {a: (float(np.sqrt(f * (1 - f) / k)) if k else float("nan")) for a, f in frac.items()},
+                "resolved_fraction": bf.resolved_fraction,
+                "status_counts": bf.status_counts(),
+                "time_median": float(np.nanmedian(bf.times)) if ok.any() else float("nan"),
+                "lambda_max_median": float(np.nanmedian(lam)),
+            }
+        )
+    fractions = {
+        a: np.array([r["fractions"].get(a, 0.0) if r["resolved_fraction"] > 0 else np.nan for r in rows]).reshape(shape)
+        for a in names
+    }
+    return {
+        "axes": axes,
+        "shape": shape,
+        "rows": rows,
+        "attractors": names,
+        "fractions": fractions,
+        "resolved": np.array([r["resolved_fraction"] for r in rows]).reshape(shape),
+        "time_median": np.array([r["time_median"] for r in rows]).reshape(shape),
+        "lambda_max_median": np.array([r["lambda_max_median"] for r in rows]).reshape(shape),
+    }
 
 
 def plot_sweep(sw: dict, title: str, theory_line: Callable[[Figure, list], None] | None = None) -> Figure:
     """One panel per attractor (its share of resolved runs) and panels for the median time and λ_max; heatmaps over
     two parameters, curves over one."""
     panels = [(f"fraction: {a}", sw["fractions"][a]) for a in sw["attractors"]]
-    panels += [("resolved share", sw["resolved"]), ("median stopping time", sw["time_median"]),
-               ("median λ_max at the end", sw["lambda_max_median"])]
+    panels += [
+        ("resolved share", sw["resolved"]),
+        ("median stopping time", sw["time_median"]),
+        ("median λ_max at the end", sw["lambda_max_median"]),
+    ]
     cols = min(3, len(panels))
     rows = -(-len(panels) // cols)
     fig = Figure(figsize=(4.2 * cols, 3.6 * rows), layout="constrained")
     axs = np.atleast_1d(fig.subplots(rows, cols)).ravel()
     (xname, xs), *rest = sw["axes"]
-    for ax, (name, z) in zip(axs, panels):
+    for ax, (name, z) in zip(axs, panels, strict=False):
         if rest:
             yname, ys = rest[0]
             im = ax.pcolormesh(ys, xs, z, shading="nearest", cmap="viridis")
@@ -112,20 +145,27 @@ def plot_sweep(sw: dict, title: str, theory_line: Callable[[Figure, list], None]
         else:
             ax.plot(xs, z, "o-")
             ax.set(xlabel=xname, title=name)
-    for ax in axs[len(panels):]:
+    for ax in axs[len(panels) :]:
         ax.set_axis_off()
     if theory_line is not None:
-        theory_line(fig, list(axs[:len(panels)]))
+        theory_line(fig, list(axs[: len(panels)]))
     fig.suptitle(title)
     return fig
 
 
 def _result(sw: dict, inputs: dict, title: str, extra: dict | None = None, theory_line=None) -> Result:
     arrays = {f"fraction_{a}": v for a, v in sw["fractions"].items()}
-    arrays |= {"resolved": sw["resolved"], "time_median": sw["time_median"],
-               "lambda_max_median": sw["lambda_max_median"]} | {name: vals for name, vals in sw["axes"]}
-    res = Result(inputs, {"points": sw["rows"], "attractors": sw["attractors"], **(extra or {})},
-                 arrays={"sweep": arrays}, figures={"sweep": plot_sweep(sw, title, theory_line)})
+    arrays |= {
+        "resolved": sw["resolved"],
+        "time_median": sw["time_median"],
+        "lambda_max_median": sw["lambda_max_median"],
+    } | {name: vals for name, vals in sw["axes"]}
+    res = Result(
+        inputs,
+        {"points": sw["rows"], "attractors": sw["attractors"], **(extra or {})},
+        arrays={"sweep": arrays},
+        figures={"sweep": plot_sweep(sw, title, theory_line)},
+    )
     res.lines.append(f"sweep  {title}: {' × '.join(f'{n} {len(v)} values' for n, v in sw['axes'])}")
     for r in sw["rows"]:
         where = ", ".join(f"{k}={v:.4g}" for k, v in r["values"].items())
@@ -134,9 +174,20 @@ def _result(sw: dict, inputs: dict, title: str, extra: dict | None = None, theor
     return res
 
 
-def sweep_model(factory: str, param=(), vary=None, n_init: int = 64, seed: int = 0, method: str = "flow",
-                t1: float = 1e4, lr: float = 0.1, steps: int = 2000, chunk: int = 16384, progress: bool = False,
-                checkpoint=None) -> Result:
+def sweep_model(
+    factory: str,
+    param=(),
+    vary=None,
+    n_init: int = 64,
+    seed: int = 0,
+    method: str = "flow",
+    t1: float = 1e4,
+    lr: float = 0.1,
+    steps: int = 2000,
+    chunk: int = 16384,
+    progress: bool = False,
+    checkpoint=None,
+) -> Result:
     """``popdyn sweep module:factory --vary NAME=LO:HI:N``: ``run_sweep`` over the factory's keywords, the same
     n_init draws of init at every value."""
     from popdyn.jobs.model import build, parse_params
@@ -147,28 +198,71 @@ def sweep_model(factory: str, param=(), vary=None, n_init: int = 64, seed: int =
     if clash:
         raise ValueError(f"param {clash[0]!r} is also swept with vary: give it once")
     build(factory, param, **{name: float(vals[0]) for name, vals in axes})  # checks the factory before the runs
-    sw = run_sweep(lambda **v: build(factory, param, **v), axes, n_init, method=method, seed=seed, t1=t1, lr=lr,
-                   steps=steps, chunk=chunk, progress=progress, checkpoint=checkpoint)
-    inputs = {"task": factory, "param": list(param), "vary": list(vary), "n_init": n_init, "seed": seed,
-              "method": method, **({"t1": t1} if method == "flow" else {"lr": lr, "steps": steps})}
+    sw = run_sweep(
+        lambda **v: build(factory, param, **v),
+        axes,
+        n_init,
+        method=method,
+        seed=seed,
+        t1=t1,
+        lr=lr,
+        steps=steps,
+        chunk=chunk,
+        progress=progress,
+        checkpoint=checkpoint,
+    )
+    inputs = {
+        "task": factory,
+        "param": list(param),
+        "vary": list(vary),
+        "n_init": n_init,
+        "seed": seed,
+        "method": method,
+        **({"t1": t1} if method == "flow" else {"lr": lr, "steps": steps}),
+    }
     return _result(sw, inputs, factory)
 
 
-def sweep_markov(p_lo: float = 0.05, p_hi: float = 0.95, q_lo: float = 0.05, q_hi: float = 0.95, points: int = 8,
-                 grid: int = 16, lo: float = -3.0, hi: float = 3.0, method: str = "flow", t1: float = 1e4,
-                 lr: float = 0.5, steps: int = 2000, chunk: int = 16384, progress: bool = False,
-                 checkpoint=None) -> Result:
+def sweep_markov(
+    p_lo: float = 0.05,
+    p_hi: float = 0.95,
+    q_lo: float = 0.05,
+    q_hi: float = 0.95,
+    points: int = 8,
+    grid: int = 16,
+    lo: float = -3.0,
+    hi: float = 3.0,
+    method: str = "flow",
+    t1: float = 1e4,
+    lr: float = 0.5,
+    steps: int = 2000,
+    chunk: int = 16384,
+    progress: bool = False,
+    checkpoint=None,
+) -> Result:
     """Basin fractions of the profiled (e, w) flow from a grid × grid slice of (w, e), over a points × points grid
     of (p, q), with the closed-form partition of §4.4 beside each off the line p + q = 1 (where it holds)."""
     from popdyn.tasks.markov import ATTRACTORS, Canonical
 
     for name, v in (("p", p_lo), ("p", p_hi), ("q", q_lo), ("q", q_hi)):
         _validate.open_unit(name, v)
-    axes = [("p", np.linspace(*_validate.interval("p", (p_lo, p_hi)), _validate.int_at_least("points", points, 2))),
-            ("q", np.linspace(*_validate.interval("q", (q_lo, q_hi)), points))]
+    axes = [
+        ("p", np.linspace(*_validate.interval("p", (p_lo, p_hi)), _validate.int_at_least("points", points, 2))),
+        ("q", np.linspace(*_validate.interval("q", (q_lo, q_hi)), points)),
+    ]
     inits = Grid.square("w", "e", lo, hi, _validate.int_at_least("grid", grid, 2)).points(Canonical(0.5, 0.25))
-    sw = run_sweep(Canonical, axes, inits, method=method, t1=t1, lr=lr, steps=steps, chunk=chunk, progress=progress,
-                   checkpoint=checkpoint)
+    sw = run_sweep(
+        Canonical,
+        axes,
+        inits,
+        method=method,
+        t1=t1,
+        lr=lr,
+        steps=steps,
+        chunk=chunk,
+        progress=progress,
+        checkpoint=checkpoint,
+    )
     predicted = []
     for r in sw["rows"]:
         p, q = r["values"]["p"], r["values"]["q"]
@@ -179,7 +273,7 @@ def sweep_markov(p_lo: float = 0.05, p_hi: float = 0.95, q_lo: float = 0.05, q_h
         labels = np.asarray(jax.vmap(prob.predicted_basin)(inits))
         ok = labels >= 0
         predicted.append({a: float(np.mean(labels[ok] == i)) for i, a in enumerate(ATTRACTORS)})
-    for r, pr in zip(sw["rows"], predicted):
+    for r, pr in zip(sw["rows"], predicted, strict=False):
         r["predicted_fractions"] = pr
 
     def line(fig, axs):
@@ -187,6 +281,14 @@ def sweep_markov(p_lo: float = 0.05, p_hi: float = 0.95, q_lo: float = 0.05, q_h
             ax.plot([q_lo, q_hi], [1 - q_lo, 1 - q_hi], "w--", lw=1.2, label="p + q = 1")
             ax.set(xlim=(axes[1][1][0], axes[1][1][-1]), ylim=(axes[0][1][0], axes[0][1][-1]))
 
-    inputs = {"task": "markov", "p": [p_lo, p_hi], "q": [q_lo, q_hi], "points": points, "grid": grid,
-              "range": [lo, hi], "method": method, **({"t1": t1} if method == "flow" else {"lr": lr, "steps": steps})}
+    inputs = {
+        "task": "markov",
+        "p": [p_lo, p_hi],
+        "q": [q_lo, q_hi],
+        "points": points,
+        "grid": grid,
+        "range": [lo, hi],
+        "method": method,
+        **({"t1": t1} if method == "flow" else {"lr": lr, "steps": steps}),
+    }
     return _result(sw, inputs, f"Markov (p, q), {method}, {grid}x{grid} starts", theory_line=line)

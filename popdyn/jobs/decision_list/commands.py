@@ -11,15 +11,22 @@ from popdyn import _validate
 from popdyn.analysis import first_passage
 from popdyn.dynamics.status import count
 from popdyn.io import Result
+from popdyn.jobs.decision_list.theorem1 import theorem1_run
 from popdyn.tasks.decision_list.data import validate_sizes
 from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
 from popdyn.tasks.decision_list.theorems import theorem1_c
-from popdyn.jobs.decision_list.theorem1 import theorem1_run
 
 
-def converge_decision_list(L: int, n: int, M: int, c: float | None = None, distribution: str = "distinct",
-                           delta: float | None = None, gamma: float | None = None,
-                           t1: float | None = None) -> Result:
+def converge_decision_list(
+    L: int,
+    n: int,
+    M: int,
+    c: float | None = None,
+    distribution: str = "distinct",
+    delta: float | None = None,
+    gamma: float | None = None,
+    t1: float | None = None,
+) -> Result:
     """Theorem 1: first time T* of perfect classification per list length against T₁ = 4M/(log L·γ)."""
     run = theorem1_run(L, n, M, c, distribution, delta, gamma, t1)
     traj, prob = run.pop("trajectory"), run.pop("problem")
@@ -27,7 +34,7 @@ def converge_decision_list(L: int, n: int, M: int, c: float | None = None, distr
     fig = Figure(figsize=(4.2 * M, 3.8), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, M))
     arrays = {"ts": ts}
-    for ax, m, col in zip(axes, prob.lengths, run["columns"]):
+    for ax, m, col in zip(axes, prob.lengths, run["columns"], strict=False):
         x = np.asarray(traj.params[f"m{m}"])
         arrays[f"column_m{m}"] = x
         for i in range(m):
@@ -41,19 +48,37 @@ def converge_decision_list(L: int, n: int, M: int, c: float | None = None, distr
         ax.set(xscale="log", xlabel="flow time t", title=f"list length m = {m}")
         ax.legend(fontsize=7)
     axes[0].set_ylabel("W entries of a column")
-    fig.suptitle(f"Theorem 1: L = {L}, n = {n}, c = {run['c']:.4g}; bound T₁ = {run['bound']:.4g} "
-                 f"(γ = δ: {run['bound_gamma_eq_delta']:.4g})", fontsize=9)
+    fig.suptitle(
+        f"Theorem 1: L = {L}, n = {n}, c = {run['c']:.4g}; bound T₁ = {run['bound']:.4g} "
+        f"(γ = δ: {run['bound_gamma_eq_delta']:.4g})",
+        fontsize=9,
+    )
     verdict = {True: "T* <= bound", False: "T* > bound: the bound FAILS", None: "PC not reached by t1"}
-    lines = [f"converge decision-list  L={L}, n={n}, M={M}, {distribution} tokens: gradient flow on W, V = cP, W0 = 0",
-             f"  δ = {run['delta']:.6g}, γ = {run['gamma']:.6g}, c = {run['c']:.6g}"
-             + ("  (δ, γ: popdyn's definitions, spec §5)" if delta is None and gamma is None else "  (δ, γ given)"),
-             f"  {'m':>3s} {'T*':>12s}"]
-    lines += [f"  {col['m']:>3d} {col['T_star'] if col['T_star'] is not None else float('nan'):12.6g}"
-              for col in run["columns"]]
-    lines += [f"  bound T1 = 4M/(log L·γ) = {run['bound']:.6g}: {verdict[run['T_star_le_bound']]}",
-              f"  with γ = δ: {run['bound_gamma_eq_delta']:.6g}: {verdict[run['T_star_le_bound_gamma_eq_delta']]}"]
-    inputs = {"task": "decision-list", "L": L, "n": n, "M": M, "c": c, "distribution": distribution,
-              "delta": delta, "gamma": gamma, "t1": run["t1"]}
+    lines = [
+        f"converge decision-list  L={L}, n={n}, M={M}, {distribution} tokens: gradient flow on W, V = cP, W0 = 0",
+        f"  δ = {run['delta']:.6g}, γ = {run['gamma']:.6g}, c = {run['c']:.6g}"
+        + ("  (δ, γ: popdyn's definitions, spec §5)" if delta is None and gamma is None else "  (δ, γ given)"),
+        f"  {'m':>3s} {'T*':>12s}",
+    ]
+    lines += [
+        f"  {col['m']:>3d} {col['T_star'] if col['T_star'] is not None else float('nan'):12.6g}"
+        for col in run["columns"]
+    ]
+    lines += [
+        f"  bound T1 = 4M/(log L·γ) = {run['bound']:.6g}: {verdict[run['T_star_le_bound']]}",
+        f"  with γ = δ: {run['bound_gamma_eq_delta']:.6g}: {verdict[run['T_star_le_bound_gamma_eq_delta']]}",
+    ]
+    inputs = {
+        "task": "decision-list",
+        "L": L,
+        "n": n,
+        "M": M,
+        "c": c,
+        "distribution": distribution,
+        "delta": delta,
+        "gamma": gamma,
+        "t1": run["t1"],
+    }
     return Result(inputs, run, {"theorem1": arrays}, {"theorem1": fig}, lines)
 
 
@@ -77,9 +102,19 @@ def rule_order(state: np.ndarray, L: int) -> np.ndarray:
     return np.array([table[r] for r in ranks]).reshape(state.shape[:-1])
 
 
-def basins_decision_list(L: int, n: int, c: float | None = None, grid: int = 32, lo: float = -3.0, hi: float = 3.0,
-                         t1: float = 100.0, distribution: str = "distinct", n_times: int = 120, chunk: int = 16384,
-                         checkpoint: str | None = None) -> Result:
+def basins_decision_list(
+    L: int,
+    n: int,
+    c: float | None = None,
+    grid: int = 32,
+    lo: float = -3.0,
+    hi: float = 3.0,
+    t1: float = 100.0,
+    distribution: str = "distinct",
+    n_times: int = 120,
+    chunk: int = 16384,
+    checkpoint: str | None = None,
+) -> Result:
     """A column with a list of length 2 under the flow on W (V = cP), from every initialisation of the
     (w_1 − w_2, ω − w_2) plane (zero column sum; §3 C): the rule order of (w_1, w_2, ω) at t1, and the first
     time T* of perfect classification (§4), located on ``n_times`` log-spaced records (interpolated; about 1%
@@ -98,8 +133,15 @@ def basins_decision_list(L: int, n: int, c: float | None = None, grid: int = 32,
     xs = np.linspace(lo, hi, grid)
     X, Y = np.meshgrid(xs, xs)
     # the grid plus, last, the origin (0, 0) of the plane, i.e. W₀ = 0, whose path is drawn on the map
-    T, traj = first_passage(prob, plane_to_column(np.append(X.ravel(), 0.0), np.append(Y.ravel(), 0.0), L),
-                            prob.pc_slack, t1, n_grid=n_times, chunk_size=chunk, checkpoint=checkpoint)
+    T, traj = first_passage(
+        prob,
+        plane_to_column(np.append(X.ravel(), 0.0), np.append(Y.ravel(), 0.0), L),
+        prob.pc_slack,
+        t1,
+        n_grid=n_times,
+        chunk_size=chunk,
+        checkpoint=checkpoint,
+    )
     t_zero, T = T[-1], T[:-1, 0].reshape(X.shape)
     ends = np.asarray(traj.final["m2"])
     labels = rule_order(ends[:-1], L).reshape(X.shape)
@@ -109,41 +151,83 @@ def basins_decision_list(L: int, n: int, c: float | None = None, grid: int = 32,
     fig = Figure(figsize=(12, 5.2), layout="constrained")
     ax, ax_t = fig.subplots(1, 2)
     colours = ("#4daf4a", "#377eb8", "#ff7f00", "#984ea3", "#e41a1c", "#a65628")
-    ax.imshow(labels, origin="lower", extent=(lo, hi, lo, hi), cmap=ListedColormap(colours), vmin=-0.5, vmax=5.5,
-              interpolation="nearest", alpha=0.8)
+    ax.imshow(
+        labels,
+        origin="lower",
+        extent=(lo, hi, lo, hi),
+        cmap=ListedColormap(colours),
+        vmin=-0.5,
+        vmax=5.5,
+        interpolation="nearest",
+        alpha=0.8,
+    )
     for k, name in enumerate(RULE_ORDERS):
         ax.scatter([], [], color=colours[k], marker="s", label=f"{name}: {100 * fractions[name]:.1f}%")
     ax.set(title=f"rule order at t = {t1:g}")
-    im = ax_t.imshow(np.log10(np.where(T > 0, T, np.nan)), origin="lower", extent=(lo, hi, lo, hi), cmap="viridis",
-                     interpolation="nearest")
+    im = ax_t.imshow(
+        np.log10(np.where(T > 0, T, np.nan)),
+        origin="lower",
+        extent=(lo, hi, lo, hi),
+        cmap="viridis",
+        interpolation="nearest",
+    )
     fig.colorbar(im, ax=ax_t, label="log10 T* (white: PC at t = 0 or never by t1)")
     ax_t.set(title=f"first time of perfect classification T* (from W₀ = 0: {t_zero[0]:.4g})")
     for a in (ax, ax_t):
         a.plot(px, py, "k-", lw=1.5, label="flow from W₀ = 0" if a is ax else None)
         a.axvline(0, color="k", lw=0.5)
         a.axhline(0, color="k", lw=0.5)
-        a.set(xlim=(lo, hi), ylim=(lo, hi), xlabel="w₁ − w₂ (first rule − own token)",
-              ylabel="ω − w₂ (distractors − own)")
-    fig.suptitle(f"list length 2, flow on W with V = cP: L = {L}, n = {n}, c = {c:.4g}, {distribution} tokens",
-                 fontsize=10)
+        a.set(
+            xlim=(lo, hi), ylim=(lo, hi), xlabel="w₁ − w₂ (first rule − own token)", ylabel="ω − w₂ (distractors − own)"
+        )
+    fig.suptitle(
+        f"list length 2, flow on W with V = cP: L = {L}, n = {n}, c = {c:.4g}, {distribution} tokens", fontsize=10
+    )
     fig.legend(fontsize=7, loc="outside right upper")
     status = count(traj.status[:-1])  # the grid's, without the origin
     reached = np.isfinite(T)
-    results = {"L": L, "n": n, "c": c, "t1": t1, "distribution": distribution, "fractions": fractions,
-               "pc_fraction": fractions[RULE_ORDERS[0]], "pc_reached_fraction": float(reached.mean()),
-               "T_star_median": float(np.median(T[reached])) if reached.any() else None,
-               "T_star_max": float(T[reached].max()) if reached.any() else None,
-               "T_star_from_zero": None if np.isnan(t_zero[0]) else float(t_zero[0]), "status": status,
-               "order_from_zero": RULE_ORDERS[int(rule_order(ends[-1], L))]}
-    lines = [f"basins decision-list  L={L}, n={n}, c={c:.6g}, {distribution} tokens: list-length-2 column, "
-             f"{grid}² initialisations of its zero-sum plane, flow to t = {t1:g}"]
+    results = {
+        "L": L,
+        "n": n,
+        "c": c,
+        "t1": t1,
+        "distribution": distribution,
+        "fractions": fractions,
+        "pc_fraction": fractions[RULE_ORDERS[0]],
+        "pc_reached_fraction": float(reached.mean()),
+        "T_star_median": float(np.median(T[reached])) if reached.any() else None,
+        "T_star_max": float(T[reached].max()) if reached.any() else None,
+        "T_star_from_zero": None if np.isnan(t_zero[0]) else float(t_zero[0]),
+        "status": status,
+        "order_from_zero": RULE_ORDERS[int(rule_order(ends[-1], L))],
+    }
+    lines = [
+        f"basins decision-list  L={L}, n={n}, c={c:.6g}, {distribution} tokens: list-length-2 column, "
+        f"{grid}² initialisations of its zero-sum plane, flow to t = {t1:g}"
+    ]
     lines += [f"  order at t1 {name}: {100 * f:6.2f}%" for name, f in fractions.items()]
-    lines.append(f"  perfect classification reached by t1: {100 * results['pc_reached_fraction']:.2f}%, T* median "
-                 f"{results['T_star_median']}, max {results['T_star_max']}; from W0 = 0: {results['T_star_from_zero']}")
-    inputs = {"task": "decision-list", "L": L, "n": n, "c": c, "grid": grid, "range": [lo, hi], "t1": t1,
-              "distribution": distribution, "n_times": n_times}
-    return Result(inputs, results, {"basins": {"x": xs, "y": xs, "labels": labels, "T_star": T, "path_x": px,
-                                               "path_y": py}}, {"basins": fig}, lines)
+    lines.append(
+        f"  perfect classification reached by t1: {100 * results['pc_reached_fraction']:.2f}%, T* median "
+        f"{results['T_star_median']}, max {results['T_star_max']}; from W0 = 0: {results['T_star_from_zero']}"
+    )
+    inputs = {
+        "task": "decision-list",
+        "L": L,
+        "n": n,
+        "c": c,
+        "grid": grid,
+        "range": [lo, hi],
+        "t1": t1,
+        "distribution": distribution,
+        "n_times": n_times,
+    }
+    return Result(
+        inputs,
+        results,
+        {"basins": {"x": xs, "y": xs, "labels": labels, "T_star": T, "path_x": px, "path_y": py}},
+        {"basins": fig},
+        lines,
+    )
 
 
 def lambda_spread(draws: list[float], reference: dict) -> dict:
@@ -157,11 +241,22 @@ def lambda_spread(draws: list[float], reference: dict) -> dict:
         if value is None:
             return None
         where = "below" if value < lo else "above" if value > hi else "within"
-        return {"value": value, "over_median": value / med, "share_of_draws_below": float(np.mean(lam < value)),
-                "position": where}
+        return {
+            "value": value,
+            "over_median": value / med,
+            "share_of_draws_below": float(np.mean(lam < value)),
+            "position": where,
+        }
 
-    return {"n": int(lam.size), "min": lo, "median": med, "max": hi, "max_over_min": hi / lo,
-            "table": against(reference["table"]), "order": against(reference["order"])}
+    return {
+        "n": int(lam.size),
+        "min": lo,
+        "median": med,
+        "max": hi,
+        "max_over_min": hi / lo,
+        "table": against(reference["table"]),
+        "order": against(reference["order"]),
+    }
 
 
 def plot_spread(ax, run: dict, spread: dict) -> None:
@@ -172,19 +267,28 @@ def plot_spread(ax, run: dict, spread: dict) -> None:
     ax.plot(jitter, lam, "o", color="C0", alpha=0.7, ms=5, label=f"{lam.size} draws of V₀ − cP")
     ax.plot(jitter[:1], lam[:1], "o", mfc="none", mec="r", ms=10, mew=1.5, label=f"the run's (seed {run['seed']})")
     if spread["table"] is not None:
-        ax.axhline(spread["table"]["value"], color="k", ls="--", lw=1.2,
-                   label=f"§6 sanity run: {spread['table']['value']:.3g} (one unknown draw)")
+        ax.axhline(
+            spread["table"]["value"],
+            color="k",
+            ls="--",
+            lw=1.2,
+            label=f"§6 sanity run: {spread['table']['value']:.3g} (one unknown draw)",
+        )
     order = spread["order"]["value"]
     ax.axhspan(order / 2, order * 2, color="0.88", zorder=0)
     ax.axhline(order, color="0.4", ls=":", lw=1.2, label=f"§6: about c²/(L·n³) = {order:.3g} (band: ×/÷ 2)")
     ax.set(xticks=[], xlim=(-0.6, 0.6), yscale="log", ylabel="λ_max(θ₀)")
-    ax.set_title(f"λ_max(θ₀) over {lam.size} draws: min {spread['min']:.4g},\nmedian {spread['median']:.4g}, "
-                 f"max {spread['max']:.4g}", fontsize=9)
+    ax.set_title(
+        f"λ_max(θ₀) over {lam.size} draws: min {spread['min']:.4g},\nmedian {spread['median']:.4g}, "
+        f"max {spread['max']:.4g}",
+        fontsize=9,
+    )
     ax.legend(fontsize=7)
 
 
-def stepsize_decision_list(L: int, n: int, M: int, seed: int = 0, lr: float | None = None,
-                           steps: int = 20, draws: int = 10) -> Result:
+def stepsize_decision_list(
+    L: int, n: int, M: int, seed: int = 0, lr: float | None = None, steps: int = 20, draws: int = 10
+) -> Result:
     """Theorem 2 (§6; docs/jobs.md): exact GD on (W, V) from the theorem's initialisation at η = 1/λ_max(θ₀) (``lr``
     if given) for up to ``steps`` steps (``theorem2_run``'s max_steps), with the step-size audit, the T-range,
     ‖V_t − cP‖ and the feasibility condition n·ℒ₀² > 162m. An infeasible instance is reported as such and not run.
@@ -200,10 +304,11 @@ def stepsize_decision_list(L: int, n: int, M: int, seed: int = 0, lr: float | No
     steps = _validate.int_at_least("steps", steps, 1)
     draws = validate_draws(draws, _validate.seed("seed", seed))
     run = theorem2_run(L, n, M, seed=seed, lr=lr, max_steps=steps, draws=draws)
-    inputs = {"task": "decision-list", "L": L, "n": n, "M": M, "seed": seed, "lr": lr, "steps": steps,
-              "draws": draws}
-    head = (f"stepsize decision-list  L={L}, n={n}, m=M={M}: Theorem 2, c = {run['c']:.6g}, ε = {run['eps']:.4g}, "
-            f"ℒ0 = {run['L0']:.6g} (at the perturbed V0), n·ℒ0² = {n * run['L0'] ** 2:.4g} vs 162m = {162 * M}")
+    inputs = {"task": "decision-list", "L": L, "n": n, "M": M, "seed": seed, "lr": lr, "steps": steps, "draws": draws}
+    head = (
+        f"stepsize decision-list  L={L}, n={n}, m=M={M}: Theorem 2, c = {run['c']:.6g}, ε = {run['eps']:.4g}, "
+        f"ℒ0 = {run['L0']:.6g} (at the perturbed V0), n·ℒ0² = {n * run['L0'] ** 2:.4g} vs 162m = {162 * M}"
+    )
     if not run["feasible"]:
         return Result(inputs, run, lines=[head, f"  INFEASIBLE, not run: {run['reason']}"])
     spread = lambda_spread(run["lambda_max0_draws"], lambda_max0_reference(L, n, M, run["c"]))
@@ -232,24 +337,28 @@ def stepsize_decision_list(L: int, n: int, M: int, seed: int = 0, lr: float | No
     def against(ref: dict | None, what: str) -> str:
         if ref is None:
             return ""
-        return (f"; {what} {ref['value']:.4g} = {ref['over_median']:.3f} × median, {ref['position']} the range "
-                f"({100 * ref['share_of_draws_below']:.0f}% of draws below it)")
+        return (
+            f"; {what} {ref['value']:.4g} = {ref['over_median']:.3f} × median, {ref['position']} the range "
+            f"({100 * ref['share_of_draws_below']:.0f}% of draws below it)"
+        )
 
-    lines = [head,
-             f"  A ∈ ({run['A_range'][0]:.5g}, {run['A_range'][1]:.5g}), A = {run['A']:.5g} (midpoint); "
-             f"λ_max(θ0) = {run['lambda_max0']:.5g} (seed {seed}), η = {run['lr']:.4g}",
-             f"  λ_max(θ0) over {spread['n']} draws of V0 − cP (seeds {seed}..{seed + draws - 1}): min "
-             f"{spread['min']:.5g}, median {spread['median']:.5g}, max {spread['max']:.5g}"
-             + against(spread["table"], "§6 sanity run (one unknown draw)")
-             + against(spread["order"], "§6 order c²/(L·n³)"),
-             "  T-range [2mℒ0/(A²η), ε/(2η)] = " + ("empty" if T is None else f"[{T[0]:.5g}, {T[1]:.5g}] steps"),
-             f"  first perfectly classifying step: {run['first_pc_step']}"
-             + ("" if run["pc_within_T"] is None else f" (within the T-range: {run['pc_within_T']})"),
-             f"  max_t η·λ_max(θ_t) = {run['eta_times_max_lambda']:.4g} over {run['steps']} steps; descent lemma "
-             f"held: {run['descent_inequality_held']} (curvature seen by the steps: max β = "
-             f"{max(b for b in run['descent_beta'] if b is not None):.5g} vs 1/η = {1 / run['lr']:.5g}); max ‖V_t − cP‖ = {max(run['V_dev_max_entry']):.4g} "
-             f"(≤ ε: {run['V_within_eps']})"]
+    lines = [
+        head,
+        f"  A ∈ ({run['A_range'][0]:.5g}, {run['A_range'][1]:.5g}), A = {run['A']:.5g} (midpoint); "
+        f"λ_max(θ0) = {run['lambda_max0']:.5g} (seed {seed}), η = {run['lr']:.4g}",
+        f"  λ_max(θ0) over {spread['n']} draws of V0 − cP (seeds {seed}..{seed + draws - 1}): min "
+        f"{spread['min']:.5g}, median {spread['median']:.5g}, max {spread['max']:.5g}"
+        + against(spread["table"], "§6 sanity run (one unknown draw)")
+        + against(spread["order"], "§6 order c²/(L·n³)"),
+        "  T-range [2mℒ0/(A²η), ε/(2η)] = " + ("empty" if T is None else f"[{T[0]:.5g}, {T[1]:.5g}] steps"),
+        f"  first perfectly classifying step: {run['first_pc_step']}"
+        + ("" if run["pc_within_T"] is None else f" (within the T-range: {run['pc_within_T']})"),
+        f"  max_t η·λ_max(θ_t) = {run['eta_times_max_lambda']:.4g} over {run['steps']} steps; descent lemma "
+        f"held: {run['descent_inequality_held']} (curvature seen by the steps: max β = "
+        f"{max(b for b in run['descent_beta'] if b is not None):.5g} vs 1/η = {1 / run['lr']:.5g}); "
+        f"max ‖V_t − cP‖ = {max(run['V_dev_max_entry']):.4g} "
+        f"(≤ ε: {run['V_within_eps']})",
+    ]
     arrays = {k: np.asarray(run[k]) for k in ("ts", "losses", "margins", "V_dev_max_entry", "V_dev_inf_norm")}
     arrays |= {"lambda_max0_draws": np.asarray(run["lambda_max0_draws"]), "draw_seeds": np.asarray(run["draw_seeds"])}
-    return Result(inputs, run, {"theorem2": dict(arrays, lambdas=lambdas)},
-                  {"theorem2": fig}, lines)
+    return Result(inputs, run, {"theorem2": dict(arrays, lambdas=lambdas)}, {"theorem2": fig}, lines)

@@ -16,9 +16,17 @@ from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
 from popdyn.tasks.decision_list.theorems import delta_gamma, theorem1_bound, theorem1_c
 
 
-def theorem1_run(L: int, n: int, M: int, c: float | None = None, distribution: str = "distinct",
-                 delta: float | None = None, gamma: float | None = None, t1: float | None = None,
-                 n_grid: int = 4000) -> dict:
+def theorem1_run(
+    L: int,
+    n: int,
+    M: int,
+    c: float | None = None,
+    distribution: str = "distinct",
+    delta: float | None = None,
+    gamma: float | None = None,
+    t1: float | None = None,
+    n_grid: int = 4000,
+) -> dict:
     """T* per list length m = 1..M against T₁ = 4M/(log L·γ) (both readings of γ, §5).
 
     δ, γ default to popdyn's definitions (§5, [our choice]); passing them overrides (e.g. δ = γ = 1, the
@@ -35,15 +43,29 @@ def theorem1_run(L: int, n: int, M: int, c: float | None = None, distribution: s
     bounds = {"gamma": theorem1_bound(L, n, M, g), "gamma_eq_delta": theorem1_bound(L, n, M, d)}
     t1 = 10 * max(bounds.values()) if t1 is None else _validate.positive("t1", t1)
     prob = ReducedDecisionList(L, n, range(1, M + 1), c, distribution)
-    T, traj = first_passage(prob, prob.init(None), prob.pc_slack, t1, n_grid=n_grid, solver="tsit5",
-                            rtol=1e-10, atol=1e-12)
-    columns = [{"m": m, "T_star": None if np.isnan(t) else float(t)} for m, t in zip(prob.lengths, T)]
+    T, traj = first_passage(
+        prob, prob.init(None), prob.pc_slack, t1, n_grid=n_grid, solver="tsit5", rtol=1e-10, atol=1e-12
+    )
+    columns = [{"m": m, "T_star": None if np.isnan(t) else float(t)} for m, t in zip(prob.lengths, T, strict=False)]
     t_max = float(np.max(T)) if not np.any(np.isnan(T)) else None
     return {
-        "L": L, "n": n, "M": M, "distribution": distribution, "delta": d, "gamma": g, "c": c,
-        "delta_ours": d_ours, "gamma_ours": g_ours, "bound": bounds["gamma"],
-        "bound_gamma_eq_delta": bounds["gamma_eq_delta"], "t1": t1, "columns": columns, "T_star_max": t_max,
+        "L": L,
+        "n": n,
+        "M": M,
+        "distribution": distribution,
+        "delta": d,
+        "gamma": g,
+        "c": c,
+        "delta_ours": d_ours,
+        "gamma_ours": g_ours,
+        "bound": bounds["gamma"],
+        "bound_gamma_eq_delta": bounds["gamma_eq_delta"],
+        "t1": t1,
+        "columns": columns,
+        "T_star_max": t_max,
         "T_star_le_bound": None if t_max is None else t_max <= bounds["gamma"],
         "T_star_le_bound_gamma_eq_delta": None if t_max is None else t_max <= bounds["gamma_eq_delta"],
-        "status": traj.status_names[int(traj.status)], "trajectory": traj, "problem": prob,
+        "status": traj.status_names[int(traj.status)],
+        "trajectory": traj,
+        "problem": prob,
     }

@@ -24,7 +24,10 @@ from popdyn.dynamics import STATUS_NAMES, Trajectory, gradient_descent
 from popdyn.tasks.decision_list.data import random_lists, random_perm
 from popdyn.tasks.decision_list.model import DecisionList
 from popdyn.tasks.decision_list.theorems import (
-    theorem2_A_range, theorem2_feasible, theorem2_instance, theorem2_T_range,
+    theorem2_A_range,
+    theorem2_feasible,
+    theorem2_instance,
+    theorem2_T_range,
 )
 
 ROUNDING = 1e-12
@@ -48,8 +51,11 @@ def _floats(x) -> list[float]:
 
 def _slice(traj: Trajectory, start: int, stop: int) -> Trajectory:
     """Records start..stop−1 of an unbatched trajectory, for auditing part of it."""
-    return eqx.tree_at(lambda t: (t.ts, t.loss, t.grad_norm, t.params), traj,
-                       jax.tree_util.tree_map(lambda x: x[start:stop], (traj.ts, traj.loss, traj.grad_norm, traj.params)))
+    return eqx.tree_at(
+        lambda t: (t.ts, t.loss, t.grad_norm, t.params),
+        traj,
+        jax.tree_util.tree_map(lambda x: x[start:stop], (traj.ts, traj.loss, traj.grad_norm, traj.params)),
+    )
 
 
 LAMBDA_MAX0_REFERENCE = {(23, 20, 1): 1.20e3, (32, 29, 2): 1.80e5}
@@ -74,21 +80,35 @@ def lambda_max0_draws(prob: DecisionList, seeds, lanczos_iters: int = 64) -> np.
     """λ_max of the full (W, V) Hessian at θ₀ = ``prob.init(PRNGKey(s))`` for each seed s: one value per draw of the
     perturbation V₀ − cP ~ U(−ε/2, ε/2), lists and π fixed by the problem. One draw at a time (a vmapped Lanczos
     over the draws is slower on CPU)."""
-    return np.array([float(lambda_max(prob, prob.init(jax.random.PRNGKey(int(s))), iters=lanczos_iters))
-                     for s in seeds])
+    return np.array(
+        [float(lambda_max(prob, prob.init(jax.random.PRNGKey(int(s))), iters=lanczos_iters)) for s in seeds]
+    )
 
 
 def validate_draws(draws, seed: int) -> int:
     """``draws`` ≥ 1, with the last draw's seed ``seed + draws − 1`` still a valid seed."""
     draws = _validate.int_at_least("draws", draws, 1)
     if seed + draws - 1 > _validate.SEED_MAX:
-        raise ValueError(f"draws={draws} is out of range: the draws use seeds seed, ..., seed + draws - 1 = "
-                         f"{seed + draws - 1}, which must stay <= 2**32 - 1")
+        raise ValueError(
+            f"draws={draws} is out of range: the draws use seeds seed, ..., seed + draws - 1 = "
+            f"{seed + draws - 1}, which must stay <= 2**32 - 1"
+        )
     return draws
 
 
-def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = None, max_steps: int = 20,
-                 extra_steps: int = 3, audit: bool = True, lanczos_iters: int = 64, draws: int = 1) -> dict:
+def theorem2_run(
+    L: int,
+    n: int,
+    M: int,
+    *,
+    seed: int = 0,
+    lr: float | None = None,
+    max_steps: int = 20,
+    extra_steps: int = 3,
+    audit: bool = True,
+    lanczos_iters: int = 64,
+    draws: int = 1,
+) -> dict:
     """Theorem 2 (§6) on one random instance, by exact gradient descent; a JSON-friendly dict.
 
     * Instance: c, ε from ``theorem2_instance(L, n, M)`` (ε = nℒ₀/18 with ℒ₀ = ℒ(0, cP), m = M [our choice]);
@@ -127,8 +147,10 @@ def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = No
     (seconds).
     """
     if not jax.config.jax_enable_x64:
-        raise RuntimeError("theorem2_run needs float64: call jax.config.update('jax_enable_x64', True) first "
-                           "(c is 1e4 to 3e5, so float32 losses and margins are meaningless)")
+        raise RuntimeError(
+            "theorem2_run needs float64: call jax.config.update('jax_enable_x64', True) first "
+            "(c is 1e4 to 3e5, so float32 losses and margins are meaningless)"
+        )
     seed = _validate.seed("seed", seed)
     draws = validate_draws(draws, seed)
     max_steps = _validate.int_at_least("max_steps", max_steps, 1)
@@ -145,23 +167,60 @@ def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = No
     timings["L0"] = time.perf_counter() - t0
     A_range = theorem2_A_range(L0, n, eps, m)
     out = {
-        "L": L, "n": n, "M": M, "m": m, "seed": seed, "delta": inst["delta"], "c": c, "eps": eps,
-        "L0_unperturbed": inst["L0"], "L0": L0, "A_range": None if A_range is None else list(A_range),
-        "feasible": True, "reason": None, "A": None, "lambda_max0": None, "lr": None, "T_range": None,
-        "steps": 0, "status": None, "first_pc_step": None, "pc_within_T": None, "first_pc_le_T_lo": None,
-        "max_lambda_along": None, "lambda_at_hit": None, "eta_times_max_lambda": None, "step_size_held": None,
-        "loss_rises": None, "descent_inequality_held": None, "descent_gaps": None, "descent_beta": None,
-        "V_dev_max_entry": None, "V_dev_inf_norm": None, "V_within_eps": None, "V_within_eps_inf_norm": None,
-        "ts": None, "margins": None, "losses": None, "grad_norms": None, "lambdas": None,
-        "lambda_max0_draws": None, "draw_seeds": None, "timings": timings,
+        "L": L,
+        "n": n,
+        "M": M,
+        "m": m,
+        "seed": seed,
+        "delta": inst["delta"],
+        "c": c,
+        "eps": eps,
+        "L0_unperturbed": inst["L0"],
+        "L0": L0,
+        "A_range": None if A_range is None else list(A_range),
+        "feasible": True,
+        "reason": None,
+        "A": None,
+        "lambda_max0": None,
+        "lr": None,
+        "T_range": None,
+        "steps": 0,
+        "status": None,
+        "first_pc_step": None,
+        "pc_within_T": None,
+        "first_pc_le_T_lo": None,
+        "max_lambda_along": None,
+        "lambda_at_hit": None,
+        "eta_times_max_lambda": None,
+        "step_size_held": None,
+        "loss_rises": None,
+        "descent_inequality_held": None,
+        "descent_gaps": None,
+        "descent_beta": None,
+        "V_dev_max_entry": None,
+        "V_dev_inf_norm": None,
+        "V_within_eps": None,
+        "V_within_eps_inf_norm": None,
+        "ts": None,
+        "margins": None,
+        "losses": None,
+        "grad_norms": None,
+        "lambdas": None,
+        "lambda_max0_draws": None,
+        "draw_seeds": None,
+        "timings": timings,
     }
     if not theorem2_feasible(n, L0, m):
-        out.update(feasible=False, reason=f"n·ℒ0² = {n * L0**2:.4g} <= 162m = {162 * m}: no ε, A satisfy the "
-                                          f"hypotheses (§6)")
+        out.update(
+            feasible=False, reason=f"n·ℒ0² = {n * L0**2:.4g} <= 162m = {162 * m}: no ε, A satisfy the hypotheses (§6)"
+        )
         return out
     if A_range is None:
-        out.update(feasible=False, reason=f"empty A-range: √(4mℒ0/ε) = {math.sqrt(4 * m * L0 / eps):.4g} >= "
-                                          f"ℒ0 − 6ε/n = {L0 - 6 * eps / n:.4g} at ε = {eps:.4g} (§6)")
+        out.update(
+            feasible=False,
+            reason=f"empty A-range: √(4mℒ0/ε) = {math.sqrt(4 * m * L0 / eps):.4g} >= "
+            f"ℒ0 − 6ε/n = {L0 - 6 * eps / n:.4g} at ε = {eps:.4g} (§6)",
+        )
         return out
 
     A = 0.5 * (A_range[0] + A_range[1])
@@ -177,8 +236,9 @@ def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = No
 
     t0 = time.perf_counter()
     scale = float(jnp.sqrt(sum(jnp.sum(x**2) for x in jax.tree_util.tree_leaves(theta0))))
-    traj = gradient_descent(prob, theta0, lr=eta, steps=max_steps, save_params=True,
-                            gtol=1e-300, diverge=max(1e8, 1e3 * scale))  # run the full budget; no early stop
+    traj = gradient_descent(
+        prob, theta0, lr=eta, steps=max_steps, save_params=True, gtol=1e-300, diverge=max(1e8, 1e3 * scale)
+    )  # run the full budget; no early stop
     jax.block_until_ready(traj.loss)
     timings["gradient_descent"] = time.perf_counter() - t0
     t0 = time.perf_counter()
@@ -191,8 +251,10 @@ def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = No
 
     losses, gnorms = np.asarray(traj.loss)[keep], np.asarray(traj.grad_norm)[keep]
     gaps = losses[:-1] - 0.5 * eta * gnorms[:-1] ** 2 - losses[1:]  # ≥ 0 ⇔ the descent lemma held at step t
-    beta = [2 * (l1 - l0 + eta * g * g) / (eta * g) ** 2 if g > 0 else None
-            for l0, l1, g in zip(losses[:-1].tolist(), losses[1:].tolist(), gnorms[:-1].tolist())]
+    beta = [
+        2 * (l1 - l0 + eta * g * g) / (eta * g) ** 2 if g > 0 else None
+        for l0, l1, g in zip(losses[:-1].tolist(), losses[1:].tolist(), gnorms[:-1].tolist(), strict=False)
+    ]
     dev = np.asarray(traj.params["V"])[keep] - c * prob.P
     dev_max, dev_inf = np.abs(dev).max(axis=(1, 2)), np.abs(dev).sum(axis=2).max(axis=1)
 
@@ -203,9 +265,12 @@ def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = No
         timings["audit"] = time.perf_counter() - t0
         lambdas = [lam0] + _floats(aud.lambda_max)
         max_lam = max(lambdas)
-        out.update(max_lambda_along=max_lam, eta_times_max_lambda=eta * max_lam,
-                   step_size_held=bool(eta * max_lam <= 1 + ROUNDING),
-                   lambda_at_hit=None if first is None else lambdas[first])
+        out.update(
+            max_lambda_along=max_lam,
+            eta_times_max_lambda=eta * max_lam,
+            step_size_held=bool(eta * max_lam <= 1 + ROUNDING),
+            lambda_at_hit=None if first is None else lambdas[first],
+        )
 
     def by(bound: float | None) -> bool | None:
         """Whether the first PC step is ≤ bound; None when that is undecided (no PC within a shorter run)."""
@@ -214,16 +279,29 @@ def theorem2_run(L: int, n: int, M: int, *, seed: int = 0, lr: float | None = No
         return first is not None and first <= bound
 
     out.update(
-        A=A, lambda_max0=lam0, lambda_max0_draws=lam_draws, draw_seeds=seeds, lr=eta, T_range=None if T_range is None else list(T_range), steps=steps,
-        status=STATUS_NAMES[int(traj.status)], first_pc_step=first,
+        A=A,
+        lambda_max0=lam0,
+        lambda_max0_draws=lam_draws,
+        draw_seeds=seeds,
+        lr=eta,
+        T_range=None if T_range is None else list(T_range),
+        steps=steps,
+        status=STATUS_NAMES[int(traj.status)],
+        first_pc_step=first,
         pc_within_T=by(None if T_range is None else T_range[1]),
         first_pc_le_T_lo=by(None if T_range is None else math.ceil(T_range[0])),
         loss_rises=int(np.sum(np.diff(losses) > ROUNDING * np.maximum(1.0, np.abs(losses[:-1])))),
         descent_inequality_held=bool(np.all(gaps >= -ROUNDING * np.maximum(1.0, np.abs(losses[:-1])))),
-        descent_gaps=_floats(gaps), descent_beta=beta,
-        V_dev_max_entry=_floats(dev_max), V_dev_inf_norm=_floats(dev_inf),
-        V_within_eps=bool(np.all(dev_max <= eps)), V_within_eps_inf_norm=bool(np.all(dev_inf <= eps)),
-        ts=_floats(np.asarray(traj.ts)[keep]), margins=_floats(margins[keep]), losses=_floats(losses),
-        grad_norms=_floats(gnorms), lambdas=lambdas,
+        descent_gaps=_floats(gaps),
+        descent_beta=beta,
+        V_dev_max_entry=_floats(dev_max),
+        V_dev_inf_norm=_floats(dev_inf),
+        V_within_eps=bool(np.all(dev_max <= eps)),
+        V_within_eps_inf_norm=bool(np.all(dev_inf <= eps)),
+        ts=_floats(np.asarray(traj.ts)[keep]),
+        margins=_floats(margins[keep]),
+        losses=_floats(losses),
+        grad_norms=_floats(gnorms),
+        lambdas=lambdas,
     )
     return out

@@ -20,8 +20,23 @@ from popdyn.tasks.markov import ATTRACTORS, Canonical
 
 
 # ---- basins ---------------------------------------------------------------------------------------
-def basins_markov(p, q, n=128, lo=-3.0, hi=3.0, method="flow", t1=1e4, lr=0.5, steps=2000, chunk=16384,
-                  progress=True, checkpoint=None, bias="profiled", momentum=0.0, gtol=None) -> Result:
+def basins_markov(
+    p,
+    q,
+    n=128,
+    lo=-3.0,
+    hi=3.0,
+    method="flow",
+    t1=1e4,
+    lr=0.5,
+    steps=2000,
+    chunk=16384,
+    progress=True,
+    checkpoint=None,
+    bias="profiled",
+    momentum=0.0,
+    gtol=None,
+) -> Result:
     """Basin map of the (e, w) model over [lo, hi]² (the bias profiled out, or ``bias="trained"`` from b = 0),
     checked against the closed form (§4.4, profiled bias only); GD with heavy-ball ``momentum``; ``gtol``: the
     absolute stopping rule ‖∇L‖ < gtol instead of the scale-aware one; ``checkpoint``: a directory to save
@@ -41,31 +56,55 @@ def basins_markov(p, q, n=128, lo=-3.0, hi=3.0, method="flow", t1=1e4, lr=0.5, s
     theory = prob.theorem_applies() and bias == "profiled"  # §4.4's closed-form basins: p+q != 1, profiled bias
     with ThreadPoolExecutor(1) as pool:  # the closed-form check needs no end point: it runs beside the dynamics
         check = pool.submit(_closed_form_basins, prob, grid) if theory else None
-        bm = basin_map(prob, grid, method, t1=t1, lr=lr, steps=steps, chunk_size=chunk, progress=progress,
-                       checkpoint=checkpoint, **extra)
+        bm = basin_map(
+            prob,
+            grid,
+            method,
+            t1=t1,
+            lr=lr,
+            steps=steps,
+            chunk_size=chunk,
+            progress=progress,
+            checkpoint=checkpoint,
+            **extra,
+        )
     if check is not None:
         predicted, far = check.result()
         judged = far & (bm.labels >= 0)  # unresolved points are not disagreements: they are counted apart
         agree = float(np.mean((predicted == bm.labels)[judged])) if judged.any() else None
     else:
         predicted, agree, judged = np.full(grid.shape, -1), None, np.zeros(grid.shape, bool)
-    inputs = {"task": "markov", "p": p, "q": q, "grid": n, "range": [lo, hi], "method": method, "bias": bias,
-              "gtol": gtol, **({"t1": t1} if method == "flow" else {"lr": lr, "steps": steps, "momentum": momentum})}
-    results = {"fractions": bm.fractions, "attractors": list(bm.attractors),
-               "status_counts": {name: int(np.sum(bm.status == code)) for code, name in enumerate(STATUS_NAMES)},
-               "resolved_fraction": bm.resolved_fraction,
-               "agreement_with_theory": agree,
-               "agreement_over": f"{int(judged.sum())} resolved points farther than 0.05 from the separatrix "
-                                 f"(unresolved points and points near the separatrix excluded)",
-               "median_time": float(np.nanmedian(bm.times)) if np.isfinite(bm.times).any() else None}
+    inputs = {
+        "task": "markov",
+        "p": p,
+        "q": q,
+        "grid": n,
+        "range": [lo, hi],
+        "method": method,
+        "bias": bias,
+        "gtol": gtol,
+        **({"t1": t1} if method == "flow" else {"lr": lr, "steps": steps, "momentum": momentum}),
+    }
+    results = {
+        "fractions": bm.fractions,
+        "attractors": list(bm.attractors),
+        "status_counts": {name: int(np.sum(bm.status == code)) for code, name in enumerate(STATUS_NAMES)},
+        "resolved_fraction": bm.resolved_fraction,
+        "agreement_with_theory": agree,
+        "agreement_over": f"{int(judged.sum())} resolved points farther than 0.05 from the separatrix "
+        f"(unresolved points and points near the separatrix excluded)",
+        "median_time": float(np.nanmedian(bm.times)) if np.isfinite(bm.times).any() else None,
+    }
     title = f"p={p}, q={q} (p+q{'<' if p + q < 1 else '>' if p + q > 1 else '='}1), {method}"
     res = basin_result(bm, prob, title, inputs, results, ("w", "e"), predicted=predicted)
     res.lines += [f"basins  {title}  grid {n}x{n} over [{lo}, {hi}]^2"]
     res.lines += [f"  {name:>10s}: {100 * f:6.2f}%" for name, f in bm.fractions.items()]
     res.lines.append("  status: " + ", ".join(f"{k} {v}" for k, v in bm.status_counts().items() if v))
     if agree is not None:
-        res.lines.append(f"  agreement with the closed-form basins (§4.4): {100 * agree:.2f}% of the "
-                         f"{int(judged.sum())} resolved points away from the separatrix")
+        res.lines.append(
+            f"  agreement with the closed-form basins (§4.4): {100 * agree:.2f}% of the "
+            f"{int(judged.sum())} resolved points away from the separatrix"
+        )
     return res
 
 
@@ -109,24 +148,47 @@ def converge_markov(p, q, n_init=8, std=1.0, seed=0, eps=1e-6, t1=1e4) -> Result
         t_pred = t_anchor + np.log(1e-2 / eps) / lam if eps < 1e-2 else float("nan")
         rate = asymptotic_rate(traj.ts[i], dist[i], hi=1e-3, lo=max(eps / 100, 1e-9))
         rates.append(lam)
-        rows.append({"e0": float(theta0["e"][i]), "w0": float(theta0["w"][i]),
-                     "basin": ATTRACTORS[basin[i]] if basin[i] >= 0 else "n/a" if basin[i] == -2 else "none",
-                     "e_inf": float(lim_i["e"]), "w_inf": float(lim_i["w"]),
-                     "status": traj.status_names[int(traj.status[i])],
-                     "T_eps": t_eps, "T_pred": t_pred, "rate_measured": rate, "rate_predicted": lam})
-    inputs = {"task": "markov", "p": p, "q": q, "n_init": n_init, "std": std, "seed": seed, "eps": eps, "t1": t1,
-              "limit": "closed form (§4.4)" if theory else "flow end point (no closed form at p+q = 1)"}
+        rows.append(
+            {
+                "e0": float(theta0["e"][i]),
+                "w0": float(theta0["w"][i]),
+                "basin": ATTRACTORS[basin[i]] if basin[i] >= 0 else "n/a" if basin[i] == -2 else "none",
+                "e_inf": float(lim_i["e"]),
+                "w_inf": float(lim_i["w"]),
+                "status": traj.status_names[int(traj.status[i])],
+                "T_eps": t_eps,
+                "T_pred": t_pred,
+                "rate_measured": rate,
+                "rate_predicted": lam,
+            }
+        )
+    inputs = {
+        "task": "markov",
+        "p": p,
+        "q": q,
+        "n_init": n_init,
+        "std": std,
+        "seed": seed,
+        "eps": eps,
+        "t1": t1,
+        "limit": "closed form (§4.4)" if theory else "flow end point (no closed form at p+q = 1)",
+    }
     labels = [f"({r['e0']:+.2f}, {r['w0']:+.2f}) → {r['basin']}" for r in rows]
-    res = Result(inputs, {"rows": rows},
-                 arrays={"convergence": {"ts": np.asarray(traj.ts), "dist": dist, "rate_predicted": np.array(rates)}},
-                 figures={"convergence": plot_convergence(np.asarray(traj.ts), dist, np.array(rates), eps, labels)})
+    res = Result(
+        inputs,
+        {"rows": rows},
+        arrays={"convergence": {"ts": np.asarray(traj.ts), "dist": dist, "rate_predicted": np.array(rates)}},
+        figures={"convergence": plot_convergence(np.asarray(traj.ts), dist, np.array(rates), eps, labels)},
+    )
     res.lines.append(f"converge  p={p}, q={q}, ε={eps:g}: time to ‖θ_t − θ∞‖ ≤ ε vs local-rate prediction")
-    res.lines.append(f"  {'(e0, w0)':>18s} {'basin':>7s} {'(e∞, w∞)':>20s} {'T_ε':>9s} {'T_pred':>9s} "
-                     f"{'rate':>8s} {'λ':>8s}")
+    res.lines.append(
+        f"  {'(e0, w0)':>18s} {'basin':>7s} {'(e∞, w∞)':>20s} {'T_ε':>9s} {'T_pred':>9s} {'rate':>8s} {'λ':>8s}"
+    )
     for r in rows:
         res.lines.append(
             f"  ({r['e0']:+7.3f}, {r['w0']:+7.3f}) {r['basin']:>7s} ({r['e_inf']:+8.4f}, {r['w_inf']:+8.4f}) "
-            f"{r['T_eps']:9.2f} {r['T_pred']:9.2f} {r['rate_measured']:8.4f} {r['rate_predicted']:8.4f}")
+            f"{r['T_eps']:9.2f} {r['T_pred']:9.2f} {r['rate_measured']:8.4f} {r['rate_predicted']:8.4f}"
+        )
     return res
 
 
@@ -144,16 +206,27 @@ def stepsize_markov(p, q, e0=1.0, w0=0.5, lrs=(0.5, 2.0, 3.0), steps=400) -> Res
         audit = step_size_audit(prob, traj, lr)
         audits.append(audit)
         losses.append(np.asarray(traj.loss))
-        rows.append(audit.summary() | {"status": traj.status_names[int(traj.status)],
-                                       "final_loss": float(traj.loss[-1]), "entropy_rate": prob.entropy_rate()})
+        rows.append(
+            audit.summary()
+            | {
+                "status": traj.status_names[int(traj.status)],
+                "final_loss": float(traj.loss[-1]),
+                "entropy_rate": prob.entropy_rate(),
+            }
+        )
     inputs = {"task": "markov", "p": p, "q": q, "e0": e0, "w0": w0, "lr": lrs, "steps": steps}
     ts = np.stack([a.ts for a in audits])
     lam = np.stack([a.lambda_max for a in audits])
-    res = Result(inputs, {"runs": rows},
-                 arrays={"stepsize": {"steps": ts, "lambda_max": lam, "loss": np.stack(losses), "lr": np.array(lrs)}},
-                 figures={"stepsize": plot_step_size_audit(audits, losses, [f"η = {lr:g}" for lr in lrs])})
+    res = Result(
+        inputs,
+        {"runs": rows},
+        arrays={"stepsize": {"steps": ts, "lambda_max": lam, "loss": np.stack(losses), "lr": np.array(lrs)}},
+        figures={"stepsize": plot_step_size_audit(audits, losses, [f"η = {lr:g}" for lr in lrs])},
+    )
     res.lines.append(f"stepsize  p={p}, q={q}, GD from (e, w) = ({e0}, {w0}), {steps} steps")
-    for r, audit in zip(rows, audits):
-        res.lines.append(f"  η = {r['lr']:<6g} {audit.verdict()}; final loss {r['final_loss']:.6g} "
-                         f"(H_rate {r['entropy_rate']:.6f}), {r['status']}")
+    for r, audit in zip(rows, audits, strict=False):
+        res.lines.append(
+            f"  η = {r['lr']:<6g} {audit.verdict()}; final loss {r['final_loss']:.6g} "
+            f"(H_rate {r['entropy_rate']:.6f}), {r['status']}"
+        )
     return res

@@ -2,13 +2,34 @@
 command-line jobs built on them (docs/jobs.md)."""
 
 from popdyn.jobs.scb.training import (
-    SampledGradient, WithReference, gradient_variance, normalise, population_reference, preconditioner, stage1,
-    stage1_threshold, stage2, state_metrics, surrogate_noise, trajectory_metrics,
+    SampledGradient,
+    WithReference,
+    gradient_variance,
+    normalise,
+    population_reference,
+    preconditioner,
+    stage1,
+    stage1_threshold,
+    stage2,
+    state_metrics,
+    surrogate_noise,
+    trajectory_metrics,
 )
 from popdyn.jobs.scb.transfer import run_signals, transfer
 
 __all__ = [
-    "SampledGradient", "WithReference", "gradient_variance", "normalise", "population_reference", "preconditioner",
-    "run_signals", "stage1", "stage1_threshold", "stage2", "state_metrics", "surrogate_noise", "trajectory_metrics",
+    "SampledGradient",
+    "WithReference",
+    "gradient_variance",
+    "normalise",
+    "population_reference",
+    "preconditioner",
+    "run_signals",
+    "stage1",
+    "stage1_threshold",
+    "stage2",
+    "state_metrics",
+    "surrogate_noise",
+    "trajectory_metrics",
     "transfer",
 ]

@@ -49,8 +49,9 @@ def normalise(theta: Theta) -> Theta:
     return {"V": columns(theta["V"]), "A": columns(theta["A"])}
 
 
-def gradient_variance(prob: SparseBigram, theta: Theta, key, samples: int = 20_000, project: bool = True,
-                      chunk: int = 200) -> dict[str, float]:
+def gradient_variance(
+    prob: SparseBigram, theta: Theta, key, samples: int = 20_000, project: bool = True, chunk: int = 200
+) -> dict[str, float]:
     """Mean per-entry variance of the preconditioned per-sample gradient g at θ, per block (§5 calibration):
     (E‖g_b‖² − ‖E g_b‖²)/size_b, with E g_b the exact preconditioned population gradient and E‖g_b‖² the
     Monte Carlo mean of per-sample squared norms over ``samples`` draws, ``chunk`` at a time (no per-sample
@@ -84,8 +85,16 @@ class SampledGradient(eqx.Module):
         return minibatch_gradient(self.prob, theta, self.prob.sample(key, self.batch), project=self.project)
 
 
-def stage1(prob: SparseBigram, Q: int, *, lr: float = ETA1, max_steps: int = 5000,
-           threshold: float | None = None, chunk: int = 100, both: bool = False) -> dict:
+def stage1(
+    prob: SparseBigram,
+    Q: int,
+    *,
+    lr: float = ETA1,
+    max_steps: int = 5000,
+    threshold: float | None = None,
+    chunk: int = 100,
+    both: bool = False,
+) -> dict:
     """Exact population preconditioned, projected GD from (μ1ᵀ, 11ᵀ/T) until max(α_V, α_A) ≥ ``threshold``
     (default 2/(QN); with ``both``, until min(α_V, α_A) ≥ ``threshold``): T_1 of Thm 3.1 without sampling
     noise. Runs ``chunk`` steps at a time (one compiled loop, reused) and stops at the first chunk that
@@ -110,28 +119,41 @@ def stage1(prob: SparseBigram, Q: int, *, lr: float = ETA1, max_steps: int = 500
         if hit.size:
             step = done + int(hit[0])
             if hit[0] > 0:
-                theta = gradient_descent(prob, theta, lr=lr, steps=int(hit[0]), record_every=int(hit[0]),
-                                         precondition=pre).final
+                theta = gradient_descent(
+                    prob, theta, lr=lr, steps=int(hit[0]), record_every=int(hit[0]), precondition=pre
+                ).final
             alphas = np.concatenate(parts)[: step + 1]
-            return {"step": step, "theta": theta, "threshold": threshold, "alphas": alphas,
-                    "ts": np.arange(step + 1.0)}
+            return {"step": step, "theta": theta, "threshold": threshold, "alphas": alphas, "ts": np.arange(step + 1.0)}
         theta, done = traj.final, done + n
     alphas = np.concatenate(parts)
     return {"step": None, "theta": None, "threshold": threshold, "alphas": alphas, "ts": np.arange(len(alphas) * 1.0)}
 
 
-def stage2(prob: SparseBigram, theta1: Theta, *, method: str = "proximal", noise: str = "gaussian",
-           lr: float = ETA2, steps: int = 3000, batch: int = BATCH, lam_A: float = LAMBDA_A,
-           lam_V: float = LAMBDA_V, variance: dict[str, float] | None = None, seed: int = 0,
-           record_every: int = 10) -> Trajectory:
+def stage2(
+    prob: SparseBigram,
+    theta1: Theta,
+    *,
+    method: str = "proximal",
+    noise: str = "gaussian",
+    lr: float = ETA2,
+    steps: int = 3000,
+    batch: int = BATCH,
+    lam_A: float = LAMBDA_A,
+    lam_V: float = LAMBDA_V,
+    variance: dict[str, float] | None = None,
+    seed: int = 0,
+    record_every: int = 10,
+) -> Trajectory:
     """Stage 2 from θ1: preconditioned projected SGD (``method="sgd"``) or its ℓ1-proximal version
     V ← S_{ηλ_V}(V − ηĝ_V), A ← S_{ηλ_A}(A − ηĝ_A) (``"proximal"``), with ĝ an exact batch-``batch`` minibatch
     gradient (``noise="sampled"``) or the exact gradient plus N(0, var_b/B) (``"gaussian"``; var_b from
     ``gradient_variance`` at θ1 unless given). Parameters are saved every ``record_every`` steps."""
     _validate.choice("method", method, METHODS)
     _validate.choice("noise", noise, NOISES)
-    lam = {"V": _validate.positive("lam_V", lam_V, allow_zero=True),
-           "A": _validate.positive("lam_A", lam_A, allow_zero=True)}
+    lam = {
+        "V": _validate.positive("lam_V", lam_V, allow_zero=True),
+        "A": _validate.positive("lam_A", lam_A, allow_zero=True),
+    }
     prox = L1Prox(lam) if method == "proximal" and any(lam.values()) else None
     if noise == "sampled":
         hooks = {"gradient": SampledGradient(prob, _validate.int_at_least("batch", batch, 1), True)}
@@ -139,15 +161,18 @@ def stage2(prob: SparseBigram, theta1: Theta, *, method: str = "proximal", noise
         if variance is None:
             variance = gradient_variance(prob, theta1, jax.random.PRNGKey(seed + 1))
         hooks = {"precondition": preconditioner(prob), "noise": surrogate_noise(variance, batch)}
-    return gradient_descent(prob, theta1, lr=lr, steps=steps, prox=prox, seed=seed, record_every=record_every,
-                            save_params=True, **hooks)
+    return gradient_descent(
+        prob, theta1, lr=lr, steps=steps, prox=prox, seed=seed, record_every=record_every, save_params=True, **hooks
+    )
 
 
-def population_reference(prob: SparseBigram, theta1: Theta, *, lr: float = ETA2, steps: int = 3000,
-                         record_every: int = 10) -> Trajectory:
+def population_reference(
+    prob: SparseBigram, theta1: Theta, *, lr: float = ETA2, steps: int = 3000, record_every: int = 10
+) -> Trajectory:
     """(V̄, Ā): the noise-free, unregularised population trajectory (exact preconditioned projected GD) from θ1."""
-    return gradient_descent(prob, theta1, lr=lr, steps=steps, precondition=preconditioner(prob),
-                            record_every=record_every, save_params=True)
+    return gradient_descent(
+        prob, theta1, lr=lr, steps=steps, precondition=preconditioner(prob), record_every=record_every, save_params=True
+    )
 
 
 def state_metrics(prob: SparseBigram, theta: Theta, reference: Theta | None = None) -> dict:
@@ -156,8 +181,7 @@ def state_metrics(prob: SparseBigram, theta: Theta, reference: Theta | None = No
     dV, dA = prob.distances(theta)
     nV, nA = prob.distances(normalise(theta))
     aV, aA = prob.signals(theta)
-    out = {"dist_V": dV, "dist_A": dA, "dist_V_normalised": nV, "dist_A_normalised": nA, "alpha_V": aV,
-           "alpha_A": aA}
+    out = {"dist_V": dV, "dist_A": dA, "dist_V_normalised": nV, "dist_A_normalised": nA, "alpha_V": aV, "alpha_A": aA}
     if reference is not None:
         for b in ("V", "A"):
             diff = theta[b] - reference[b]
@@ -169,8 +193,11 @@ def state_metrics(prob: SparseBigram, theta: Theta, reference: Theta | None = No
 def trajectory_metrics(prob: SparseBigram, traj: Trajectory, reference: Trajectory | None = None) -> dict:
     """``state_metrics`` along a run with saved parameters (and a reference run recorded at the same steps)."""
     ref = None if reference is None else reference.params
-    out = jax.vmap(lambda th, r: state_metrics(prob, th, r))(traj.params, ref) if ref is not None else \
-        jax.vmap(lambda th: state_metrics(prob, th))(traj.params)
+    out = (
+        jax.vmap(lambda th, r: state_metrics(prob, th, r))(traj.params, ref)
+        if ref is not None
+        else jax.vmap(lambda th: state_metrics(prob, th))(traj.params)
+    )
     out = {k: np.asarray(v) for k, v in out.items()}
     out["steps"] = np.asarray(traj.ts)
     return out
@@ -185,7 +212,8 @@ class WithReference(Problem):
 
     def loss(self, theta: Theta):
         return self.prob.loss({"V": theta["V"], "A": theta["A"]}) + self.prob.loss(
-            {"V": theta["V_ref"], "A": theta["A_ref"]})
+            {"V": theta["V_ref"], "A": theta["A_ref"]}
+        )
 
     def init(self, key) -> Theta:
         return self.pair(self.prob.init(key))
@@ -202,5 +230,4 @@ class WithReference(Problem):
         return {"V": a["V"], "A": a["A"], "V_ref": b["V"], "A_ref": b["A"]}
 
     def metrics(self, theta: Theta) -> dict:
-        return state_metrics(self.prob, {"V": theta["V"], "A": theta["A"]},
-                             {"V": theta["V_ref"], "A": theta["A_ref"]})
+        return state_metrics(self.prob, {"V": theta["V"], "A": theta["A"]}, {"V": theta["V_ref"], "A": theta["A_ref"]})

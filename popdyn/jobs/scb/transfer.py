@@ -12,9 +12,9 @@ import numpy as np
 
 from popdyn import _validate
 from popdyn.dynamics import gradient_descent
+from popdyn.jobs.scb.training import ETA1, preconditioner, stage1_threshold
 from popdyn.problem import Theta
 from popdyn.tasks.scb.model import SparseBigram
-from popdyn.jobs.scb.training import ETA1, preconditioner, stage1_threshold
 
 
 def _first(mask: np.ndarray) -> int | None:
@@ -34,13 +34,15 @@ def run_signals(prob: SparseBigram, theta0: Theta, *, lr: float = ETA1, steps: i
     return {"alpha_V": aV, "alpha_A": aA, "distance": np.maximum(dV, dA)}
 
 
-def transfer(source: SparseBigram, target: SparseBigram, Q: int, *, lr: float = ETA1, steps: int = 4000,
-             eps: float = 0.05) -> dict:
+def transfer(
+    source: SparseBigram, target: SparseBigram, Q: int, *, lr: float = ETA1, steps: int = 4000, eps: float = 0.05
+) -> dict:
     """Downstream signals at the source solution and the steps to stage-1's threshold 2/(QN) and to
     max(‖V−P̃‖_μ, ‖A−Q̃m‖_μ) ≤ ``eps``, from the source solution and from the uninformative start."""
     if (source.N, source.T) != (target.N, target.T):
-        raise ValueError(f"target has (N, T) = ({target.N}, {target.T}): must match the source's "
-                         f"({source.N}, {source.T})")
+        raise ValueError(
+            f"target has (N, T) = ({target.N}, {target.T}): must match the source's ({source.N}, {source.T})"
+        )
     eps = _validate.positive("eps", eps)
     threshold = stage1_threshold(target.N, Q)
     out = {"threshold": threshold, "eps": eps}

@@ -16,10 +16,11 @@ from popdyn.analysis import BasinMap, Grid, LossBelow, hitting_times, step_size_
 from popdyn.dynamics import STATUS_NAMES, Status, gradient_descent
 from popdyn.dynamics.status import RESOLVED, count
 from popdyn.io import Result
-from popdyn.plot import plot_basin_map, plot_step_size_audit
-from popdyn.tasks.teacher.builders import DEFAULT_d, TEACHERS, build
-from popdyn.tasks.teacher.model import BilinearTeacher
 from popdyn.jobs.teacher.rates import NO_STOP, audit_summary, rates
+from popdyn.plot import plot_basin_map, plot_step_size_audit
+from popdyn.tasks.teacher.builders import TEACHERS, DEFAULT_d, build
+from popdyn.tasks.teacher.model import BilinearTeacher
+
 
 def plot_rates(r: dict, title: str) -> Figure:
     """Excess loss and parameter errors against ηT (log-log) with §5.2's asymptotes, K·p with T*, the
@@ -49,56 +50,96 @@ def plot_rates(r: dict, title: str) -> Figure:
     ax_a2.set(ylabel="λ_max")
     ax_a2.legend(fontsize=7, loc="center right")
     o = r["ood"]
-    ax_o.errorbar(lr * o["steps"], o["excess"], yerr=2 * o["se"], fmt=".-",
-                  label=("exact, mean-1 variance-1 inputs" if o["exact"] else "Monte Carlo, Exp(1) inputs"))
-    ax_o.set(xscale="log", yscale="log", xlabel="ηT",
-             title="excess OOD loss" + ("" if o["slope"] is None else f": late slope {o['slope']:.3f}"))
+    ax_o.errorbar(
+        lr * o["steps"],
+        o["excess"],
+        yerr=2 * o["se"],
+        fmt=".-",
+        label=("exact, mean-1 variance-1 inputs" if o["exact"] else "Monte Carlo, Exp(1) inputs"),
+    )
+    ax_o.set(
+        xscale="log",
+        yscale="log",
+        xlabel="ηT",
+        title="excess OOD loss" + ("" if o["slope"] is None else f": late slope {o['slope']:.3f}"),
+    )
     for ax in (ax_l, ax_e, ax_a, ax_o):
         ax.legend(fontsize=7)
     fig.suptitle(title)
     return fig
 
 
-def converge_teacher(teacher: str = "cnn", D: int | None = None, K: int | None = None, activation: str = "relu",
-                     alpha: float | None = None, d: int = DEFAULT_d, M: int | None = None, seed: int = 0,
-                     lr: float | None = None, steps: int | None = None) -> Result:
+def converge_teacher(
+    teacher: str = "cnn",
+    D: int | None = None,
+    K: int | None = None,
+    activation: str = "relu",
+    alpha: float | None = None,
+    d: int = DEFAULT_d,
+    M: int | None = None,
+    seed: int = 0,
+    lr: float | None = None,
+    steps: int | None = None,
+) -> Result:
     """Zero-initialisation GD to the late regime with ``rates``: the late constant, slopes, T*, the step-size
     audit and the OOD excess next to the poster's forms (which the exact dynamics do not follow in D; §5.3)."""
     lr = None if lr is None else _validate.positive("lr", lr)  # checked again by rates(), but before any building
     steps = None if steps is None else _validate.int_at_least("steps", steps, 10)
     prob = build(teacher, D, K, activation, alpha, d, M, seed)
     r = rates(prob, lr=lr, steps=steps, seed=seed)
-    inputs = {"task": "teacher", "teacher": teacher, "D": prob.D, "K": prob.K, "M": prob.M, "d": prob.d,
-              "activation": activation, "alpha": float(prob.alpha), "v": float(prob.v), "seed": seed,
-              "lr": r["lr"], "steps": r["steps"], "init": "W = 0, A = 0 (zero_init='limit')"}
+    inputs = {
+        "task": "teacher",
+        "teacher": teacher,
+        "D": prob.D,
+        "K": prob.K,
+        "M": prob.M,
+        "d": prob.d,
+        "activation": activation,
+        "alpha": float(prob.alpha),
+        "v": float(prob.v),
+        "seed": seed,
+        "lr": r["lr"],
+        "steps": r["steps"],
+        "init": "W = 0, A = 0 (zero_init='limit')",
+    }
     results = {k: v for k, v in r.items() if k != "curves"}
     results["late_constant_ratio"] = r["late_constant"] / r["late_constant_predicted"]
-    arrays = {"rates": r["curves"], "audit": {k: r["audit"][k] for k in ("steps", "lambda_max")},
-              "ood": {k: np.asarray(r["ood"][k]) for k in ("steps", "excess", "se")}}
-    title = (f"teacher {teacher} (D={prob.D}, K={prob.K}, {activation}, ‖V*‖² = {float(prob.v):.3g}): "
-             f"GD from zero at η = {r['lr']:.4g}")
+    arrays = {
+        "rates": r["curves"],
+        "audit": {k: r["audit"][k] for k in ("steps", "lambda_max")},
+        "ood": {k: np.asarray(r["ood"][k]) for k in ("steps", "excess", "se")},
+    }
+    title = (
+        f"teacher {teacher} (D={prob.D}, K={prob.K}, {activation}, ‖V*‖² = {float(prob.v):.3g}): "
+        f"GD from zero at η = {r['lr']:.4g}"
+    )
     fm, a, o = r["full_model"], r["audit"], r["ood"]
-    lines = [f"converge teacher  {title}, {r['steps']:,} steps (ηT = {r['horizon_over_onset']:.0f} × late onset "
-             f"{r['late_onset']:.4g})",
-             f"  late constant ηT·(L − L_opt) = {r['late_constant']:.6g} vs KD(D−K)/4 = "
-             f"{r['late_constant_predicted']:.6g} (ratio {results['late_constant_ratio']:.4f})",
-             "  late slopes: " + ", ".join(f"{k} {v:.3f} (poster {r['slopes_poster'][k]:g})"
-                                           for k, v in r["slopes"].items()),
-             "  vs §5.2 constants (measured / derived): " + ", ".join(
-                 f"{k} {v:.4f}" for k, v in r["constants_vs_derived"].items()),
-             f"  poster's forms: loss {r['poster']['excess']}, ‖W−V*‖ {r['poster']['w_error']}, ‖S−S*‖ "
-             f"{r['poster']['s_error']}: the exact constants are smaller by ~D² (loss), D (W), D‖V*‖² (S)",
-             f"  K·p = 1/2 at step {r['half_step']:.6g} = {r['half_over_T_star']:.3f} × T* (T* = KD²/(η‖V*‖²) = "
-             f"{r['T_star']:.6g})" if r["half_step"] is not None else "  K·p did not reach 1/2 within 30 T*",
-             f"  step size: max λ_max along the run {a['max_lambda']:.5g} vs 1/η = {a['one_over_lr']:.5g} "
-             f"(λ_max at the teacher {r['lambda_max_teacher']:.5g}): "
-             + ("η ≤ 1/λ_max held" if a["monotone_safe"] else "η > 1/λ_max somewhere")
-             + ("" if a["stable"] else ", PAST 2/η"),
-             f"  OOD excess ({'exact' if o['exact'] else 'Monte Carlo, Exp(1)'}): {o['excess'][-1]:.4g} at the end, "
-             f"late slope {o['slope']:.3f} (the exact expectation decays like 1/T, not T^(-1/2), §7)"
-             if o["slope"] is not None else "  OOD excess: too few late points for a slope",
-             f"  full model over {fm['steps']} steps vs the reduced map: |ΔC1| ≤ {fm['max_abs_C1']:.2g}, "
-             f"|ΔΔ| ≤ {fm['max_abs_Delta']:.2g}, off-manifold ≤ {fm['max_off_manifold']:.2g}"]
+    lines = [
+        f"converge teacher  {title}, {r['steps']:,} steps (ηT = {r['horizon_over_onset']:.0f} × late onset "
+        f"{r['late_onset']:.4g})",
+        f"  late constant ηT·(L − L_opt) = {r['late_constant']:.6g} vs KD(D−K)/4 = "
+        f"{r['late_constant_predicted']:.6g} (ratio {results['late_constant_ratio']:.4f})",
+        "  late slopes: "
+        + ", ".join(f"{k} {v:.3f} (poster {r['slopes_poster'][k]:g})" for k, v in r["slopes"].items()),
+        "  vs §5.2 constants (measured / derived): "
+        + ", ".join(f"{k} {v:.4f}" for k, v in r["constants_vs_derived"].items()),
+        f"  poster's forms: loss {r['poster']['excess']}, ‖W−V*‖ {r['poster']['w_error']}, ‖S−S*‖ "
+        f"{r['poster']['s_error']}: the exact constants are smaller by ~D² (loss), D (W), D‖V*‖² (S)",
+        f"  K·p = 1/2 at step {r['half_step']:.6g} = {r['half_over_T_star']:.3f} × T* (T* = KD²/(η‖V*‖²) = "
+        f"{r['T_star']:.6g})"
+        if r["half_step"] is not None
+        else "  K·p did not reach 1/2 within 30 T*",
+        f"  step size: max λ_max along the run {a['max_lambda']:.5g} vs 1/η = {a['one_over_lr']:.5g} "
+        f"(λ_max at the teacher {r['lambda_max_teacher']:.5g}): "
+        + ("η ≤ 1/λ_max held" if a["monotone_safe"] else "η > 1/λ_max somewhere")
+        + ("" if a["stable"] else ", PAST 2/η"),
+        f"  OOD excess ({'exact' if o['exact'] else 'Monte Carlo, Exp(1)'}): {o['excess'][-1]:.4g} at the end, "
+        f"late slope {o['slope']:.3f} (the exact expectation decays like 1/T, not T^(-1/2), §7)"
+        if o["slope"] is not None
+        else "  OOD excess: too few late points for a slope",
+        f"  full model over {fm['steps']} steps vs the reduced map: |ΔC1| ≤ {fm['max_abs_C1']:.2g}, "
+        f"|ΔΔ| ≤ {fm['max_abs_Delta']:.2g}, off-manifold ≤ {fm['max_off_manifold']:.2g}",
+    ]
     return Result(inputs, results, arrays, {"rates": plot_rates(r, title)}, lines)
 
 
@@ -119,8 +160,18 @@ def _sizes(teacher: str, D: int | None, K: int | None) -> tuple[int | None, int 
 
 
 def _teacher_inputs(prob: BilinearTeacher, teacher: str, activation: str, seed: int) -> dict:
-    return {"task": "teacher", "teacher": teacher, "D": prob.D, "K": prob.K, "M": prob.M, "d": prob.d,
-            "activation": activation, "alpha": float(prob.alpha), "v": float(prob.v), "seed": seed}
+    return {
+        "task": "teacher",
+        "teacher": teacher,
+        "D": prob.D,
+        "K": prob.K,
+        "M": prob.M,
+        "d": prob.d,
+        "activation": activation,
+        "alpha": float(prob.alpha),
+        "v": float(prob.v),
+        "seed": seed,
+    }
 
 
 def random_directions(prob: BilinearTeacher, seed: int) -> dict:
@@ -129,7 +180,10 @@ def random_directions(prob: BilinearTeacher, seed: int) -> dict:
     ``fold_in(PRNGKey(seed), 1)`` (V* itself comes from PRNGKey(seed))."""
     kw, ka = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(_validate.seed("seed", seed)), 1))
     W = jax.random.normal(kw, (prob.M, prob.d))
-    return {"W": W * (jnp.sqrt(prob.v) / jnp.linalg.norm(W)), "A": jax.random.normal(ka, (prob.D, prob.D)) * prob.D**0.5}
+    return {
+        "W": W * (jnp.sqrt(prob.v) / jnp.linalg.norm(W)),
+        "A": jax.random.normal(ka, (prob.D, prob.D)) * prob.D**0.5,
+    }
 
 
 @dataclass(frozen=True)
@@ -153,11 +207,27 @@ def _over(stat, values: np.ndarray, labels: np.ndarray, k: int) -> float | None:
     return float(stat(values[sel])) if sel.any() else None
 
 
-def basins_teacher(teacher: str = "cnn", D: int | None = None, K: int | None = None, activation: str = "relu",
-                   alpha: float | None = None, d: int = DEFAULT_d, M: int | None = None, seed: int = 0,
-                   x: str | None = None, y: str | None = None, grid: int = 12, lo: float = 0.0, hi: float = 6.0,
-                   lr: float | None = None, steps: int = 3000, tol: float = LEVEL_TOL, chunk: int = 16384,
-                   progress: bool = True, checkpoint: str | None = None) -> Result:
+def basins_teacher(
+    teacher: str = "cnn",
+    D: int | None = None,
+    K: int | None = None,
+    activation: str = "relu",
+    alpha: float | None = None,
+    d: int = DEFAULT_d,
+    M: int | None = None,
+    seed: int = 0,
+    x: str | None = None,
+    y: str | None = None,
+    grid: int = 12,
+    lo: float = 0.0,
+    hi: float = 6.0,
+    lr: float | None = None,
+    steps: int = 3000,
+    tol: float = LEVEL_TOL,
+    chunk: int = 16384,
+    progress: bool = True,
+    checkpoint: str | None = None,
+) -> Result:
     """Basin map of full-matrix GD from a ``grid`` × ``grid`` slice of random initialisations (docs/jobs.md).
 
     A start is labelled "teacher" when GD at ``lr`` reaches the teacher's loss level L ≤ L_opt + tol·(L(0) − L_opt)
@@ -183,8 +253,9 @@ def basins_teacher(teacher: str = "cnn", D: int | None = None, K: int | None = N
     tol = _validate.open_unit("tol", tol)
     chunk = _validate.int_at_least("chunk", chunk, 1)
     if (x is None) != (y is None):
-        raise ValueError(f"x={x!r}, y={y!r} are invalid: give both coordinates of the slice, or neither for the "
-                         "scales of W and A")
+        raise ValueError(
+            f"x={x!r}, y={y!r} are invalid: give both coordinates of the slice, or neither for the scales of W and A"
+        )
     prob = build(teacher, D, K, activation, alpha, d, M, seed)
     dirs = random_directions(prob, seed)
     if x is None:
@@ -198,8 +269,17 @@ def basins_teacher(teacher: str = "cnn", D: int | None = None, K: int | None = N
     zero_excess = float(prob.loss(prob.init(None))) - L_opt
     level = L_opt + tol * zero_excess
     zero = jax.tree_util.tree_map(lambda s, z: jnp.concatenate([s, z[None]]), starts, prob.init(None))
-    ht = hitting_times(prob, zero, LossBelow(prob, level), "gd", lr=lr, steps=steps, chunk_size=chunk,
-                       progress=progress, checkpoint=checkpoint)
+    ht = hitting_times(
+        prob,
+        zero,
+        LossBelow(prob, level),
+        "gd",
+        lr=lr,
+        steps=steps,
+        chunk_size=chunk,
+        progress=progress,
+        checkpoint=checkpoint,
+    )
     final = ht.final
     end_excess = (np.asarray(jax.vmap(prob.loss)(final)) - L_opt) / zero_excess
     residual = np.asarray(jax.vmap(prob.attractors()["teacher"])(final))
@@ -208,69 +288,131 @@ def basins_teacher(teacher: str = "cnn", D: int | None = None, K: int | None = N
     labels = np.where(reached, 0, np.where(np.isin(status, RESOLVED), 1, -1))
     t_zero = float(times[-1]) if reached[-1] else None
     shape = g.shape
-    labels, times, status, end_excess, residual = (a[:-1].reshape(shape) for a in
-                                                   (labels, times, status, end_excess, residual))
+    labels, times, status, end_excess, residual = (
+        a[:-1].reshape(shape) for a in (labels, times, status, end_excess, residual)
+    )
     final = jax.tree_util.tree_map(lambda v: np.asarray(v)[:-1].reshape(shape + v.shape[1:]), final)
-    bm = BasinMap(method="gd", labels=labels, attractors=("teacher", "other"),
-                  times=np.where(labels == 0, times, np.nan), status=status, final=final, grid=g)
+    bm = BasinMap(
+        method="gd",
+        labels=labels,
+        attractors=("teacher", "other"),
+        times=np.where(labels == 0, times, np.nan),
+        status=status,
+        final=final,
+        grid=g,
+    )
 
     scale = float(jnp.sqrt(prob.v)) + float(jnp.linalg.norm(prob.S_star))
     hit = labels == 0
-    results = {"lr": lr, "lr_times_lambda_max_teacher": lr * prob.lambda_max_at_teacher(), "steps": steps,
-               "tol": tol, "level": level, "L_opt": L_opt, "zero_init_excess": zero_excess,
-               "fractions": bm.fractions, "attractors": list(bm.attractors), "status_counts": count(status),
-               "steps_to_level": ({"min": float(np.min(times[hit])), "median": float(np.median(times[hit])),
-                                   "max": float(np.max(times[hit]))} if hit.any() else None),
-               "steps_to_level_from_zero_init": t_zero,
-               "end_excess_over_zero_init": {"teacher_max": _over(np.max, end_excess, labels, 0),
-                                             "other_min": _over(np.min, end_excess, labels, 1),
-                                             "unresolved_min": _over(np.min, end_excess, labels, -1)},
-               "residual_median_over_scale": {name: _over(np.median, residual / scale, labels, k)
-                                              for k, name in ((0, "teacher"), (1, "other"), (-1, "unresolved"))},
-               "residual_scale": scale}
-    slice_name = ("scales of W and A along random directions" if x is None else f"{x} and {y}")
+    results = {
+        "lr": lr,
+        "lr_times_lambda_max_teacher": lr * prob.lambda_max_at_teacher(),
+        "steps": steps,
+        "tol": tol,
+        "level": level,
+        "L_opt": L_opt,
+        "zero_init_excess": zero_excess,
+        "fractions": bm.fractions,
+        "attractors": list(bm.attractors),
+        "status_counts": count(status),
+        "steps_to_level": (
+            {"min": float(np.min(times[hit])), "median": float(np.median(times[hit])), "max": float(np.max(times[hit]))}
+            if hit.any()
+            else None
+        ),
+        "steps_to_level_from_zero_init": t_zero,
+        "end_excess_over_zero_init": {
+            "teacher_max": _over(np.max, end_excess, labels, 0),
+            "other_min": _over(np.min, end_excess, labels, 1),
+            "unresolved_min": _over(np.min, end_excess, labels, -1),
+        },
+        "residual_median_over_scale": {
+            name: _over(np.median, residual / scale, labels, k)
+            for k, name in ((0, "teacher"), (1, "other"), (-1, "unresolved"))
+        },
+        "residual_scale": scale,
+    }
+    slice_name = "scales of W and A along random directions" if x is None else f"{x} and {y}"
     inputs = _teacher_inputs(prob, teacher, activation, seed) | {
-        "x": g.x, "y": g.y, "slice": slice_name, "grid": grid, "range": [lo, hi], "lr": lr, "steps": steps,
-        "tol": tol, "chunk": chunk, "checkpoint": None if checkpoint is None else str(checkpoint)}
-    title = (f"teacher {teacher} (D={prob.D}, K={prob.K}, {activation}): GD at η = {lr:.4g}, {steps} steps; "
-             f"teacher ⇔ L − L_opt ≤ {tol:g}·(L(0) − L_opt)")
+        "x": g.x,
+        "y": g.y,
+        "slice": slice_name,
+        "grid": grid,
+        "range": [lo, hi],
+        "lr": lr,
+        "steps": steps,
+        "tol": tol,
+        "chunk": chunk,
+        "checkpoint": None if checkpoint is None else str(checkpoint),
+    }
+    title = (
+        f"teacher {teacher} (D={prob.D}, K={prob.K}, {activation}): GD at η = {lr:.4g}, {steps} steps; "
+        f"teacher ⇔ L − L_opt ≤ {tol:g}·(L(0) − L_opt)"
+    )
     fig = plot_basin_map(bm, prob, "teacher: the loss reached L_opt + tol·(L(0) − L_opt)")
     ax, ax_t = fig.axes[0], fig.axes[1]
     if x is None:
         for a in (ax, ax_t):
-            a.set(xlabel="scale of W: ‖W‖/‖V*‖ along a random direction",
-                  ylabel="scale of A: std of the logits A/√D (0: uniform S)")
+            a.set(
+                xlabel="scale of W: ‖W‖/‖V*‖ along a random direction",
+                ylabel="scale of A: std of the logits A/√D (0: uniform S)",
+            )
         if lo <= 0.0 <= hi:
             ax.plot([0.0], [0.0], "k*", ms=10, clip_on=False)  # the paper's W = 0, A = 0
     ax_t.set_title("GD steps to the teacher's loss level")
     fig.suptitle(title + ("  (★: W = 0, A = 0)" if x is None and lo <= 0.0 <= hi else ""), fontsize=10)
     fig.axes[-1].set_ylabel("log10 steps to the teacher's loss level")
-    arrays = {"basins": {"labels": labels, "x": g.xs, "y": g.ys, "steps_to_level": bm.times, "status": status,
-                         "end_excess_over_zero_init": end_excess, "residual": residual,
-                         "attractors": np.array(bm.attractors)}}
+    arrays = {
+        "basins": {
+            "labels": labels,
+            "x": g.xs,
+            "y": g.ys,
+            "steps_to_level": bm.times,
+            "status": status,
+            "end_excess_over_zero_init": end_excess,
+            "residual": residual,
+            "attractors": np.array(bm.attractors),
+        }
+    }
     res = Result(inputs, results, arrays, {"basins": fig})
     fr = bm.fractions
-    res.lines += [f"basins teacher  {title}",
-                  f"  slice: {slice_name} over [{lo:g}, {hi:g}]², {grid}x{grid} starts (other coordinates: a random "
-                  f"initialisation, seed {seed})" if x is not None else
-                  f"  slice: {slice_name}, {grid}x{grid} over [{lo:g}, {hi:g}]² (seed {seed})"]
+    res.lines += [
+        f"basins teacher  {title}",
+        f"  slice: {slice_name} over [{lo:g}, {hi:g}]², {grid}x{grid} starts (other coordinates: a random "
+        f"initialisation, seed {seed})"
+        if x is not None
+        else f"  slice: {slice_name}, {grid}x{grid} over [{lo:g}, {hi:g}]² (seed {seed})",
+    ]
     res.lines += [f"  {name:>10s}: {100 * f:6.2f}%" for name, f in fr.items()]
     res.lines.append("  status: " + ", ".join(f"{k} {v}" for k, v in count(status).items() if v))
     if hit.any():
         s = results["steps_to_level"]
-        res.lines.append(f"  steps to the teacher's level: min {s['min']:.0f}, median {s['median']:.0f}, max "
-                         f"{s['max']:.0f}; from W = 0, A = 0: "
-                         + ("not reached" if t_zero is None else f"{t_zero:.0f}"))
+        res.lines.append(
+            f"  steps to the teacher's level: min {s['min']:.0f}, median {s['median']:.0f}, max "
+            f"{s['max']:.0f}; from W = 0, A = 0: " + ("not reached" if t_zero is None else f"{t_zero:.0f}")
+        )
     miss = labels != 0
     if miss.any():
-        res.lines.append(f"  starts not at the level end at (L − L_opt)/(L(0) − L_opt) ≥ {np.min(end_excess[miss]):.3g}"
-                         f" (level {tol:g})")
+        res.lines.append(
+            f"  starts not at the level end at (L − L_opt)/(L(0) − L_opt) ≥ {np.min(end_excess[miss]):.3g}"
+            f" (level {tol:g})"
+        )
     return res
 
 
-def stepsize_teacher(teacher: str = "cnn", D: int | None = None, K: int | None = None, activation: str = "relu",
-                     alpha: float | None = None, d: int = DEFAULT_d, M: int | None = None, seed: int = 0,
-                     lr: float | Sequence[float] | None = None, steps: int = 5000, records: int = 40) -> Result:
+def stepsize_teacher(
+    teacher: str = "cnn",
+    D: int | None = None,
+    K: int | None = None,
+    activation: str = "relu",
+    alpha: float | None = None,
+    d: int = DEFAULT_d,
+    M: int | None = None,
+    seed: int = 0,
+    lr: float | Sequence[float] | None = None,
+    steps: int = 5000,
+    records: int = 40,
+) -> Result:
     """Full-matrix GD from the paper's W = 0, A = 0 at one or more step sizes η (one batched run), with
     λ_max(∇²L(θ_t)) at ``records`` evenly spaced records against 1/η (monotone descent on a quadratic) and 2/η
     (stability), by ``step_size_audit``, next to λ_max at the teacher κσ_x² max(D/K, v/(K²D)) (§6; docs/jobs.md).
@@ -296,32 +438,53 @@ def stepsize_teacher(teacher: str = "cnn", D: int | None = None, K: int | None =
     steps = every * records
     n = len(lrs)
     theta0 = jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v, (n, *v.shape)), prob.init(None))
-    traj = gradient_descent(prob, theta0, lr=np.array(lrs), steps=steps, record_every=every, save_params=True,
-                            gtol=NO_STOP)
+    traj = gradient_descent(
+        prob, theta0, lr=np.array(lrs), steps=steps, record_every=every, save_params=True, gtol=NO_STOP
+    )
     audit = step_size_audit(prob, traj, np.array(lrs))
     runs = [audit.run(i) for i in range(n)]
     L_opt, losses = float(prob.L_opt), np.asarray(traj.loss)
-    rows = [audit_summary(a) | {"lr_times_lambda_max_teacher": lrs[i] * lam_t,
-                                "lambda_end_over_teacher": float(a.lambda_end) / lam_t,
-                                "status": STATUS_NAMES[int(traj.status[i])],
-                                "final_excess": float(losses[i, -1]) - L_opt}
-            for i, a in enumerate(runs)]
+    rows = [
+        audit_summary(a)
+        | {
+            "lr_times_lambda_max_teacher": lrs[i] * lam_t,
+            "lambda_end_over_teacher": float(a.lambda_end) / lam_t,
+            "status": STATUS_NAMES[int(traj.status[i])],
+            "final_excess": float(losses[i, -1]) - L_opt,
+        }
+        for i, a in enumerate(runs)
+    ]
     table = [{k: v for k, v in r.items() if k not in ("steps", "lambda_max")} for r in rows]
     fig = plot_step_size_audit(runs, [losses[i] for i in range(n)], [f"η = {v:.4g}" for v in lrs])
     fig.axes[0].axhline(lam_t, color="k", lw=1.2, label=f"λ_max at the teacher = {lam_t:.4g}")
     fig.axes[0].legend(fontsize=7)
-    fig.axes[0].set_title(f"step-size audit: teacher {teacher} (D={prob.D}, K={prob.K}, {activation}), GD from W = 0, "
-                          "A = 0")
+    fig.axes[0].set_title(
+        f"step-size audit: teacher {teacher} (D={prob.D}, K={prob.K}, {activation}), GD from W = 0, A = 0"
+    )
     inputs = _teacher_inputs(prob, teacher, activation, seed) | {
-        "lr": lrs, "steps": steps, "records": records, "init": "W = 0, A = 0 (zero_init='limit')"}
+        "lr": lrs,
+        "steps": steps,
+        "records": records,
+        "init": "W = 0, A = 0 (zero_init='limit')",
+    }
     results = {"lambda_max_teacher": lam_t, "L_opt": L_opt, "record_every": every, "runs": table}
-    arrays = {"stepsize": {"steps": np.asarray(audit.ts), "lambda_max": np.asarray(audit.lambda_max),
-                           "loss": losses, "lr": np.array(lrs)}}
+    arrays = {
+        "stepsize": {
+            "steps": np.asarray(audit.ts),
+            "lambda_max": np.asarray(audit.lambda_max),
+            "loss": losses,
+            "lr": np.array(lrs),
+        }
+    }
     res = Result(inputs, results, arrays, {"stepsize": fig})
-    res.lines.append(f"stepsize teacher  {teacher} (D={prob.D}, K={prob.K}, {activation}, ‖V*‖² = {float(prob.v):.4g}):"
-                     f" GD from W = 0, A = 0, {steps} steps, λ_max at the teacher {lam_t:.5g} (§6)")
-    for r, a in zip(rows, runs):
-        res.lines.append(f"  η = {r['lr']:<8.4g} (η·λ_teacher = {r['lr_times_lambda_max_teacher']:.3g}) {a.verdict()}; "
-                         f"end λ_max/λ_teacher {r['lambda_end_over_teacher']:.3f}, L − L_opt = "
-                         f"{r['final_excess']:.4g}, {r['status']}")
+    res.lines.append(
+        f"stepsize teacher  {teacher} (D={prob.D}, K={prob.K}, {activation}, ‖V*‖² = {float(prob.v):.4g}):"
+        f" GD from W = 0, A = 0, {steps} steps, λ_max at the teacher {lam_t:.5g} (§6)"
+    )
+    for r, a in zip(rows, runs, strict=False):
+        res.lines.append(
+            f"  η = {r['lr']:<8.4g} (η·λ_teacher = {r['lr_times_lambda_max_teacher']:.3g}) {a.verdict()}; "
+            f"end λ_max/λ_teacher {r['lambda_end_over_teacher']:.3f}, L − L_opt = "
+            f"{r['final_excess']:.4g}, {r['status']}"
+        )
     return res

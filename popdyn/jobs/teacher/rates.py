@@ -25,15 +25,27 @@ HORIZON = 300.0  # the run ends at ηT = HORIZON × late onset: at the paper's s
 MAX_STEPS = 50_000_000
 RECORDS = 2000
 NO_STOP = 1e-30  # gtol: the gradient decays like 1/T²; runs go to their step budget, never "converged"
-POSTER = {"excess": "Θ(K·D⁴/(ηT))", "w_error": "Θ(D²·√K/√(ηT))", "s_error": "Θ(D^{5/2}·‖V*‖/√(ηT))",
-          "T_star": "Θ(K·D²/(η·‖V*‖²))"}
+POSTER = {
+    "excess": "Θ(K·D⁴/(ηT))",
+    "w_error": "Θ(D²·√K/√(ηT))",
+    "s_error": "Θ(D^{5/2}·‖V*‖/√(ηT))",
+    "T_star": "Θ(K·D²/(η·‖V*‖²))",
+}
 SLOPES = {"excess": -1.0, "w_error": -0.5, "s_error": -0.5}
 
 
 def _reduced_run(red: TeacherReduced, lr: float, steps: int, record_every: int, theta0=None):
     theta0 = red.init(None) if theta0 is None else theta0
-    return gradient_descent(red, theta0, lr=lr, steps=steps, record_every=record_every, save_params=True,
-                            precondition=red.precondition, gtol=NO_STOP)
+    return gradient_descent(
+        red,
+        theta0,
+        lr=lr,
+        steps=steps,
+        record_every=record_every,
+        save_params=True,
+        precondition=red.precondition,
+        gtol=NO_STOP,
+    )
 
 
 def reduced_records(red: TeacherReduced, lr: float, steps: int, early: int) -> tuple[np.ndarray, np.ndarray, dict, str]:
@@ -51,8 +63,13 @@ def reduced_records(red: TeacherReduced, lr: float, steps: int, early: int) -> t
         every = max(1, rest // RECORDS)
         rest = every * (rest // every)
         second = _reduced_run(red, lr, rest, every, first.final)
-        parts.append((early + np.asarray(second.ts)[1:], np.asarray(second.loss)[1:],
-                      {k: v[1:] for k, v in second.params.items()}))
+        parts.append(
+            (
+                early + np.asarray(second.ts)[1:],
+                np.asarray(second.loss)[1:],
+                {k: v[1:] for k, v in second.params.items()},
+            )
+        )
         status = status if status != "max_steps" else second.status_names[int(second.status)]
     ts = np.concatenate([p[0] for p in parts])
     loss = np.concatenate([p[1] for p in parts])
@@ -81,16 +98,20 @@ def full_model_check(prob: BilinearTeacher, red: TeacherReduced, lr: float, step
     the full θ), the largest relative loss difference, and the largest distance of the full θ from the manifold."""
     every = max(1, steps // 20)
     steps = every * (steps // every)
-    full = gradient_descent(prob, prob.init(None), lr=lr, steps=steps, record_every=every, save_params=True, gtol=NO_STOP)
+    full = gradient_descent(
+        prob, prob.init(None), lr=lr, steps=steps, record_every=every, save_params=True, gtol=NO_STOP
+    )
     ref = _reduced_run(red, lr, steps, every)
     proj = jax.vmap(lambda th: project(prob, th))(full.params)
     back = jax.vmap(lambda th: embed(prob, th))(proj)
     off = max(float(jnp.max(jnp.abs(full.params[b] - back[b]))) for b in ("W", "A"))
-    return {"steps": steps,
-            "max_abs_C1": float(jnp.max(jnp.abs(proj["C1"] - ref.params["C1"]))),
-            "max_abs_Delta": float(jnp.max(jnp.abs(proj["Delta"] - ref.params["Delta"]))),
-            "max_rel_loss": float(jnp.max(jnp.abs(full.loss - ref.loss) / ref.loss)),
-            "max_off_manifold": off}
+    return {
+        "steps": steps,
+        "max_abs_C1": float(jnp.max(jnp.abs(proj["C1"] - ref.params["C1"]))),
+        "max_abs_Delta": float(jnp.max(jnp.abs(proj["Delta"] - ref.params["Delta"]))),
+        "max_rel_loss": float(jnp.max(jnp.abs(full.loss - ref.loss) / ref.loss)),
+        "max_off_manifold": off,
+    }
 
 
 def audit_summary(audit: StepSizeAudit) -> dict:
@@ -98,21 +119,35 @@ def audit_summary(audit: StepSizeAudit) -> dict:
     there, and ``StepSizeAudit.summary()`` (max and end λ_max against 1/η and 2/η, the verdict, loss rises), with
     ``stable`` = never past 2/η. Shared by ``rates`` (``popdyn converge teacher``) and ``stepsize_teacher``."""
     row = audit.summary()
-    return {"steps": np.asarray(audit.ts), "lambda_max": np.asarray(audit.lambda_max), **row,
-            "stable": not row["past_stability_edge"]}
+    return {
+        "steps": np.asarray(audit.ts),
+        "lambda_max": np.asarray(audit.lambda_max),
+        **row,
+        "stable": not row["past_stability_edge"],
+    }
 
 
-def records_trajectory(prob: BilinearTeacher, ts: np.ndarray, params: dict, loss: np.ndarray,
-                       status: str) -> Trajectory:
+def records_trajectory(
+    prob: BilinearTeacher, ts: np.ndarray, params: dict, loss: np.ndarray, status: str
+) -> Trajectory:
     """A one-run ``Trajectory`` of full-model records: (C1, Δ) records of the reduced map embedded exactly as
     (W, A) (``embed``), with their losses (the reduced loss is the full one) and the run's status, so that
     ``step_size_audit`` can audit them with the full Hessian."""
     full = jax.vmap(lambda th: embed(prob, th))(params)
     last = jax.tree_util.tree_map(lambda x: x[-1], full)
     ts, loss = jnp.asarray(ts, dtype=jnp.result_type(float)), jnp.asarray(loss)
-    return Trajectory(final=last, final_loss=loss[-1], status=jnp.asarray(STATUS_NAMES.index(status), jnp.int32),
-                      t_final=ts[-1], ts=ts, loss=loss, grad_norm=jnp.full_like(loss, jnp.nan), params=full,
-                      n_steps=jnp.asarray(ts[-1], jnp.int32), time_unit="step")
+    return Trajectory(
+        final=last,
+        final_loss=loss[-1],
+        status=jnp.asarray(STATUS_NAMES.index(status), jnp.int32),
+        t_final=ts[-1],
+        ts=ts,
+        loss=loss,
+        grad_norm=jnp.full_like(loss, jnp.nan),
+        params=full,
+        n_steps=jnp.asarray(ts[-1], jnp.int32),
+        time_unit="step",
+    )
 
 
 def default_steps(red: TeacherReduced, lr: float, horizon: float = HORIZON) -> int:
@@ -121,8 +156,16 @@ def default_steps(red: TeacherReduced, lr: float, horizon: float = HORIZON) -> i
     return int(min(MAX_STEPS, max(10_000, math.ceil(_validate.positive("horizon", horizon) * onset / lr))))
 
 
-def rates(prob: BilinearTeacher, lr: float | None = None, steps: int | None = None, full_steps: int = 2000,
-          ood_samples: int = 4000, audit_points: int = 12, seed: int = 0, horizon: float = HORIZON) -> dict:
+def rates(
+    prob: BilinearTeacher,
+    lr: float | None = None,
+    steps: int | None = None,
+    full_steps: int = 2000,
+    ood_samples: int = 4000,
+    audit_points: int = 12,
+    seed: int = 0,
+    horizon: float = HORIZON,
+) -> dict:
     """The zero-initialisation run of ``prob`` at step ``lr`` (default 1/λ_max at the teacher, the binding
     condition of §6) for ``steps`` GD steps (default: to ηT = ``horizon`` × late onset, at most 5·10⁷; the
     onset underestimates the transient when D − K is small, e.g. D = 9, K = 3 needs ~3000), with
@@ -165,22 +208,45 @@ def rates(prob: BilinearTeacher, lr: float | None = None, steps: int | None = No
         ood_se = np.zeros_like(ood)
     else:
         keys = jax.random.split(jax.random.PRNGKey(seed), len(ood_idx))
-        est = [ood_excess_mc(prob, jax.tree_util.tree_map(lambda x: x[i], ood_pts), k, ood_samples)
-               for i, k in enumerate(keys)]
+        est = [
+            ood_excess_mc(prob, jax.tree_util.tree_map(lambda x, i=i: x[i], ood_pts), k, ood_samples)
+            for i, k in enumerate(keys)
+        ]
         ood, ood_se = (np.array([float(e[j]) for e in est]) for j in (0, 1))
     t_ood = lr * ts[ood_idx]
     late_ood = t_ood >= t_ood[-1] / 10
     return {
-        "lr": lr, "steps": steps, "lambda_max_teacher": lam_teacher, "late_onset": onset,
-        "horizon_over_onset": float(t[-1] / onset), "status": status,
-        "late_constant": float(t[-1] * excess[-1]), "late_constant_predicted": late_constant(red.D, red.K),
-        "slopes": slopes, "slopes_poster": SLOPES, "constants_vs_derived": constants, "poster": POSTER,
-        "T_star": t_star, "half_step": t_half, "half_over_T_star": None if t_half is None else t_half / t_star,
+        "lr": lr,
+        "steps": steps,
+        "lambda_max_teacher": lam_teacher,
+        "late_onset": onset,
+        "horizon_over_onset": float(t[-1] / onset),
+        "status": status,
+        "late_constant": float(t[-1] * excess[-1]),
+        "late_constant_predicted": late_constant(red.D, red.K),
+        "slopes": slopes,
+        "slopes_poster": SLOPES,
+        "constants_vs_derived": constants,
+        "poster": POSTER,
+        "T_star": t_star,
+        "half_step": t_half,
+        "half_over_T_star": None if t_half is None else t_half / t_star,
         "audit": audit,
-        "ood": {"steps": ts[ood_idx], "excess": ood, "se": ood_se,
-                "slope": _fit_slope(t_ood[late_ood], ood[late_ood]) if late_ood.sum() >= 2 else None,
-                "exact": float(prob.alpha) == 1.0},
+        "ood": {
+            "steps": ts[ood_idx],
+            "excess": ood,
+            "se": ood_se,
+            "slope": _fit_slope(t_ood[late_ood], ood[late_ood]) if late_ood.sum() >= 2 else None,
+            "exact": float(prob.alpha) == 1.0,
+        },
         "full_model": full_model_check(prob, red, lr, min(full_steps, steps)),
-        "curves": {"steps": ts, "excess": excess, "w_error": errors["w_error"], "s_error": errors["s_error"],
-                   "eps": errors["eps"], "C1": params["C1"], "Delta": params["Delta"]},
+        "curves": {
+            "steps": ts,
+            "excess": excess,
+            "w_error": errors["w_error"],
+            "s_error": errors["s_error"],
+            "eps": errors["eps"],
+            "C1": params["C1"],
+            "Delta": params["Delta"],
+        },
     }

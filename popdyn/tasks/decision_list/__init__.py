@@ -3,18 +3,48 @@
 from popdyn.tasks.decision_list.brute_force import brute_force_loss, brute_force_margin
 from popdyn.tasks.decision_list.classification import pc_closed_form, pc_slacks
 from popdyn.tasks.decision_list.data import (
-    DISTRIBUTIONS, loss_weights, random_lists, random_perm, rule_probabilities, validate_lists, validate_perm,
+    DISTRIBUTIONS,
+    loss_weights,
+    random_lists,
+    random_perm,
+    rule_probabilities,
+    validate_lists,
+    validate_perm,
 )
 from popdyn.tasks.decision_list.model import DecisionList, permutation_matrix
 from popdyn.tasks.decision_list.reduced import column_loss, is_column_structured, structured_total_loss
 from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
 from popdyn.tasks.decision_list.theorems import (
-    delta_gamma, theorem1_bounds, theorem1_c, theorem2_c, theorem2_feasible, theorem2_instance,
+    delta_gamma,
+    theorem1_bounds,
+    theorem1_c,
+    theorem2_c,
+    theorem2_feasible,
+    theorem2_instance,
 )
 
 __all__ = [
-    "DISTRIBUTIONS", "DecisionList", "ReducedDecisionList", "brute_force_loss", "brute_force_margin", "column_loss",
-    "delta_gamma", "is_column_structured", "loss_weights", "pc_closed_form", "pc_slacks", "permutation_matrix",
-    "random_lists", "random_perm", "rule_probabilities", "structured_total_loss", "theorem1_bounds", "theorem1_c",
-    "theorem2_c", "theorem2_feasible", "theorem2_instance", "validate_lists", "validate_perm",
+    "DISTRIBUTIONS",
+    "DecisionList",
+    "ReducedDecisionList",
+    "brute_force_loss",
+    "brute_force_margin",
+    "column_loss",
+    "delta_gamma",
+    "is_column_structured",
+    "loss_weights",
+    "pc_closed_form",
+    "pc_slacks",
+    "permutation_matrix",
+    "random_lists",
+    "random_perm",
+    "rule_probabilities",
+    "structured_total_loss",
+    "theorem1_bounds",
+    "theorem1_c",
+    "theorem2_c",
+    "theorem2_feasible",
+    "theorem2_instance",
+    "validate_lists",
+    "validate_perm",
 ]

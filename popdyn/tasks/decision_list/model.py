@@ -52,8 +52,18 @@ class DecisionList(Problem):
     distribution: str = eqx.field(static=True)
     train: str = eqx.field(static=True)
 
-    def __init__(self, L: int, n: int, lists, perm, distribution: str = "distinct", c: float = 1.0,
-                 train: str = "both", init_eps: float = 0.0, chunk: int = 8192):
+    def __init__(
+        self,
+        L: int,
+        n: int,
+        lists,
+        perm,
+        distribution: str = "distinct",
+        c: float = 1.0,
+        train: str = "both",
+        init_eps: float = 0.0,
+        chunk: int = 8192,
+    ):
         self.L, self.n, self.distribution = validate_sizes(L, n, distribution)
         self.lists, self.perm = validate_lists(lists, self.L), validate_perm(perm, self.L)
         self.c = leaf(_validate.positive("c", c))

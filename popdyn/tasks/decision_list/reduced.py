@@ -92,7 +92,7 @@ def _rows_iid(L: int, n: int, m: int):
             yield ks, groups, L - present, count * ks[-1] / (n * L**n)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _table(L: int, n: int, m: int, distribution: str) -> _Table:
     rows = list((_rows_distinct if distribution == "distinct" else _rows_iid)(L, n, m))
     D = max(1, max(len(groups) for _, groups, _, _ in rows))
@@ -105,14 +105,23 @@ def _table(L: int, n: int, m: int, distribution: str) -> _Table:
     ldt = np.zeros_like(ks)
     ldt[np.arange(len(rows)), np.argmax(ks > 0, axis=1)] = 1.0
     return _Table(
-        log_k=_log(ks), ldt=ldt, log_v=_log(v), log_g=_log(g),
-        log_free=_log([r[2] for r in rows]), weight=np.array([r[3] for r in rows]),
+        log_k=_log(ks),
+        ldt=ldt,
+        log_v=_log(v),
+        log_g=_log(g),
+        log_free=_log([r[2] for r in rows]),
+        weight=np.array([r[3] for r in rows]),
     )
 
 
 @functools.partial(jax.jit, static_argnames=("L", "n", "distribution"))
 def column_loss(
-    w: Float[Array, " m"], omega: Float[Array, ""], *, L: int, n: int, c: float | Float[Array, ""],
+    w: Float[Array, " m"],
+    omega: Float[Array, ""],
+    *,
+    L: int,
+    n: int,
+    c: float | Float[Array, ""],
     distribution: str = "distinct",
 ) -> Float[Array, ""]:
     """Per-column loss ℒ_a (spec decision_lists.md §3 C: (F5) for ``"distinct"``, the partition sum for ``"iid"``).

@@ -41,8 +41,9 @@ class ReducedDecisionList(Problem):
         self.L, self.n, self.distribution = validate_sizes(L, n, distribution)
         lengths = _validate.int_sequence("lengths", lengths)
         if not lengths or min(lengths) < 1 or max(lengths) > self.L:
-            raise ValueError(f"lengths={list(lengths)} is out of range: must be a non-empty set of list lengths in "
-                             f"1..L={self.L}")
+            raise ValueError(
+                f"lengths={list(lengths)} is out of range: must be a non-empty set of list lengths in 1..L={self.L}"
+            )
         self.lengths = tuple(sorted(set(lengths)))
         self.c = leaf(_validate.positive("c", c))
 
@@ -54,8 +55,12 @@ class ReducedDecisionList(Problem):
 
     def column_losses(self, theta: Theta) -> Float[Array, " K"]:
         """ℒ_m for each length m in ``lengths``."""
-        return jnp.stack([column_loss(*self.column(theta, m), L=self.L, n=self.n, c=self.c,
-                                      distribution=self.distribution) for m in self.lengths])
+        return jnp.stack(
+            [
+                column_loss(*self.column(theta, m), L=self.L, n=self.n, c=self.c, distribution=self.distribution)
+                for m in self.lengths
+            ]
+        )
 
     def loss(self, theta: Theta) -> Float[Array, ""]:
         return jnp.sum(self.column_losses(theta))

@@ -84,6 +84,7 @@ def initial_loss_cP(L: int, n: int, c: float) -> float:
 def _solve_c(L: int, n: int, slope: float, offset: float) -> float:
     """The root of c = slope·ℒ(0, cP)(c) + offset (slope > 0). The right side decreases in c and lies in
     [slope·log n, slope·log L] + offset, so the root is unique and bracketed there (§6)."""
+
     def excess(c: float) -> float:
         return c - slope * initial_loss_cP(L, n, c) - offset
 
@@ -154,6 +155,11 @@ def theorem2_instance(L: int, n: int, M: int, m: int | None = None) -> dict:
     L0 = initial_loss_cP(L, n, c)
     eps = theorem2_eps_star(n, L0)
     return {
-        "delta": delta, "m": m, "c": c, "L0": L0, "eps": eps,
-        "feasible": theorem2_feasible(n, L0, m), "A_range": theorem2_A_range(L0, n, eps, m),
+        "delta": delta,
+        "m": m,
+        "c": c,
+        "L0": L0,
+        "eps": eps,
+        "feasible": theorem2_feasible(n, L0, m),
+        "A_range": theorem2_A_range(L0, n, eps, m),
     }

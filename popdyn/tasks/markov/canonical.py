@@ -22,7 +22,7 @@ from jax.custom_derivatives import SymbolicZero
 from jaxtyping import Array, Float
 
 from popdyn import _validate
-from popdyn.exact import bisect, binary_kernel, entropy_rate, unigram_loss
+from popdyn.exact import binary_kernel, bisect, entropy_rate, unigram_loss
 from popdyn.problem import Overlay, Problem, Theta
 from popdyn.tasks._leaves import all_float, floats, leaf
 
@@ -34,7 +34,6 @@ E_SADDLE = -(1.0 + math.log(2.0)) / 2.0
 
 ATTRACTORS = ("global", "local", "saddle")
 """Label order used by ``predicted_basin`` and basin maps: Γ*, Γ_min (e = 0), the saddle."""
-
 
 
 PQ_ONE_TOL = 1e-12
@@ -137,8 +136,17 @@ def _chain_terms(p, q) -> _Terms:
     p_big, q_big, log_gap = _order_and_log_gap(p, q)
     ld = jnp.where(p_big | q_big, log_gap, -jnp.inf)
     log_p, log_q = _log(p), _log(q)
-    return _Terms(p_big, ld, 2.0 * ld, math.log(4.0) + log_p + log_q, math.log(2.0) + log_p, math.log(2.0) + log_q,
-                  *_pis(p, q), 1.0 - p, 1.0 - q)
+    return _Terms(
+        p_big,
+        ld,
+        2.0 * ld,
+        math.log(4.0) + log_p + log_q,
+        math.log(2.0) + log_p,
+        math.log(2.0) + log_q,
+        *_pis(p, q),
+        1.0 - p,
+        1.0 - q,
+    )
 
 
 def _h(t):
@@ -164,7 +172,7 @@ def binary_unigram_loss(p, q):
 
 
 @jax.custom_jvp
-def _profile_loss(prob: "Canonical", A):
+def _profile_loss(prob: Canonical, A):
     return prob._cross_entropy(*prob.profiled_logits(A))
 
 
@@ -181,7 +189,8 @@ def _profile_loss_jvp(primals, tangents):
         out = out + prob._slope(f1) * dA
     if not all(isinstance(t, SymbolicZero) for t in jax.tree_util.tree_leaves(dprob)):
         dprob = jax.tree_util.tree_map(
-            lambda t: jnp.zeros(t.shape, t.dtype) if isinstance(t, SymbolicZero) else t, dprob)
+            lambda t: jnp.zeros(t.shape, t.dtype) if isinstance(t, SymbolicZero) else t, dprob
+        )
         out = out + jax.jvp(lambda pr: pr._cross_entropy(f0, f1), (prob,), (dprob,))[1]
     return value, out
 
@@ -326,16 +335,16 @@ class Canonical(Problem):
         """
         return theta["e"] ** 2 - s(theta["w"])
 
-    def global_minimum_e(self, w: Float[Array, "..."]) -> Float[Array, "..."]:
+    def global_minimum_e(self, w: Float[Array, ...]) -> Float[Array, ...]:
         """The e ≥ 0 branch of Γ* = {c(w)e² = A*}; NaN where Γ* has no point at this w (§4.1)."""
         r = self.optimal_gap() / c(w)
         return jnp.where(r > 0, jnp.sqrt(jnp.where(r > 0, r, 1.0)), jnp.nan)
 
-    def is_local_min_w(self, w: Float[Array, "..."]) -> Float[Array, "..."]:
+    def is_local_min_w(self, w: Float[Array, ...]) -> Float[Array, ...]:
         """True where (0, w) is a local minimum: (p+q−1)·c(w) > 0 (§4.1)."""
         return (self.p + self.q - 1.0) * c(w) > 0
 
-    def separatrix_e(self, w: Float[Array, "..."]) -> Float[Array, "..."]:
+    def separatrix_e(self, w: Float[Array, ...]) -> Float[Array, ...]:
         """e ≥ 0 on the level set E = E_sad for w < 0: sqrt(w² − ln|w| − (1+ln 2)/2); NaN elsewhere."""
         r = jnp.where(w < 0, s(w) + E_SADDLE, -1.0)
         return jnp.where(r >= 0, jnp.sqrt(jnp.where(r >= 0, r, 0.0)), jnp.nan)
@@ -384,8 +393,10 @@ class Canonical(Problem):
 
     def _require_theorem_regime(self, what: str) -> None:
         if not self.theorem_applies():  # checked only on concrete values (a traced p+q = 1 gives no error)
-            raise ValueError(f"{what} needs p+q != 1, |p+q − 1| >= {PQ_ONE_TOL:g} (got p+q = "
-                             f"{float(self.p + self.q)!r}: A* = 0 to rounding and §4.4 does not apply)")
+            raise ValueError(
+                f"{what} needs p+q != 1, |p+q − 1| >= {PQ_ONE_TOL:g} (got p+q = "
+                f"{float(self.p + self.q)!r}: A* = 0 to rounding and §4.4 does not apply)"
+            )
 
     def predicted_basin(self, theta0: Theta) -> Array:
         """Index into ``ATTRACTORS`` of the profiled flow's limit from θ0 (§4.4); −1 for a fixed
@@ -399,9 +410,7 @@ class Canonical(Problem):
         saddle = on_branch & (E0 == E_SADDLE)
         label = jnp.where(saddle, 2, jnp.where(local, 1, 0))
         # e0 = 0 is a fixed point: a local minimum, the saddle, or a local maximum (no attractor).
-        at_rest = jnp.where(
-            w0 == W_SADDLE, 2, jnp.where(self.is_local_min_w(w0), 1, -1)
-        )
+        at_rest = jnp.where(w0 == W_SADDLE, 2, jnp.where(self.is_local_min_w(w0), 1, -1))
         return jnp.where(e0 == 0, at_rest, label).astype(jnp.int32)
 
     def predicted_limit(self, theta0: Theta) -> Theta:
@@ -412,7 +421,9 @@ class Canonical(Problem):
         Separatrix: the saddle. w0 = 0 (invariant line): e∞² = A* (p+q<1) or e∞ = 0 (p+q>1).
         """
         if self.bias != "profiled":
-            raise ValueError("predicted_limit is available only for bias='profiled' (the energy is conserved only there)")
+            raise ValueError(
+                "predicted_limit is available only for bias='profiled' (the energy is conserved only there)"
+            )
         self._require_theorem_regime("predicted_limit")
         e0, w0 = self._theta_ew(theta0)
         A_star = self.optimal_gap()
@@ -496,10 +507,20 @@ class Canonical(Problem):
         out = [
             Overlay("Γ* (global minima)", "line", tuple(w), tuple(g), dash),
             Overlay("", "line", tuple(w), tuple(-g), dash),
-            Overlay("local minima (e = 0)", "line", tuple(w), tuple(np.where(is_min, zeros, np.nan)),
-                    {"color": "#67000d", "lw": 3}),
-            Overlay("local maxima (e = 0)", "line", tuple(w), tuple(np.where(~is_min, zeros, np.nan)),
-                    {"color": "#08306b", "lw": 3}),
+            Overlay(
+                "local minima (e = 0)",
+                "line",
+                tuple(w),
+                tuple(np.where(is_min, zeros, np.nan)),
+                {"color": "#67000d", "lw": 3},
+            ),
+            Overlay(
+                "local maxima (e = 0)",
+                "line",
+                tuple(w),
+                tuple(np.where(~is_min, zeros, np.nan)),
+                {"color": "#08306b", "lw": 3},
+            ),
             Overlay("separatrix", "line", tuple(w), tuple(sep), {"color": "orange", "lw": 1.8}),
             Overlay("", "line", tuple(w), tuple(-sep), {"color": "orange", "lw": 1.8}),
         ]

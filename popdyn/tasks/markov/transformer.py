@@ -47,8 +47,18 @@ class Transformer(Problem):
     chunk: int = eqx.field(static=True)
     max_sequences: int = eqx.field(static=True)
 
-    def __init__(self, chain: Chain, N: int, d: int = 8, *, tie: bool = True, layernorm: bool = False,
-                 init_std: float = 0.02, chunk: int = 2048, max_sequences: int = MAX_SEQUENCES):
+    def __init__(
+        self,
+        chain: Chain,
+        N: int,
+        d: int = 8,
+        *,
+        tie: bool = True,
+        layernorm: bool = False,
+        init_std: float = 0.02,
+        chunk: int = 2048,
+        max_sequences: int = MAX_SEQUENCES,
+    ):
         if not isinstance(chain, Chain):
             raise ValueError(f"chain={chain!r} is invalid: must be a popdyn.exact.Chain")
         self.chain = chain
@@ -68,9 +78,17 @@ class Transformer(Problem):
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         V, N, d = self.chain.V, self.N, self.d
         binary = V == 2
-        shapes = {"e" if binary else "E": (d,) if binary else (V, d), "pos": (N, d),
-                  "W_Q": (d, d), "W_K": (d, d), "W_V": (d, d), "W_O": (d, d),
-                  "W_1": (4 * d, d), "W_2": (d, 4 * d), "b": () if binary else (V,)}
+        shapes = {
+            "e" if binary else "E": (d,) if binary else (V, d),
+            "pos": (N, d),
+            "W_Q": (d, d),
+            "W_K": (d, d),
+            "W_V": (d, d),
+            "W_O": (d, d),
+            "W_1": (4 * d, d),
+            "W_2": (d, 4 * d),
+            "b": () if binary else (V,),
+        }
         if not self.tie:
             shapes["a" if binary else "U"] = (d,) if binary else (V, d)
         if self.layernorm:
@@ -81,7 +99,7 @@ class Transformer(Problem):
     def init(self, key: Array) -> Theta:
         """GPT-2 initialisation: N(0, std²) weights, std/√2 on W_O and W_2, zero biases, unit LN gains."""
         shapes = self._shapes()
-        keys = dict(zip(shapes, jax.random.split(key, len(shapes))))
+        keys = dict(zip(shapes, jax.random.split(key, len(shapes)), strict=False))
         out = {}
         for name, shape in shapes.items():
             if name == "b" or name.endswith("_b"):
@@ -104,8 +122,11 @@ class Transformer(Problem):
         """Next-token logits at positions 1..N of one sequence."""
         E, _ = self._table(theta, head=False)
         h = E[x] + theta["pos"]
-        ln = (lambda v, name: _layernorm(v, theta[f"{name}_g"], theta[f"{name}_b"])) if self.layernorm \
+        ln = (
+            (lambda v, name: _layernorm(v, theta[f"{name}_g"], theta[f"{name}_b"]))
+            if self.layernorm
             else (lambda v, name: v)
+        )
         a_in = ln(h, "ln1")
         q, k, v = a_in @ theta["W_Q"].T, a_in @ theta["W_K"].T, a_in @ theta["W_V"].T
         scores = q @ k.T / math.sqrt(self.d)
@@ -122,8 +143,9 @@ class Transformer(Problem):
 
     def loss(self, theta: Theta) -> Float[Array, ""]:
         """Exact population next-token cross-entropy: Σ over all V^N sequences, chunked (§3.3)."""
-        return expectation(lambda x, P: self.sequence_loss(theta, x, P), self.chain, self.N, self.chunk,
-                           self.max_sequences)
+        return expectation(
+            lambda x, P: self.sequence_loss(theta, x, P), self.chain, self.N, self.chunk, self.max_sequences
+        )
 
 
 def rank_one_weights(e, w, b, *, N: int, d: int, a=0.0, alpha=None) -> Theta:
@@ -136,10 +158,15 @@ def rank_one_weights(e, w, b, *, N: int, d: int, a=0.0, alpha=None) -> Theta:
     ones = jnp.ones(4 * d)
     zero = jnp.zeros((d, d))
     weights = {
-        "e": e * alpha, "pos": jnp.broadcast_to(-(e / 2.0) * alpha, (N, d)), "W_Q": zero, "W_K": zero,
-        "W_V": a * jnp.outer(alpha, alpha), "W_O": jnp.eye(d),
+        "e": e * alpha,
+        "pos": jnp.broadcast_to(-(e / 2.0) * alpha, (N, d)),
+        "W_Q": zero,
+        "W_K": zero,
+        "W_V": a * jnp.outer(alpha, alpha),
+        "W_O": jnp.eye(d),
         "W_1": (jnp.abs(w) / math.sqrt(d)) * jnp.outer(ones, alpha),
-        "W_2": (w / math.sqrt(d)) * jnp.outer(alpha, ones), "b": b,
+        "W_2": (w / math.sqrt(d)) * jnp.outer(alpha, ones),
+        "b": b,
     }
     # strongly typed float arrays, so a jitted loss never retraces on weak types
     return {k: jnp.asarray(v, dtype=jnp.result_type(float)) for k, v in weights.items()}

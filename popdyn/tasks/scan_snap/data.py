@@ -72,15 +72,16 @@ def make_classes(probs, query, label, weights=None, *, M: int | None = None) -> 
         raise ValueError(f"probs[{k}] sums to {sums[k]!r}: each P(·|n) must sum to 1")
     query, label = (_tokens(name, v, K, M_probs) for name, v in (("query", query), ("label", label)))
     if len(set(label.tolist())) != K:
-        raise ValueError(f"label={label.tolist()} is invalid: next tokens must be distinct (a class is indexed "
-                         f"by its next token)")
+        raise ValueError(
+            f"label={label.tolist()} is invalid: next tokens must be distinct (a class is indexed by its next token)"
+        )
     if weights is None:
         weights = np.full(K, 1.0 / K)
     weights = _validate.float_array("weights", weights)
-    if weights.shape != (K,) or not np.all(np.isfinite(weights)) or weights.min() < 0 \
-            or abs(weights.sum() - 1) > _ATOL:
-        raise ValueError(f"weights={weights.tolist()} is invalid: must be {K} non-negative class probabilities "
-                         f"summing to 1")
+    if weights.shape != (K,) or not np.all(np.isfinite(weights)) or weights.min() < 0 or abs(weights.sum() - 1) > _ATOL:
+        raise ValueError(
+            f"weights={weights.tolist()} is invalid: must be {K} non-negative class probabilities summing to 1"
+        )
     return Classes(probs=probs, query=query, label=label, weights=weights)
 
 
@@ -94,9 +95,16 @@ def _tokens(name: str, value, K: int, M: int) -> np.ndarray:
     return arr.astype(np.int32)
 
 
-def dataset2(n_query: int, n_next_per_query: int, *, n_common: int = 10, n_common_per_query: int = 0,
-             n_distinct: int = 10, common_weight: float = 1.0, distinct_range: tuple[float, float] = (0.1, 1.0)
-             ) -> Classes:
+def dataset2(
+    n_query: int,
+    n_next_per_query: int,
+    *,
+    n_common: int = 10,
+    n_common_per_query: int = 0,
+    n_distinct: int = 10,
+    common_weight: float = 1.0,
+    distinct_range: tuple[float, float] = (0.1, 1.0),
+) -> Classes:
     """The authors' ``Dataset2`` layout (§7): [global common | per-query common | distinct per next token |
     query tokens | next tokens], K = n_query · n_next_per_query classes, uniform class weights.
 
@@ -123,9 +131,10 @@ def dataset2(n_query: int, n_next_per_query: int, *, n_common: int = 10, n_commo
     for k in range(K):
         q = k // per
         probs[k, :n_common] = common_weight
-        probs[k, first_cpq + q * n_cpq: first_cpq + (q + 1) * n_cpq] = common_weight
-        probs[k, first_distinct + k * n_distinct: first_distinct + (k + 1) * n_distinct] = np.linspace(
-            lo, hi, n_distinct)
+        probs[k, first_cpq + q * n_cpq : first_cpq + (q + 1) * n_cpq] = common_weight
+        probs[k, first_distinct + k * n_distinct : first_distinct + (k + 1) * n_distinct] = np.linspace(
+            lo, hi, n_distinct
+        )
         query[k] = first_query + q
     probs /= probs.sum(axis=1, keepdims=True)
     return make_classes(probs, query, np.arange(first_next, M, dtype=np.int32))

@@ -49,12 +49,12 @@ def scan_invariant(prob: ScanSnap, theta: Theta, theta0: Theta) -> Float[Array, 
     token l of class n under Eq. (10) (Theorem 3); NaN off the distinct tokens."""
     z0 = theta0["Z"][..., prob.query, :]
     c0 = prob.probs * jnp.exp(z0)
-    I = -jnp.expm1(-2 * logit_change(prob, theta, theta0)) / c0**2
+    I = -jnp.expm1(-2 * logit_change(prob, theta, theta0)) / c0**2  # noqa: E741 (the paper's I_l)
     return jnp.where(distinct_mask(prob.probs), I, jnp.nan)
 
 
 def invariant_spread(prob: ScanSnap, theta: Theta, theta0: Theta) -> Float[Array, "*B K 2"]:
     """(min, max) over each class's distinct tokens of I_l / mean_l I_l: (1, 1) when the invariant holds."""
-    I = scan_invariant(prob, theta, theta0)
+    I = scan_invariant(prob, theta, theta0)  # noqa: E741 (the paper's I_l)
     ratio = I / jnp.nanmean(I, axis=-1, keepdims=True)
     return jnp.stack([jnp.nanmin(ratio, axis=-1), jnp.nanmax(ratio, axis=-1)], axis=-1)

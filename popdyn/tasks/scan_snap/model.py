@@ -25,14 +25,15 @@ from popdyn.problem import Problem, Theta
 from popdyn.tasks.scan_snap.data import Classes
 
 
-def _masked_softmax(logits: Float[Array, "... M"], logw: Float[Array, "... M"],
-                    mask: Float[Array, "... M"]) -> Float[Array, "... M"]:
+def _masked_softmax(
+    logits: Float[Array, "... M"], logw: Float[Array, "... M"], mask: Float[Array, "... M"]
+) -> Float[Array, "... M"]:
     """softmax(logits + logw) restricted to ``mask`` (double ``where``: no NaN gradient off the mask)."""
     s = jnp.where(mask, logits + jnp.where(mask, logw, 0.0), -jnp.inf)
     return jax.nn.softmax(s, axis=-1)
 
 
-def _cross_entropy(f: Float[Array, "... M"], Y: Float[Array, "M M"], label: Int[Array, "..."]) -> Float[Array, "..."]:
+def _cross_entropy(f: Float[Array, "... M"], Y: Float[Array, "M M"], label: Int[Array, ...]) -> Float[Array, ...]:
     """logsumexp(Yᵀf) − (Yᵀf)_label for ℓ2-normalised mixtures f."""
     logits = f @ Y
     return jax.nn.logsumexp(logits, axis=-1) - jnp.take_along_axis(logits, label[..., None], axis=-1)[..., 0]
@@ -58,8 +59,15 @@ class ScanSnap(Problem):
     tables: tuple = ()
     supports: tuple = ()
 
-    def __init__(self, classes: Classes, M: int | None = None, T: int | None = None, *, chunk: int = 4096,
-                 limit: int = MAX_HISTOGRAMS):
+    def __init__(
+        self,
+        classes: Classes,
+        M: int | None = None,
+        T: int | None = None,
+        *,
+        chunk: int = 4096,
+        limit: int = MAX_HISTOGRAMS,
+    ):
         if not isinstance(classes, Classes):
             raise ValueError(f"classes={classes!r} is invalid: must be a Classes (see scan_snap.make_classes)")
         if M is not None and _validate.int_at_least("M", M, 2) != classes.M:
@@ -77,10 +85,14 @@ class ScanSnap(Problem):
             try:
                 check_histograms(len(s), self.T - 1, distinct=False, limit=limit)
             except ValueError as e:
-                raise ValueError(f"T={T} is too large for exact enumeration: a class has {len(s)} tokens in its "
-                                 f"support and {e}; use T=None (the T → ∞ loss)") from None
-        self.tables = tuple(Histograms(len(s), self.T - 1, distinct=False, chunk=chunk, limit=limit,
-                                       token_probs=p[s]) for s, p in zip(supports, classes.probs))
+                raise ValueError(
+                    f"T={T} is too large for exact enumeration: a class has {len(s)} tokens in its "
+                    f"support and {e}; use T=None (the T → ∞ loss)"
+                ) from None
+        self.tables = tuple(
+            Histograms(len(s), self.T - 1, distinct=False, chunk=chunk, limit=limit, token_probs=p[s])
+            for s, p in zip(supports, classes.probs, strict=False)
+        )
         self.supports = tuple(jnp.asarray(s, dtype=jnp.int32) for s in supports)
 
     @property
@@ -102,8 +114,10 @@ class ScanSnap(Problem):
         kY, kZ = jax.random.split(key)
         bound = 1.0 / np.sqrt(self.M)
         shape = (self.M, self.M)
-        return {"Y": jax.random.uniform(kY, shape, self.probs.dtype, -bound, bound),
-                "Z": jax.random.uniform(kZ, shape, self.probs.dtype, -bound, bound)}
+        return {
+            "Y": jax.random.uniform(kY, shape, self.probs.dtype, -bound, bound),
+            "Z": jax.random.uniform(kZ, shape, self.probs.dtype, -bound, bound),
+        }
 
     def attention(self, theta: Theta) -> Float[Array, "K M"]:
         """c_n = softmax over supp(n) of z_{ψ(n)} + log P(·|n): the T → ∞ attention mixture (§1)."""

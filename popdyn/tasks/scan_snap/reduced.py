@@ -28,9 +28,17 @@ def attention_velocity(prob: ScanSnap, Z: Float[Array, "M M"], gamma_t, eta_z) -
     return eta_z * gamma_t * jnp.zeros_like(Z).at[prob.query].add(f * v)
 
 
-def reduced_attention_flow(prob: ScanSnap, ts: Float[Array, " S"], eta_y: float, eta_z: float,
-                           Z0: Float[Array, "M M"] | None = None, *, rtol: float = 1e-10,
-                           atol: float = 1e-12, max_steps: int = 100_000) -> tuple[Float[Array, "S M M"], Array]:
+def reduced_attention_flow(
+    prob: ScanSnap,
+    ts: Float[Array, " S"],
+    eta_y: float,
+    eta_z: float,
+    Z0: Float[Array, "M M"] | None = None,
+    *,
+    rtol: float = 1e-10,
+    atol: float = 1e-12,
+    max_steps: int = 100_000,
+) -> tuple[Float[Array, "S M M"], Array]:
     """Z at the times ``ts`` (increasing, from 0) under Eq. (10), and whether the solve succeeded.
 
     Non-success leaves diffrax's inf padding in the unreached rows, reported by the code, never hidden.
@@ -48,8 +56,15 @@ def _solve(prob, ts, eta_y, eta_z, Z0, rtol, atol, max_steps):
         return attention_velocity(prob, Z, gamma(t, prob.K, prob.M, eta_y), eta_z)
 
     sol = diffrax.diffeqsolve(
-        diffrax.ODETerm(rhs), diffrax.Tsit5(), t0=ts[0], t1=ts[-1], dt0=None, y0=Z0,
-        saveat=diffrax.SaveAt(ts=ts), stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
-        max_steps=max_steps, throw=False,
+        diffrax.ODETerm(rhs),
+        diffrax.Tsit5(),
+        t0=ts[0],
+        t1=ts[-1],
+        dt0=None,
+        y0=Z0,
+        saveat=diffrax.SaveAt(ts=ts),
+        stepsize_controller=diffrax.PIDController(rtol=rtol, atol=atol),
+        max_steps=max_steps,
+        throw=False,
     )
     return sol.ys, sol.result == diffrax.RESULTS.successful

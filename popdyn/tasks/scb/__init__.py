@@ -8,7 +8,19 @@ from popdyn.tasks.scb.sampling import minibatch_gradient, per_sample_gradients, 
 from popdyn.tasks.scb.stepsize import Whitened
 
 __all__ = [
-    "MAX_SEQUENCES", "Reduced2D", "Reduced4D", "SoftmaxBigram", "SparseBigram", "Whitened", "brute_force_loss",
-    "embed_2d", "embed_4d", "minibatch_gradient", "per_sample_gradients", "per_sample_loss", "random_instance",
-    "sequence_table", "validate_instance",
+    "MAX_SEQUENCES",
+    "Reduced2D",
+    "Reduced4D",
+    "SoftmaxBigram",
+    "SparseBigram",
+    "Whitened",
+    "brute_force_loss",
+    "embed_2d",
+    "embed_4d",
+    "minibatch_gradient",
+    "per_sample_gradients",
+    "per_sample_loss",
+    "random_instance",
+    "sequence_table",
+    "validate_instance",
 ]

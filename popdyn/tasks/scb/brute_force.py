@@ -21,8 +21,10 @@ def sequence_table(prob: SparseBigram) -> tuple[Int[Array, "S T1"], Float[Array,
     ``MAX_SEQUENCES`` sequences. Traceable in ``prob`` (jit with ``eqx.filter_jit``)."""
     N, T = prob.N, prob.T
     if N ** (T + 1) > MAX_SEQUENCES:
-        raise ValueError(f"N^(T+1) = {N}^{T + 1} = {N ** (T + 1)} sequences is too many for brute force: "
-                         f"the limit is {MAX_SEQUENCES}")
+        raise ValueError(
+            f"N^(T+1) = {N}^{T + 1} = {N ** (T + 1)} sequences is too many for brute force: "
+            f"the limit is {MAX_SEQUENCES}"
+        )
     seqs = np.indices((N,) * (T + 1)).reshape(T + 1, -1).T
     seqs = jnp.asarray(seqs)
     return seqs, jnp.prod(prob.mu[seqs], axis=1)

@@ -34,8 +34,10 @@ def _columns_are_distributions(name: str, M: np.ndarray, over: str) -> None:
     bad_cols = np.flatnonzero(np.abs(sums - 1.0) > _SUM_TOL)
     if bad_cols.size:
         j = bad_cols[0]
-        raise ValueError(f"column {j} of {name} sums to {float(sums[j])!r}: every column must sum to 1 "
-                         f"(a probability vector over the {over})")
+        raise ValueError(
+            f"column {j} of {name} sums to {float(sums[j])!r}: every column must sum to 1 "
+            f"(a probability vector over the {over})"
+        )
 
 
 def validate_instance(P, Qm) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -80,8 +80,10 @@ class SparseBigram(Problem):
         """(α_V, α_A) = (⟨V − μ1ᵀ, P − μ1ᵀ⟩_μ / c, ⟨A − 11ᵀ/T, Qm − 11ᵀ/T⟩_μ / (q̄ − 1/T)) (§4); NaN or ±inf
         when c = 0 (P = μ1ᵀ) or q̄ = 1/T (uniform attention)."""
         dP, dQ = self.P - self.mu[:, None], self.Qm - 1.0 / self.T
-        return (self.mu_inner(theta["V"] - self.mu[:, None], dP) / self.c,
-                self.mu_inner(theta["A"] - 1.0 / self.T, dQ) / (self.qbar - 1.0 / self.T))
+        return (
+            self.mu_inner(theta["V"] - self.mu[:, None], dP) / self.c,
+            self.mu_inner(theta["A"] - 1.0 / self.T, dQ) / (self.qbar - 1.0 / self.T),
+        )
 
     def precondition(self, grad: Theta, project: bool = False) -> Theta:
         """The direction (∇_V D_μ^{-1}, ∇_{a_k}/μ_k) of §4; ``project`` applies Π_T = I − 11ᵀ/T on the left of
@@ -105,16 +107,19 @@ class SparseBigram(Problem):
         tr_VSP = self.mu_inner(V, self.P) - VP
         tr_VSV = self.mu_inner(V, V) - VV
         s = jnp.sum(A, axis=0)
-        per_k = (-jnp.sum(A * self.Qm, axis=0) * tr_VSP - s * VP
-                 + 0.5 * jnp.sum(A * A, axis=0) * tr_VSV + 0.5 * s**2 * VV)
+        per_k = (
+            -jnp.sum(A * self.Qm, axis=0) * tr_VSP - s * VP + 0.5 * jnp.sum(A * A, axis=0) * tr_VSV + 0.5 * s**2 * VV
+        )
         return 0.5 + self.mu @ per_k
 
     def init(self, key: Array) -> Theta:
         """The uninformative start V0 = μ1ᵀ (predicts the unigram μ), A0 = 11ᵀ/T (uniform attention), §4;
         ``key`` is unused. Its loss is ½(1 − ‖μ‖²)."""
         del key
-        return {"V": jnp.broadcast_to(self.mu[:, None], (self.N, self.N)),
-                "A": jnp.full((self.T, self.N), 1.0 / self.T)}
+        return {
+            "V": jnp.broadcast_to(self.mu[:, None], (self.N, self.N)),
+            "A": jnp.full((self.T, self.N), 1.0 / self.T),
+        }
 
     def attractors(self):
         """The minimiser curve {(sP, Qm/s) : s ≠ 0} (§3) as "minimum": residual ‖V − sP‖_F + ‖A − Qm/s‖_F at

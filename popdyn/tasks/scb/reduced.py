@@ -33,8 +33,10 @@ def _scalars(c, qbar, T, mu_sq) -> tuple[float, float, int, float]:
     T = _validate.int_at_least("T", T, 2)
     qbar = _validate.finite("qbar", qbar)
     if not (1.0 / T < qbar <= 1.0 + _ROUNDING):
-        raise ValueError(f"qbar={qbar!r} is out of range: must lie in (1/T, 1] = ({1.0 / T:g}, 1] "
-                         "(qbar = 1/T is uniform attention, where alpha_A is undefined)")
+        raise ValueError(
+            f"qbar={qbar!r} is out of range: must lie in (1/T, 1] = ({1.0 / T:g}, 1] "
+            "(qbar = 1/T is uniform attention, where alpha_A is undefined)"
+        )
     mu_sq = _validate.finite("mu_sq", mu_sq)
     if not (0.0 < mu_sq <= 1.0 + _ROUNDING):
         raise ValueError(f"mu_sq={mu_sq!r} is out of range: must lie in (0, 1]")
@@ -157,8 +159,13 @@ class Reduced4D(_Reduced):
         """The full loss on the family: ½ − cα_V m_1 − ‖μ‖² s_V s_A + ½cα_V² m_2 + ½‖μ‖² s_V² s_A² (§3 at V, A)."""
         aV = theta["alpha_V"]
         s_V, s_A, m1, m2 = self._moments(theta)
-        return (0.5 - self.c * aV * m1 - self.mu_sq * s_V * s_A
-                + 0.5 * self.c * aV**2 * m2 + 0.5 * self.mu_sq * (s_V * s_A) ** 2)
+        return (
+            0.5
+            - self.c * aV * m1
+            - self.mu_sq * s_V * s_A
+            + 0.5 * self.c * aV**2 * m2
+            + 0.5 * self.mu_sq * (s_V * s_A) ** 2
+        )
 
     def precondition(self, grad: Theta) -> Theta:
         """G^{-1}∇ℓ, G the μ-Gram matrix of the tangents (P, μ1ᵀ | Qm, 11ᵀ):
@@ -196,11 +203,15 @@ class Reduced4D(_Reduced):
 def embed_2d(prob: SparseBigram, theta: Theta) -> Theta:
     """The point of 𝓜: V = μ1ᵀ + α_V(P − μ1ᵀ), A = 11ᵀ/T + α_A(Qm − 11ᵀ/T) (§4)."""
     mu1 = prob.mu[:, None] * jnp.ones(prob.N)
-    return {"V": mu1 + theta["alpha_V"] * (prob.P - mu1),
-            "A": 1.0 / prob.T + theta["alpha_A"] * (prob.Qm - 1.0 / prob.T)}
+    return {
+        "V": mu1 + theta["alpha_V"] * (prob.P - mu1),
+        "A": 1.0 / prob.T + theta["alpha_A"] * (prob.Qm - 1.0 / prob.T),
+    }
 
 
 def embed_4d(prob: SparseBigram, theta: Theta) -> Theta:
     """The point of the 4-D family: V = α_V P + β_V μ1ᵀ, A = α_A Qm + β_A 11ᵀ (§4)."""
-    return {"V": theta["alpha_V"] * prob.P + theta["beta_V"] * prob.mu[:, None] * jnp.ones(prob.N),
-            "A": theta["alpha_A"] * prob.Qm + theta["beta_A"]}
+    return {
+        "V": theta["alpha_V"] * prob.P + theta["beta_V"] * prob.mu[:, None] * jnp.ones(prob.N),
+        "A": theta["alpha_A"] * prob.Qm + theta["beta_A"],
+    }

@@ -2,20 +2,59 @@
 teacher.md)."""
 
 from popdyn.tasks.teacher.builders import (
-    TEACHERS, cnn_pooling, cycle_gcn, group_sparse, make_teacher, random_V, token_selection,
+    TEACHERS,
+    cnn_pooling,
+    cycle_gcn,
+    group_sparse,
+    make_teacher,
+    random_V,
+    token_selection,
 )
 from popdyn.tasks.teacher.kernels import (
-    ZERO_INITS, entry_loss, kappa, kfun, limit_partials, norm_toward, zero_partials,
+    ZERO_INITS,
+    entry_loss,
+    kappa,
+    kfun,
+    limit_partials,
+    norm_toward,
+    zero_partials,
 )
 from popdyn.tasks.teacher.model import (
-    ACTIVATIONS, DEFAULT_LEAKY_ALPHA, BilinearTeacher, resolve_alpha, validate_sizes, validate_teacher,
+    ACTIVATIONS,
+    DEFAULT_LEAKY_ALPHA,
+    BilinearTeacher,
+    resolve_alpha,
+    validate_sizes,
+    validate_teacher,
 )
 from popdyn.tasks.teacher.ood import ood_excess_linear, ood_excess_mc
 from popdyn.tasks.teacher.reduced import TeacherReduced, embed, late_constant, project
 
 __all__ = [
-    "ACTIVATIONS", "DEFAULT_LEAKY_ALPHA", "TEACHERS", "ZERO_INITS", "BilinearTeacher", "TeacherReduced",
-    "cnn_pooling", "cycle_gcn", "embed", "entry_loss", "group_sparse", "kappa", "kfun", "late_constant",
-    "limit_partials", "make_teacher", "norm_toward", "ood_excess_linear", "ood_excess_mc", "project", "random_V",
-    "resolve_alpha", "token_selection", "validate_sizes", "validate_teacher", "zero_partials",
+    "ACTIVATIONS",
+    "DEFAULT_LEAKY_ALPHA",
+    "TEACHERS",
+    "ZERO_INITS",
+    "BilinearTeacher",
+    "TeacherReduced",
+    "cnn_pooling",
+    "cycle_gcn",
+    "embed",
+    "entry_loss",
+    "group_sparse",
+    "kappa",
+    "kfun",
+    "late_constant",
+    "limit_partials",
+    "make_teacher",
+    "norm_toward",
+    "ood_excess_linear",
+    "ood_excess_mc",
+    "project",
+    "random_V",
+    "resolve_alpha",
+    "token_selection",
+    "validate_sizes",
+    "validate_teacher",
+    "zero_partials",
 ]

@@ -41,8 +41,13 @@ def token_selection(D: int, K: int, targets=None) -> np.ndarray:
     [our choice; the paper's g is unknown]."""
     D, K = validate_sizes(D, K)
     g = np.arange(K) if targets is None else np.asarray(targets)
-    if (g.shape != (K,) or not np.issubdtype(g.dtype, np.integer) or len(set(g.tolist())) != K
-            or np.any(g < 0) or np.any(g >= D)):
+    if (
+        g.shape != (K,)
+        or not np.issubdtype(g.dtype, np.integer)
+        or len(set(g.tolist())) != K
+        or np.any(g < 0)
+        or np.any(g >= D)
+    ):
         raise ValueError(f"targets={targets!r} is invalid: must be K={K} distinct integer positions in [0, {D})")
     S = np.zeros((D, D))
     S[g, :] = 1.0 / K
@@ -68,9 +73,21 @@ def random_V(key: Array, M: int, d: int, norm: float | None = None) -> Float[Arr
     return V if norm is None else V * (norm / jnp.linalg.norm(V))
 
 
-def make_teacher(name: str, D: int, K: int | None = None, *, d: int, M: int | None = None, key: Array | None = None,
-                 v_norm: float | None = None, activation: str = "leaky", alpha: float | None = None,
-                 sigma_x: float = 1.0, sigma_eps: float = 0.0, zero_init: str = "limit") -> BilinearTeacher:
+def make_teacher(
+    name: str,
+    D: int,
+    K: int | None = None,
+    *,
+    d: int,
+    M: int | None = None,
+    key: Array | None = None,
+    v_norm: float | None = None,
+    activation: str = "leaky",
+    alpha: float | None = None,
+    sigma_x: float = 1.0,
+    sigma_eps: float = 0.0,
+    zero_init: str = "limit",
+) -> BilinearTeacher:
     """A ``BilinearTeacher`` for ``name`` ∈ {"cnn", "gcn", "sts", "gslp"} (§1.1).
 
     "cnn"/"gcn": S* from ``cnn_pooling``/``cycle_gcn`` and V* = ``random_V(key, M, d, v_norm)``. "sts": V* = I_d
@@ -106,8 +123,16 @@ PAPER_SIZES = {"cnn": (36, 4), "gcn": (20, 3), "sts": (20, 4), "gslp": (20, 1)} 
 DEFAULT_d, DEFAULT_M = 4, 4  # [our choice]: the paper's d, M are unknown
 
 
-def build(teacher: str, D: int | None = None, K: int | None = None, activation: str = "relu",
-          alpha: float | None = None, d: int = DEFAULT_d, M: int | None = None, seed: int = 0) -> BilinearTeacher:
+def build(
+    teacher: str,
+    D: int | None = None,
+    K: int | None = None,
+    activation: str = "relu",
+    alpha: float | None = None,
+    d: int = DEFAULT_d,
+    M: int | None = None,
+    seed: int = 0,
+) -> BilinearTeacher:
     """The named teacher at the paper's synthetic (D, K) unless given; V* ~ N(0, 1) entries from PRNGKey(seed)
     (cnn, gcn: M × d, default 4 × 4; gslp: 1 × d; sts: V* = I_d)."""
     _validate.choice("teacher", teacher, TEACHERS)
@@ -116,5 +141,13 @@ def build(teacher: str, D: int | None = None, K: int | None = None, activation: 
     K = (K0 if K is None else K) if teacher != "gslp" else K
     if M is None and teacher in ("cnn", "gcn"):
         M = DEFAULT_M
-    return make_teacher(teacher, D, K, d=d, M=M, key=jax.random.PRNGKey(_validate.seed("seed", seed)),
-                        activation=activation, alpha=alpha)
+    return make_teacher(
+        teacher,
+        D,
+        K,
+        d=d,
+        M=M,
+        key=jax.random.PRNGKey(_validate.seed("seed", seed)),
+        activation=activation,
+        alpha=alpha,
+    )

@@ -42,8 +42,10 @@ def validate_teacher(S_star, V_star) -> tuple[np.ndarray, np.ndarray, int]:
     counts = np.count_nonzero(S, axis=0)
     K = int(counts[0])
     if np.any(counts != K) or not 1 <= K < S.shape[0] or not np.allclose(S[S > 0], 1.0 / K, rtol=1e-12, atol=0):
-        raise ValueError(f"S_star is invalid: every column must have the same number K of nonzero entries, "
-                         f"1 <= K < D = {S.shape[0]}, each equal to 1/K (column counts {counts.tolist()})")
+        raise ValueError(
+            f"S_star is invalid: every column must have the same number K of nonzero entries, "
+            f"1 <= K < D = {S.shape[0]}, each equal to 1/K (column counts {counts.tolist()})"
+        )
     V = _validate.float_array("V_star", V_star)
     if V.ndim != 2 or V.size == 0 or not np.all(np.isfinite(V)) or not np.any(V):
         raise ValueError(f"V_star with shape {V.shape} is invalid: must be a finite, nonzero 2-D M×d matrix")
@@ -53,9 +55,12 @@ def validate_teacher(S_star, V_star) -> tuple[np.ndarray, np.ndarray, int]:
 def validate_settings(activation: str, alpha, sigma_x, sigma_eps, zero_init: str) -> tuple[float, float, float, str]:
     """(α, σ_x, σ_ε, zero_init) of a ``BilinearTeacher``, checked: the leaky slope of ``activation``
     (``resolve_alpha``), σ_x > 0, σ_ε >= 0 and a known zero-initialisation convention."""
-    return (resolve_alpha(activation, alpha), _validate.positive("sigma_x", sigma_x),
-            _validate.positive("sigma_eps", sigma_eps, allow_zero=True),
-            _validate.choice("zero_init", zero_init, ZERO_INITS))
+    return (
+        resolve_alpha(activation, alpha),
+        _validate.positive("sigma_x", sigma_x),
+        _validate.positive("sigma_eps", sigma_eps, allow_zero=True),
+        _validate.choice("zero_init", zero_init, ZERO_INITS),
+    )
 
 
 def resolve_alpha(activation: str, alpha) -> float:
@@ -91,8 +96,16 @@ class BilinearTeacher(Problem):
     K: int = eqx.field(static=True)
     zero_init: str = eqx.field(static=True)
 
-    def __init__(self, S_star, V_star, activation: str = "leaky", alpha: float | None = None, sigma_x: float = 1.0,
-                 sigma_eps: float = 0.0, zero_init: str = "limit"):
+    def __init__(
+        self,
+        S_star,
+        V_star,
+        activation: str = "leaky",
+        alpha: float | None = None,
+        sigma_x: float = 1.0,
+        sigma_eps: float = 0.0,
+        zero_init: str = "limit",
+    ):
         S, V, self.K = validate_teacher(S_star, V_star)
         alpha, sigma_x, sigma_eps, self.zero_init = validate_settings(activation, alpha, sigma_x, sigma_eps, zero_init)
         self.alpha, self.sigma_x, self.sigma_eps = jnp.asarray(alpha), jnp.asarray(sigma_x), jnp.asarray(sigma_eps)
@@ -126,7 +139,7 @@ class BilinearTeacher(Problem):
         """S = softmax(A/√D) over axis 0: column i is the attention of output position i (§2)."""
         return jax.nn.softmax(theta["A"] / math.sqrt(self.D), axis=0)
 
-    def activate(self, z: Float[Array, "..."]) -> Float[Array, "..."]:
+    def activate(self, z: Float[Array, ...]) -> Float[Array, ...]:
         """σ(z) = max(z, αz) (§1)."""
         return jnp.maximum(z, self.alpha * z)
 
@@ -176,9 +189,12 @@ class BilinearTeacher(Problem):
         return {"W": jnp.zeros((self.M, self.d)), "A": jnp.zeros((self.D, self.D))}
 
     def attractors(self):
-        """"teacher": ‖W − V*‖_F + ‖S − S*‖_F, zero only in the limit Δ → ∞ (no finite minimiser)."""
-        return {"teacher": lambda t: jnp.linalg.norm(t["W"] - self.V_star)
-                + jnp.linalg.norm(self.attention(t) - self.S_star)}
+        """ "teacher": ‖W − V*‖_F + ‖S − S*‖_F, zero only in the limit Δ → ∞ (no finite minimiser)."""
+        return {
+            "teacher": lambda t: (
+                jnp.linalg.norm(t["W"] - self.V_star) + jnp.linalg.norm(self.attention(t) - self.S_star)
+            )
+        }
 
     def lambda_max_at_teacher(self) -> float:
         """λ_max of ∇²L in (W, A) at the teacher (W = V*, S → S*): κσ_x² max(D/K, v/(K²D)) (§6).

@@ -22,18 +22,21 @@ def ood_excess_linear(prob: BilinearTeacher, theta: Theta, mean: float = 1.0, va
     """Exact ½E‖W X̃ S − V* X̃ S*‖² for X̃_ab i.i.d. with ``mean`` m and variance ``var`` s² (any law):
     ½[s²(‖W‖²‖S‖² − 2⟨W,V*⟩⟨S,S*⟩ + ‖V*‖²‖S*‖²) + m²D‖(W − V*)1_d‖²] (§7). Identity σ only."""
     if float(prob.alpha) != 1.0:
-        raise ValueError(f"activation has alpha={float(prob.alpha)}: the exact OOD loss needs the identity "
-                         "(alpha = 1); use ood_excess_mc")
+        raise ValueError(
+            f"activation has alpha={float(prob.alpha)}: the exact OOD loss needs the identity "
+            "(alpha = 1); use ood_excess_mc"
+        )
     var = _validate.positive("var", var, allow_zero=True)
     mean = _validate.finite("mean", mean)
     W, S, V, Ss = theta["W"], prob.attention(theta), prob.V_star, prob.S_star
-    kron = (jnp.sum(W**2) * jnp.sum(S**2) - 2 * jnp.sum(W * V) * jnp.sum(S * Ss) + jnp.sum(V**2) * jnp.sum(Ss**2))
+    kron = jnp.sum(W**2) * jnp.sum(S**2) - 2 * jnp.sum(W * V) * jnp.sum(S * Ss) + jnp.sum(V**2) * jnp.sum(Ss**2)
     drift = jnp.sum(((W - V) @ jnp.ones(prob.d)) ** 2)
     return 0.5 * (var * kron + mean**2 * prob.D * drift)
 
 
-def ood_excess_mc(prob: BilinearTeacher, theta: Theta, key: Array, n: int,
-                  rate: float = 1.0) -> tuple[Float[Array, ""], Float[Array, ""]]:
+def ood_excess_mc(
+    prob: BilinearTeacher, theta: Theta, key: Array, n: int, rate: float = 1.0
+) -> tuple[Float[Array, ""], Float[Array, ""]]:
     """Monte Carlo (estimate, standard error) of ½E‖σ(W X̃ S) − σ(V* X̃ S*)‖² from ``n`` draws of X̃ with
     i.i.d. Exp(``rate``) entries (mean 1/rate, variance 1/rate²), for any activation (§7, §8)."""
     return _ood_mc(prob, theta, key, _validate.int_at_least("n", n, 2), _validate.positive("rate", rate))

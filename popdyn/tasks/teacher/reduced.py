@@ -43,8 +43,18 @@ class TeacherReduced(Problem):
     M: int = eqx.field(static=True)
     zero_init: str = eqx.field(static=True)
 
-    def __init__(self, D: int, K: int, v: float, alpha: float, sigma_x: float = 1.0, sigma_eps: float = 0.0, *,
-                 M: int = 1, zero_init: str = "limit"):
+    def __init__(
+        self,
+        D: int,
+        K: int,
+        v: float,
+        alpha: float,
+        sigma_x: float = 1.0,
+        sigma_eps: float = 0.0,
+        *,
+        M: int = 1,
+        zero_init: str = "limit",
+    ):
         self.D, self.K = validate_sizes(D, K)
         self.v = jnp.asarray(_validate.positive("v", v))
         if not 0.0 <= _validate.finite("alpha", alpha) <= 1.0:
@@ -58,15 +68,23 @@ class TeacherReduced(Problem):
     @classmethod
     def from_teacher(cls, teacher: BilinearTeacher) -> TeacherReduced:
         """The reduced system of a full teacher problem (same α, σ_x, σ_ε, M and zero-init convention)."""
-        return cls(teacher.D, teacher.K, float(teacher.v), float(teacher.alpha), float(teacher.sigma_x),
-                   float(teacher.sigma_eps), M=teacher.M, zero_init=teacher.zero_init)
+        return cls(
+            teacher.D,
+            teacher.K,
+            float(teacher.v),
+            float(teacher.alpha),
+            float(teacher.sigma_x),
+            float(teacher.sigma_eps),
+            M=teacher.M,
+            zero_init=teacher.zero_init,
+        )
 
     @property
     def L_opt(self) -> Float[Array, ""]:
         """L_opt = ½MDσ_ε² (§2)."""
         return 0.5 * self.M * self.D * self.sigma_eps**2
 
-    def attention_values(self, delta: Float[Array, "..."]) -> tuple[Float[Array, "..."], Float[Array, "..."]]:
+    def attention_values(self, delta: Float[Array, ...]) -> tuple[Float[Array, ...], Float[Array, ...]]:
         """(p, q) = (1/(K + (D−K)e^{−x}), p e^{−x}), x = Δ/√D, in log form (no overflow for any Δ) (§4.1)."""
         x = delta / math.sqrt(self.D)
         log_p = -jnp.logaddexp(math.log(self.K), math.log(self.D - self.K) - x)
@@ -98,11 +116,14 @@ class TeacherReduced(Problem):
         """ε = 1 − Kp, ‖W − V*‖_F = |C1 − 1|√v and ‖S − S*‖_F = Dε/√(K(D−K)) (§4.1)."""
         q = self.attention_values(theta["Delta"])[1]
         eps = (self.D - self.K) * q  # = 1 − Kp without cancellation
-        return {"eps": eps, "w_error": jnp.abs(theta["C1"] - 1.0) * jnp.sqrt(self.v),
-                "s_error": self.D * eps / math.sqrt(self.K * (self.D - self.K))}
+        return {
+            "eps": eps,
+            "w_error": jnp.abs(theta["C1"] - 1.0) * jnp.sqrt(self.v),
+            "s_error": self.D * eps / math.sqrt(self.K * (self.D - self.K)),
+        }
 
     def attractors(self):
-        """"teacher": ‖W − V*‖_F + ‖S − S*‖_F, zero only in the limit Δ → ∞."""
+        """ "teacher": ‖W − V*‖_F + ‖S − S*‖_F, zero only in the limit Δ → ∞."""
         return {"teacher": lambda t: sum(e for k, e in self.errors(t).items() if k != "eps")}
 
     def asymptotics(self, t: float) -> dict[str, float]:
@@ -111,8 +132,12 @@ class TeacherReduced(Problem):
         "s_error" ‖S − S*‖ ~ D√(D−K)/(σ_x√v√(2κt)); valid once t ≫ ``late_onset()``."""
         k2t = 2.0 * kappa(float(self.alpha)) * float(self.sigma_x) ** 2 * t
         D, K, v = self.D, self.K, float(self.v)
-        return {"excess": late_constant(D, K) / t, "eps": math.sqrt(K * (D - K) ** 2 / (k2t * v)),
-                "w_error": math.sqrt(K / k2t) * (D - K), "s_error": D * math.sqrt((D - K) / (k2t * v))}
+        return {
+            "excess": late_constant(D, K) / t,
+            "eps": math.sqrt(K * (D - K) ** 2 / (k2t * v)),
+            "w_error": math.sqrt(K / k2t) * (D - K),
+            "s_error": D * math.sqrt((D - K) / (k2t * v)),
+        }
 
     def late_onset(self) -> float:
         """(D−K)⁴/(2κσ_x²vK): the flow time after which the 1/t regime sets in (ε < K/(D−K), §5.2)."""
@@ -128,5 +153,7 @@ def embed(teacher: BilinearTeacher, theta: Theta) -> Theta:
 def project(teacher: BilinearTeacher, theta: Theta) -> Theta:
     """(C1, Δ) of a full θ: C1 = ⟨W, V*⟩/v, Δ = ⟨A, B⟩/(K(D−K)) with B = ∂A/∂Δ (exact on the manifold)."""
     B = teacher.logits(1.0)
-    return {"C1": jnp.sum(theta["W"] * teacher.V_star) / teacher.v,
-            "Delta": jnp.sum(theta["A"] * B) / (teacher.K * (teacher.D - teacher.K))}
+    return {
+        "C1": jnp.sum(theta["W"] * teacher.V_star) / teacher.v,
+        "Delta": jnp.sum(theta["A"] * B) / (teacher.K * (teacher.D - teacher.K)),
+    }
