@@ -1,7 +1,10 @@
-"""Shared helpers of the benchmark scripts: machine information, the run header, writing one script's section
-of ``benchmarks/RESULTS.md`` while keeping the others, the machine-readable headline file of each script
-(``benchmarks/results/<script>.json``, read by ``run_all.py``), timing and formatting, and the Monte-Carlo
-"equal precision" bookkeeping shared by the exact-vs-MC benchmarks."""
+"""Shared helpers of the benchmarks: machine information, the run header, writing one benchmark's section of
+``benchmarks/RESULTS.md`` while keeping the others, the machine-readable headline file of each benchmark
+(``benchmarks/results/<name>.json``, read by ``benchmarks.run_all``), timing and formatting, and the Monte-Carlo
+"equal precision" bookkeeping shared by the exact-vs-MC benchmarks.
+
+Every benchmark measures in float64: importing this module switches JAX's ``jax_enable_x64`` on (every benchmark
+imports it at start-up, before any computation)."""
 
 from __future__ import annotations
 
@@ -21,10 +24,13 @@ import jax
 import jax.flatten_util
 import numpy as np
 
+jax.config.update("jax_enable_x64", True)
+
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_HEADER = (
     "# popdyn benchmarks\n\n"
-    "Measured results written by the scripts in `benchmarks/`; each script replaces its own section when re-run.\n"
+    "Measured results written by the benchmarks in `benchmarks/` (`python -m benchmarks.<name>` from the repository "
+    "root); each benchmark replaces its own section when re-run.\n"
 )
 
 
@@ -92,10 +98,23 @@ def write_section(path: Path, heading: str, section: str, first: bool = False) -
     path.write_text(new)
 
 
+def module_name() -> str | None:
+    """The dotted name of the module running as ``__main__`` (``benchmarks.lanes`` for ``python -m benchmarks.lanes``,
+    ``benchmarks.decision_lists`` for a package's ``__main__``), or None when it was not started with ``-m``."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return spec.name.removesuffix(".__main__") if spec is not None and spec.name else None
+
+
+def command_line(argv: list[str] | None) -> str:
+    """The command line of this run, as typed: ``python -m benchmarks.<name> ARGS``."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    name = module_name()
+    return "python " + " ".join(shlex.quote(a) for a in [*(["-m", name] if name else [sys.argv[0]]), *args])
+
+
 def run_header(name: str, argv: list[str] | None) -> tuple[str, str, dict]:
     """Print and return the command line, the ISO date and the machine information of this run."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    command = "python " + " ".join(shlex.quote(a) for a in [sys.argv[0], *args])
+    command = command_line(argv)
     date = datetime.datetime.now().astimezone().isoformat(timespec="seconds")
     info = machine_info()
     print(f"{name} benchmark, {date}\n{command}")
@@ -110,11 +129,14 @@ def finish_section(lines: list[str], info: dict) -> str:
 
 
 def parser(doc: str):
-    """An argument parser whose description is the script docstring's first paragraph."""
+    """An argument parser whose description is the benchmark docstring's first paragraph."""
     import argparse
 
+    name = module_name()
     return argparse.ArgumentParser(
-        description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+        prog=f"python -m {name}" if name else None,
+        description=doc.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
 
 
@@ -135,9 +157,9 @@ def publish(section: str, heading: str, results: str | Path | None, headline: di
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Headline figures: benchmarks/results/<script>.json, read by run_all.py for the summary section
+# Headline figures: benchmarks/results/<name>.json, read by benchmarks.run_all for the summary section
 # ---------------------------------------------------------------------------------------------------------------
-SUMMARY_EPS = 1e-3  # the relative precision at which every script reports its Monte-Carlo headline
+SUMMARY_EPS = 1e-3  # the relative precision at which every benchmark reports its Monte-Carlo headline
 
 
 def json_path(results: str | Path, script: str) -> Path:

@@ -24,11 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
-
-from benchmarks._common import finish_section, make_headline, parser, publish, run_header  # noqa: E402
+from benchmarks._common import REPO, finish_section, make_headline, parser, publish, run_header
 
 SCRIPT = "cli_startup"
 HEADING = "## Command-line start-up"
@@ -77,7 +73,7 @@ def main(argv=None) -> int:
         "",
         f"`popdyn {' '.join(job)}` as a fresh process, timed from start to exit, with JAX's persistent "
         'compilation cache in an empty folder (`POPDYN_CACHE_DIR`; docs/jobs.md, "A fast command line"). '
-        "Measured by `benchmarks/cli_startup.py` in one run.",
+        "Measured by `python -m benchmarks.cli_startup` in one run.",
         "",
         "| run | seconds |",
         "|---|---|",

@@ -60,39 +60,32 @@ What it measures (float64 throughout, default JAX backend = the CPU here)
 
 How to run (from the repository root, on a quiet machine)
 --------------------------------------------------------
-    python benchmarks/decision_lists.py            # ~10 min on 2 cores; writes its section of benchmarks/RESULTS.md
-    python benchmarks/decision_lists.py --quick    # (20, 5) only for MC, 3 seeds, no (32,29,2) eigsh; writes nothing
-    python benchmarks/decision_lists.py --quick --results /tmp/r.md
+    python -m benchmarks.decision_lists            # ~10 min on 2 cores; writes its section of benchmarks/RESULTS.md
+    python -m benchmarks.decision_lists --quick    # (20, 5) only for MC, 3 seeds, no (32,29,2) eigsh; writes nothing
+    python -m benchmarks.decision_lists --quick --results /tmp/r.md
 Options: --mc-cases, --eps, --pilot, --mc-batch, --mc-cap, --exact-limit, --repeats, --t2-seeds,
 --lanczos-iters, --no-eigsh, --seed, --results PATH. The section written is
 "## Decision lists: exact paths, Theorem 1 and Theorem 2" (other sections of the file are kept); the headline figures
-for ``run_all.py``'s summary go to ``benchmarks/results/decision_lists.json``.
+for ``benchmarks.run_all``'s summary go to ``benchmarks/results/decision_lists.json``.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import sys
 import time
 from math import comb
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # `python benchmarks/decision_lists.py` puts benchmarks/ first, not the repo root
-    sys.path.insert(0, str(REPO))
+import equinox as eqx
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.flatten_util import ravel_pytree
 
-import jax  # noqa: E402
-
-jax.config.update("jax_enable_x64", True)
-
-import equinox as eqx  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from jax.flatten_util import ravel_pytree  # noqa: E402
-
-import popdyn  # noqa: E402
-from benchmarks._common import (  # noqa: E402
+import popdyn
+from benchmarks._common import (
+    REPO,
     SUMMARY_EPS,
     finish_section,
     fmt_n,
@@ -103,14 +96,14 @@ from benchmarks._common import (  # noqa: E402
     publish,
     run_header,
 )
-from benchmarks._common import fmt_ratio as _fmt_ratio  # noqa: E402
-from popdyn.tasks.decision_list import (  # noqa: E402
+from benchmarks._common import fmt_ratio as _fmt_ratio
+from popdyn.jobs.decision_list import theorem1_run
+from popdyn.tasks.decision_list import (
     DecisionList,
     brute_force_loss,
     column_loss,
     random_lists,
     random_perm,
-    theorem1_run,
     theorem2_instance,
 )
 
@@ -798,14 +791,14 @@ def render(
     total: float,
 ) -> str:
     out = [SECTION, ""]
-    out.append(f"Written by `benchmarks/decision_lists.py` on {date} (total run {total:.0f} s).  ")
+    out.append(f"Written by `python -m benchmarks.decision_lists` on {date} (total run {total:.0f} s).  ")
     out.append(f"Command: `{command}`")
     out.append("")
     out.append(
-        "float64, default JAX backend (CPU). *compile*: AOT `jit(...).lower(...).compile()`; *warm*: median of at least "
-        f"{args.repeats} further calls (more, up to 2000, until they add up to 1 s; fewer when that would pass 30 s), "
-        "each `block_until_ready`; *cold* "
-        "(parts 2–3): the first call in the process, compilation included; warm in part 2: median of 5. Part 1 uses the random point θ = (W, V) "
+        "float64, default JAX backend (CPU). *compile*: AOT `jit(...).lower(...).compile()`; *warm*: median of at "
+        f"least {args.repeats} further calls (more, up to 2000, until they add up to 1 s; fewer when that would pass "
+        "30 s), each `block_until_ready`; *cold* (parts 2–3): the first call in the process, compilation included; "
+        "warm in part 2: median of 5. Part 1 uses the random point θ = (W, V) "
         f"with i.i.d. N(0, 1) entries (PRNGKey({args.seed})), lists `random_lists(L, {M_LISTS}, {args.seed})`, "
         f"π = `random_perm(L, {args.seed})`."
     )
@@ -878,8 +871,8 @@ def render(
                     f"| ({r['L']}, {r['n']}) | {fmt_time(r['exact_warm'])} | {row['crit']} | {row['eps']:g} | "
                     f"{fmt_n(row['B'])} | {fmt_time(row['T'])} / {fmt_time(row['T_grad'])} | "
                     + (
-                        f"{row['run_nb']} × {row['run_b']:,}, {fmt_time(row['run_s'])} | {fmt_ratio(row['ratio_run'])} | "
-                        f"{row['run_loss_err']:.1e}, {row['run_grad_err']:.1e} |"
+                        f"{row['run_nb']} × {row['run_b']:,}, {fmt_time(row['run_s'])} | "
+                        f"{fmt_ratio(row['ratio_run'])} | {row['run_loss_err']:.1e}, {row['run_grad_err']:.1e} |"
                         if ran
                         else f"not run | {fmt_ratio(row['ratio'])} (pred.) | — |"
                     )

@@ -52,15 +52,16 @@ same process, ``--repeats`` rounds (``--flow-repeats`` for the flow), each call 
 the best and the median round, their percentage of the engine total and their ratio to the group's hand kernel. The
 machine may be shared: the load average before and after each group is stored; trust ratios, not seconds.
 
-Which popdyn is measured: the one ``import popdyn`` finds (the checkout, or ``PYTHONPATH=/some/copy``, e.g. a
-``git archive HEAD popdyn`` snapshot with a COMMIT file, to compare engine versions); its path and git state are
-printed and stored.
+Which popdyn is measured: the one ``import popdyn`` finds; its path and git state are printed and stored. ``python -m``
+puts the current directory first on the path, so from the repository root that is the checkout. To measure another
+copy (e.g. a ``git archive HEAD popdyn`` snapshot with a COMMIT file, to compare engine versions), run from outside
+both: ``cd /tmp && PYTHONPATH=/some/copy:/path/to/repo python -m benchmarks.engine_overhead``.
 
 How to run (from the repository root)
 -------------------------------------
-    python benchmarks/engine_overhead.py                 # GD 256² × 2000 steps, flow 64²; ~20 min on 2 busy cores
-    python benchmarks/engine_overhead.py --quick         # GD 64² × 200 steps, flow 16²; writes nothing
-    python benchmarks/engine_overhead.py --skip-rec1     # without the record_every=1 group (3+ GB of records)
+    python -m benchmarks.engine_overhead                 # GD 256² × 2000 steps, flow 64²; ~20 min on 2 busy cores
+    python -m benchmarks.engine_overhead --quick         # GD 64² × 200 steps, flow 16²; writes nothing
+    python -m benchmarks.engine_overhead --skip-rec1     # without the record_every=1 group (3+ GB of records)
 Options: --gd-grid N, --steps S, --lr, --flow-grid N, --t1, --repeats R, --flow-repeats R, --rule, --json PATH.
 Writes ``benchmarks/results/engine_overhead.json`` (full run; ``--json`` to choose). Peak memory ~13 GB at the
 defaults (the record_every=1 group).
@@ -72,30 +73,22 @@ import contextlib
 import json
 import math
 import os
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # appended, not prepended: a popdyn on PYTHONPATH (another version) wins
-    sys.path.append(str(REPO))
+import diffrax
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
 
-import jax  # noqa: E402
-
-jax.config.update("jax_enable_x64", True)
-
-import diffrax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-import optax  # noqa: E402
-
-import popdyn  # noqa: E402
-import popdyn.dynamics.descent as descent_mod  # noqa: E402
-import popdyn.dynamics.flow as flow_mod  # noqa: E402
-import popdyn.dynamics.trajectory as trajectory_mod  # noqa: E402
-from benchmarks._common import fmt_time, headline_row, make_headline, parser, peak_rss_gb, run_header  # noqa: E402
-from popdyn.batching import as_batch  # noqa: E402
-from popdyn.tasks.markov import Canonical  # noqa: E402
+import popdyn
+import popdyn.dynamics.descent as descent_mod
+import popdyn.dynamics.flow as flow_mod
+import popdyn.dynamics.trajectory as trajectory_mod
+from benchmarks._common import REPO, fmt_time, headline_row, make_headline, parser, peak_rss_gb, run_header
+from popdyn.batching import as_batch
+from popdyn.tasks.markov import Canonical
 
 SCRIPT = "engine_overhead"
 HEADING = "## Engine overhead (GD and flow against hand kernels)"

@@ -20,9 +20,9 @@ the batch run's, relative to the loss scale (lanes restart the flow's step-size 
 lanes stops at the first segment end where the point is steady).
 
 Cases: Markov flow (``Canonical(0.9, 0.9)``, 64² (e, w) grid on [-2, 2]², t1 = 1e4), Markov GD (the same grid,
-2,000 steps at η = 0.1, end points only as in basin maps), and the reduced decision-list (e, w, a) flow of ``popdyn basins decision-list``
-(``ReducedDecisionList(L=10, n=3, lengths=(2,), c=theorem1_c)``, 32² grid of its zero-column-sum plane plus the
-origin, t1 = 100).
+2,000 steps at η = 0.1, end points only as in basin maps), and the reduced decision-list (e, w, a) flow of
+``popdyn basins decision-list`` (``ReducedDecisionList(L=10, n=3, lengths=(2,), c=theorem1_c)``, 32² grid of its
+zero-column-sum plane plus the origin, t1 = 100).
 
 How to run (from the repository root)
 -------------------------------------
@@ -36,18 +36,12 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+import jax
+import numpy as np
 
-import jax  # noqa: E402
-
-jax.config.update("jax_enable_x64", True)
-
-import numpy as np  # noqa: E402
-
-import popdyn  # noqa: E402
-from benchmarks._common import (  # noqa: E402
+import popdyn
+from benchmarks._common import (
+    REPO,
     finish_section,
     fmt_n,
     make_headline,
@@ -56,8 +50,8 @@ from benchmarks._common import (  # noqa: E402
     run_header,
     warm_times,
 )
-from popdyn.dynamics.lanes import executed_work  # noqa: E402
-from popdyn.tasks.markov import Canonical  # noqa: E402
+from popdyn.dynamics.lanes import executed_work
+from popdyn.tasks.markov import Canonical
 
 SCRIPT = "lanes"
 HEADING = "## Lanes: executed work against needed work"
@@ -153,10 +147,10 @@ def section(results: list[dict], info: dict, command: str, date: str) -> str:
         "",
         "Under `vmap` every member of a batch runs as long as the slowest one; lanes refill a finished point's lane "
         'with the next one (docs/dynamics.md, "Lanes"). Both ways are run on the same points in one run of '
-        "`benchmarks/lanes.py`. *Needed* is the sum of the steps each point needs (flow: its solver steps until its "
-        "own stop; GD: its first steady step); *executed* is batch size × the slowest point for the vmapped batch and "
-        "the lanes' own work (rounds × width × the longest segment of each round, idle lanes included) for lanes. "
-        "Times are warm (best of several calls, compile excluded).",
+        "`python -m benchmarks.lanes`. *Needed* is the sum of the steps each point needs (flow: its solver steps "
+        "until its own stop; GD: its first steady step); *executed* is batch size × the slowest point for the "
+        "vmapped batch and the lanes' own work (rounds × width × the longest segment of each round, idle lanes "
+        "included) for lanes. Times are warm (best of several calls, compile excluded).",
         "",
         "| case | points | steps needed per point | how | executed ÷ needed | time | µs/point | max \\|Δ end loss\\| |",
         "|---|---|---|---|---|---|---|---|",

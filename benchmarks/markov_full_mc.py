@@ -48,34 +48,28 @@ Timings are on whatever JAX backend is the default (the CPU here), float64 throu
 
 How to run (from the repository root, on a quiet machine)
 --------------------------------------------------------
-    python benchmarks/markov_full_mc.py                    # N = 12, d = 8; writes its section of benchmarks/RESULTS.md
-    python benchmarks/markov_full_mc.py --quick            # N = 8, K = 32 batches of 128; writes nothing
-    python benchmarks/markov_full_mc.py --quick --results /tmp/r.md
+    python -m benchmarks.markov_full_mc                    # N = 12, d = 8; writes its section of benchmarks/RESULTS.md
+    python -m benchmarks.markov_full_mc --quick            # N = 8, K = 32 batches of 128; writes nothing
+    python -m benchmarks.markov_full_mc --quick --results /tmp/r.md
 Options: --N, --d, --p, --q, --batches K, --batch b0, --time-batch, --repeats, --eps E [E ...], --seed,
 --results PATH. The section written is "## Markov full model: exact gradient vs Monte Carlo" (other sections of the
-file are kept); the headline figures for ``run_all.py``'s summary go to ``benchmarks/results/markov_full_mc.json``.
+file are kept); the headline figures for ``benchmarks.run_all``'s summary go to
+``benchmarks/results/markov_full_mc.json``.
 """
 
 from __future__ import annotations
 
 import math
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # `python benchmarks/markov_full_mc.py` puts benchmarks/ first, not the repo root
-    sys.path.insert(0, str(REPO))
-
 import jax
-
-jax.config.update("jax_enable_x64", True)
-
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from benchmarks._common import (  # noqa: E402
+from benchmarks._common import (
+    REPO,
     aot,
     at_eps,
     finish_section,
@@ -257,7 +251,7 @@ def bench_point(label: str, std: float, model: Transformer, fns: dict, args, rng
 def render(results: list[dict], compile_s: dict, info: dict, args, command: str, date: str, total: float) -> str:
     N, d = args.N, args.d
     out = [SECTION, ""]
-    out.append(f"Written by `benchmarks/markov_full_mc.py` on {date} (total run {total:.0f} s).  ")
+    out.append(f"Written by `python -m benchmarks.markov_full_mc` on {date} (total run {total:.0f} s).  ")
     out.append(f"Command: `{command}`")
     out.append("")
     out.append(
@@ -326,7 +320,8 @@ def render(results: list[dict], compile_s: dict, info: dict, args, command: str,
                 ""
                 if r["sum_var_exact"] is None
                 else f"; exact Σ_i Var_i = E‖∇ℓ‖² − ‖∇L‖² by enumerating all "
-                f"2^{N + 1} sequences: {r['sum_var_exact']:.4e} (estimate/exact {r['sum_var'] / r['sum_var_exact']:.4f})"
+                f"2^{N + 1} sequences: {r['sum_var_exact']:.4e} (estimate/exact "
+                f"{r['sum_var'] / r['sum_var_exact']:.4f})"
             )
             + f". Sampling costs a further {r['sample_seq'] * 1e6:.2f} "
             f"µs/sequence (not counted). MC loss standard error = float64 eps·L would need B ≈ "

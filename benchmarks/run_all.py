@@ -16,12 +16,12 @@ What it does
 
 How to run (from the repository root, on a quiet machine)
 --------------------------------------------------------
-    python benchmarks/run_all.py                          # everything, ~21 min on 2 cores (decision_lists ~9 min)
-    python benchmarks/run_all.py --skip decision_lists    # ~12 min; its row comes from its last run
-    python benchmarks/run_all.py --only scan_snap teacher
-    python benchmarks/run_all.py --summary-only           # rebuild the summary from the JSON files, run nothing
-    python benchmarks/run_all.py --quick                  # every script's --quick, into a temporary directory
-    python benchmarks/run_all.py --quick --results /tmp/r.md
+    python -m benchmarks.run_all                          # everything, ~21 min on 2 cores (decision_lists ~9 min)
+    python -m benchmarks.run_all --skip decision_lists    # ~12 min; its row comes from its last run
+    python -m benchmarks.run_all --only scan_snap teacher
+    python -m benchmarks.run_all --summary-only           # rebuild the summary from the JSON files, run nothing
+    python -m benchmarks.run_all --quick                  # every script's --quick, into a temporary directory
+    python -m benchmarks.run_all --quick --results /tmp/r.md
 """
 
 from __future__ import annotations
@@ -35,11 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # `python benchmarks/run_all.py` puts benchmarks/ first, not the repo root
-    sys.path.insert(0, str(REPO))
-
-from benchmarks._common import (  # noqa: E402
+from benchmarks._common import (
+    REPO,
     SUMMARY_EPS,
     finish_section,
     fmt_ratio,
@@ -66,7 +63,7 @@ def run_script(name: str, quick: bool, results: Path) -> tuple[int, float]:
         if default
         else ["--results", os.path.relpath(results, REPO) if results.is_relative_to(REPO) else str(results)]
     )
-    cmd = [sys.executable, f"benchmarks/{name}.py", *(["--quick"] if quick else []), *where]
+    cmd = [sys.executable, "-m", f"benchmarks.{name}", *(["--quick"] if quick else []), *where]
     print(f"\n{'=' * 100}\n=== {name}: {' '.join(cmd[1:])}\n{'=' * 100}", flush=True)
     t0 = time.perf_counter()
     code = subprocess.run(cmd, cwd=REPO).returncode
@@ -160,7 +157,7 @@ def render(
     out = [
         SECTION,
         "",
-        f"Written by `benchmarks/run_all.py` on {date}.  ",
+        f"Written by `python -m benchmarks.run_all` on {date}.  ",
         f"Command: `{command}`",
         "",
         f"This run: {runs}" + (f"; **total wall time {fmt_time(total)}**" if ran else "") + ". Rows of scripts not "

@@ -41,9 +41,9 @@ bias, so the exact-vs-MC part runs at a small T (default 6: 42,504 count vectors
 
 How to run (from the repository root, on a quiet machine)
 --------------------------------------------------------
-    python benchmarks/scan_snap.py                 # ~1.5 min on 2 cores; writes its section of benchmarks/RESULTS.md
-    python benchmarks/scan_snap.py --quick         # T = 4, small pilot, 2 SGD seeds; < 1 min; writes nothing
-    python benchmarks/scan_snap.py --quick --results /tmp/r.md
+    python -m benchmarks.scan_snap                 # ~1.5 min on 2 cores; writes its section of benchmarks/RESULTS.md
+    python -m benchmarks.scan_snap --quick         # T = 4, small pilot, 2 SGD seeds; < 1 min; writes nothing
+    python -m benchmarks.scan_snap --quick --results /tmp/r.md
 Options: --medium N, --T, --pilot, --time-batch, --repeats, --eps, --steps, --batch, --lr, --eta-y, --eta-z,
 --momentum, --seq-T, --sgd-seeds, --seed, --results PATH. The section written is "## Scan and Snap: exact loss and
 gradient vs Monte Carlo, exact GD vs the authors' SGD" (other sections of the file are kept); the headline figures go
@@ -52,25 +52,18 @@ to ``benchmarks/results/scan_snap.json``.
 
 from __future__ import annotations
 
-import sys
 import time
 from math import comb
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # `python benchmarks/scan_snap.py` puts benchmarks/ first, not the repo root
-    sys.path.insert(0, str(REPO))
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-import jax  # noqa: E402
-
-jax.config.update("jax_enable_x64", True)
-
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
-import popdyn  # noqa: E402
-from benchmarks._common import (  # noqa: E402
+import popdyn
+from benchmarks._common import (
     MC_DEFINITION,
+    REPO,
     check_text,
     equal_precision,
     exact_timing,
@@ -89,7 +82,7 @@ from benchmarks._common import (  # noqa: E402
     run_header,
     sampled_task_checks,
 )
-from popdyn.tasks.scan_snap import Classes, ScanSnap, syn_medium, syn_small  # noqa: E402
+from popdyn.tasks.scan_snap import Classes, ScanSnap, syn_medium, syn_small
 
 SECTION = "## Scan and Snap: exact loss and gradient vs Monte Carlo, exact GD vs the authors' SGD"
 RECORD_EVERY = 10
@@ -313,7 +306,7 @@ def render(points, ref_inf, sgd, grad_check, classes, args, info, command, date,
     out = [
         SECTION,
         "",
-        f"Written by `benchmarks/scan_snap.py` on {date} (total run {total:.0f} s).  ",
+        f"Written by `python -m benchmarks.scan_snap` on {date} (total run {total:.0f} s).  ",
         f"Command: `{command}`",
         "",
         f"Classes: {describe(classes, args)}. Exact loss at T = {args.T} (T − 1 = {args.T - 1} contextual tokens): "
@@ -332,8 +325,8 @@ def render(points, ref_inf, sgd, grad_check, classes, args, info, command, date,
         "",
         "Compile and sampling: "
         + "; ".join(
-            f"{p['label']}: exact compile {fmt_time(p['exact_compile'])}, MC batch compile {fmt_time(p['mc_compile'])}, "
-            f"sampling {p['t_draw'] * 1e6:.3f} µs/sequence (not counted)"
+            f"{p['label']}: exact compile {fmt_time(p['exact_compile'])}, MC batch compile "
+            f"{fmt_time(p['mc_compile'])}, sampling {p['t_draw'] * 1e6:.3f} µs/sequence (not counted)"
             for p in points
         )
         + f". For reference, the T → ∞ loss+gradient (`ScanSnap(..., T=None)`, what popdyn's Fig. 4/6 dynamics "

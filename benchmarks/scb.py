@@ -22,26 +22,22 @@ at θ = ½(μ1ᵀ, 11ᵀ/T) + ½(P, Qm) (half-way between the start and the trut
 
 How to run (from the repository root, on a quiet machine)
 --------------------------------------------------------
-    python benchmarks/scb.py              # ~3 min on 2 cores; writes its section of benchmarks/RESULTS.md
-    python benchmarks/scb.py --quick      # N = 100, T = 10⁴ only; writes nothing
+    python -m benchmarks.scb              # ~3 min on 2 cores; writes its section of benchmarks/RESULTS.md
+    python -m benchmarks.scb --quick      # N = 100, T = 10⁴ only; writes nothing
 Options: --sizes N,T ..., --batch, --pilot, --eps, --repeats, --results PATH. The section written is
 "## Sparse contextual bigrams: one exact step at Fig. 5 scale" (other sections of the file are kept); the headline
-figures for ``run_all.py``'s summary go to ``benchmarks/results/scb.json``.
+figures for ``benchmarks.run_all``'s summary go to ``benchmarks/results/scb.json``.
 """
 
 from __future__ import annotations
 
-import sys
 import time
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import jax  # noqa: E402
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-jax.config.update("jax_enable_x64", True)
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-from _common import (  # noqa: E402
+from benchmarks._common import (
     REPO,
     SUMMARY_EPS,
     Moments,
@@ -55,9 +51,8 @@ from _common import (  # noqa: E402
     publish,
     run_header,
 )
-
-from popdyn.jobs.scb import gradient_variance  # noqa: E402
-from popdyn.tasks.scb import SparseBigram, per_sample_loss, random_instance  # noqa: E402
+from popdyn.jobs.scb import gradient_variance
+from popdyn.tasks.scb import SparseBigram, per_sample_loss, random_instance
 
 HEADING = "## Sparse contextual bigrams: one exact step at Fig. 5 scale"
 ETA = 0.5

@@ -35,9 +35,9 @@ is exact in closed form (arc-cosine kernels, spec §3).
 
 How to run (from the repository root, on a quiet machine)
 --------------------------------------------------------
-    python benchmarks/teacher.py                 # ~1 min on 2 cores; writes its section of benchmarks/RESULTS.md
-    python benchmarks/teacher.py --quick         # 1000 steps, small pilot, 2 SGD seeds; < 1 min; writes nothing
-    python benchmarks/teacher.py --quick --results /tmp/r.md
+    python -m benchmarks.teacher                 # ~1 min on 2 cores; writes its section of benchmarks/RESULTS.md
+    python -m benchmarks.teacher --quick         # 1000 steps, small pilot, 2 SGD seeds; < 1 min; writes nothing
+    python -m benchmarks.teacher --quick --results /tmp/r.md
 Options: --teacher, --activation, --pilot, --time-batch, --repeats, --eps, --steps, --batch, --lr, --start, --sgd-seeds,
 --seed, --results PATH. The section written is "## Bilinear teacher: exact loss and gradient vs Monte Carlo, exact GD
 vs online SGD" (other sections of the file are kept); the headline figures go to ``benchmarks/results/teacher.json``.
@@ -46,24 +46,17 @@ vs online SGD" (other sections of the file are kept); the headline figures go to
 from __future__ import annotations
 
 import math
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # `python benchmarks/teacher.py` puts benchmarks/ first, not the repo root
-    sys.path.insert(0, str(REPO))
+import jax
+import jax.numpy as jnp
+import numpy as np
 
-import jax  # noqa: E402
-
-jax.config.update("jax_enable_x64", True)
-
-import jax.numpy as jnp  # noqa: E402
-import numpy as np  # noqa: E402
-
-import popdyn  # noqa: E402
-from benchmarks._common import (  # noqa: E402
+import popdyn
+from benchmarks._common import (
     MC_DEFINITION,
+    REPO,
     check_text,
     equal_precision,
     finish_section,
@@ -81,9 +74,9 @@ from benchmarks._common import (  # noqa: E402
     run_header,
     sampled_task_checks,
 )
-from popdyn.tasks.teacher import TEACHERS, BilinearTeacher  # noqa: E402
-from popdyn.tasks.teacher.builders import build  # noqa: E402
-from popdyn.tasks.teacher.online import OnlineGradient  # noqa: E402
+from popdyn.tasks.teacher import TEACHERS, BilinearTeacher
+from popdyn.tasks.teacher.builders import build
+from popdyn.tasks.teacher.online import OnlineGradient
 
 SECTION = "## Bilinear teacher: exact loss and gradient vs Monte Carlo, exact GD vs online SGD"
 RECORDS = 20  # deviation records along a run
@@ -271,7 +264,7 @@ def render(prob, points, run, grad_check, args, info, command, date, total) -> s
     out = [
         SECTION,
         "",
-        f"Written by `benchmarks/teacher.py` on {date} (total run {total:.0f} s).  ",
+        f"Written by `python -m benchmarks.teacher` on {date} (total run {total:.0f} s).  ",
         f"Command: `{command}`",
         "",
         f'Teacher: `build("{args.teacher}", activation="{args.activation}")` — D = {prob.D}, K = {prob.K}, '
@@ -292,8 +285,8 @@ def render(prob, points, run, grad_check, args, info, command, date, total) -> s
         "",
         "Compile and sampling: "
         + "; ".join(
-            f"{p['label']}: exact compile {fmt_time(p['exact_compile'])}, MC batch compile {fmt_time(p['mc_compile'])}, "
-            f"sampling {p['t_draw'] * 1e6:.3f} µs/draw (not counted)"
+            f"{p['label']}: exact compile {fmt_time(p['exact_compile'])}, MC batch compile "
+            f"{fmt_time(p['mc_compile'])}, sampling {p['t_draw'] * 1e6:.3f} µs/draw (not counted)"
             for p in points
         )
         + ".",

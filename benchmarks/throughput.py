@@ -5,30 +5,31 @@ What it measures (float64, default JAX backend = the CPU here)
 -------------------------------------------------------------
 For each size n in --sizes (default 10², 10³, 10⁴, 10⁵, 10⁶) and each method in --methods (default "flow" and
 "gd"), ``popdyn.basin_map(Canonical(p, q), Grid.square("w", "e", -3, 3, s), method=...)`` on an s×s grid with
-s = round(√n) (so 100, 1,024, 10,000, 99,856 and 1,000,000 points), with basins_markov.py's settings (flow: Tsit5,
-rtol 1e-8, atol 1e-10, t1 1e4, stop at the steady state; GD: lr 0.5, 2000 steps; default chunks of 16,384 points).
+s = round(√n) (so 100, 1,024, 10,000, 99,856 and 1,000,000 points), with ``benchmarks.basins_markov``'s settings
+(flow: Tsit5, rtol 1e-8, atol 1e-10, t1 1e4, stop at the steady state; GD: lr 0.5, 2000 steps; default chunks of
+16,384 points).
 Each (method, n) runs in a fresh subprocess, so that
 
 * wall (cold) is the first call in a fresh process (compilation included) and wall (warm) an identical second call;
-  compute = wall (warm) − any tracing/compilation ``jax.monitoring`` still reports in it (basins_markov.py's
-  ``timed_basin_map``); points/s = n ÷ compute;
+  compute = wall (warm) − any tracing/compilation ``jax.monitoring`` still reports in it
+  (``benchmarks._markov_basins.timed_basin_map``); points/s = n ÷ compute;
 * peak memory is that size's own: the process's ``ru_maxrss`` at the end (imports included), next to its resident
   memory just before the first call (so the map's own share is the difference).
 
 The growth of the cost is summarised by the log-log slope of compute time against n over n ≥ --fit-from (default
-10⁴; 1 = linear) — the issue's acceptance: close to linear beyond 10⁴ initialisations. Figure: ``throughput.png``
-next to the results file (time and points/s against n, log-log, with the baseline).
+10⁴; 1 = linear) — the check: close to linear beyond 10⁴ initialisations (pass: within [0.9, 1.1]). Figure:
+``throughput.png`` next to the results file (time and points/s against n, log-log, with the baseline).
 
-Baseline: basins_markov.py's ``run_baseline`` (a Python loop of ``scipy.integrate.solve_ivp`` RK45 on the NumPy
-closed-form field, same tolerances and steady-state rule) on --baseline-points random points (seed --seed) of the
+Baseline: ``benchmarks._markov_basins.run_baseline`` (a Python loop of ``scipy.integrate.solve_ivp`` RK45 on the
+NumPy closed-form field, same tolerances and steady-state rule) on --baseline-points random points (seed --seed) of the
 largest flow grid; its points/s against popdyn's at every size, and its labels against popdyn's flow labels of the
 same points. Check of every flow map: its labels against the closed-form ``Canonical.predicted_basin``.
 
 How to run (from the repository root, on a quiet machine)
 --------------------------------------------------------
-    python benchmarks/throughput.py              # ~4 min on 2 cores; writes its section of benchmarks/RESULTS.md
-    python benchmarks/throughput.py --quick      # 10² and 10⁴, 20 baseline points; writes nothing
-    python benchmarks/throughput.py --quick --results /tmp/r.md     # also /tmp/throughput.png
+    python -m benchmarks.throughput              # ~4 min on 2 cores; writes its section of benchmarks/RESULTS.md
+    python -m benchmarks.throughput --quick      # 10² and 10⁴, 20 baseline points; writes nothing
+    python -m benchmarks.throughput --quick --results /tmp/r.md     # also /tmp/throughput.png
 Options: --sizes, --methods, --baseline-points, --fit-from, --p, --q, --seed, --results PATH. The section written
 is "## Basin-map throughput: 10² to 10⁶ initialisations" (other sections of the file are kept); the headline figures
 go to ``benchmarks/results/throughput.json``.
@@ -44,13 +45,10 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # `python benchmarks/throughput.py` puts benchmarks/ first, not the repo root
-    sys.path.insert(0, str(REPO))
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-from benchmarks._common import (  # noqa: E402
+from benchmarks._common import (
+    REPO,
     finish_section,
     fmt_ratio,
     fmt_time,
@@ -93,7 +91,7 @@ def worker(method: str, s: int, p: float, q: float, k: int, seed: int) -> dict:
     import jax
 
     import popdyn
-    from benchmarks.basins_markov import HI, LO, timed_basin_map  # imports JAX with float64 on
+    from benchmarks._markov_basins import HI, LO, timed_basin_map
     from popdyn.tasks.markov import ATTRACTORS, Canonical
 
     prob = Canonical(p, q)
@@ -131,7 +129,8 @@ def run_worker(method: str, n: int, args) -> dict:
     """One worker subprocess; its JSON answer."""
     cmd = [
         sys.executable,
-        str(Path(__file__).resolve()),
+        "-m",
+        "benchmarks.throughput",
         "--worker",
         method,
         str(side(n)),
@@ -165,7 +164,7 @@ def run_worker(method: str, n: int, args) -> dict:
 # ---------------------------------------------------------------------------------------------------------------
 def baseline(args, flow_big: dict) -> dict:
     """solve_ivp loop on the baseline subset of the largest flow grid, labels against popdyn's."""
-    from benchmarks.basins_markov import HI, LO, run_baseline
+    from benchmarks._markov_basins import HI, LO, run_baseline
 
     s = flow_big["side"]
     xs, ys = np.linspace(LO, HI, s), np.linspace(LO, HI, s)
@@ -234,16 +233,16 @@ def render(rows, base, slopes, fig_name, args, info, command, date, total) -> st
     out = [
         SECTION,
         "",
-        f"Written by `benchmarks/throughput.py` on {date} (total run {total:.0f} s).  ",
+        f"Written by `python -m benchmarks.throughput` on {date} (total run {total:.0f} s).  ",
         f"Command: `{command}`",
         "",
         f'`basin_map(Canonical({args.p:g}, {args.q:g}), Grid.square("w", "e", -3, 3, s), method)` with s = '
-        "round(√n), flow with basins_markov.py's settings (Tsit5, rtol 1e-8, atol 1e-10, t1 1e4, steady-state "
-        "stop), GD lr 0.5 × 2000 steps, default chunks of 16,384 points; float64, CPU. Every (method, n) runs in "
-        "a fresh subprocess: *cold* = its first call (compilation included), *warm* = an identical second call, "
-        "*compute* = warm − any trace/compile time `jax.monitoring` reports in it; points/s = n ÷ compute. *Peak "
-        "RSS* = that process's `ru_maxrss` (imports included); *before* = its resident memory just before the "
-        "first call. Baseline: the `solve_ivp` RK45 loop of basins_markov.py on "
+        "round(√n), flow with `benchmarks.basins_markov`'s settings (Tsit5, rtol 1e-8, atol 1e-10, t1 1e4, "
+        "steady-state stop), GD lr 0.5 × 2000 steps, default chunks of 16,384 points; float64, CPU. Every "
+        "(method, n) runs in a fresh subprocess: *cold* = its first call (compilation included), *warm* = an "
+        "identical second call, *compute* = warm − any trace/compile time `jax.monitoring` reports in it; points/s = "
+        "n ÷ compute. *Peak RSS* = that process's `ru_maxrss` (imports included); *before* = its resident memory "
+        "just before the first call. Baseline: the `solve_ivp` RK45 loop of `benchmarks.basins_markov` on "
         f"{base['points']} random points (seed {args.seed}) of the {base['side']}² grid. "
         f"![throughput]({fig_name})",
         "",
