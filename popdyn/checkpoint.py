@@ -1,5 +1,5 @@
 """Checkpoints of long chunked runs: each finished chunk on disk, so an interrupted run resumes where it
-stopped and ends with the same bits as an uninterrupted one (DESIGN.md, "Scale").
+stopped and ends with the same bits as an uninterrupted one (docs/architecture.md, "Scale").
 
 A checkpoint directory holds ``manifest.json`` (a fingerprint of everything the chunks depend on) and
 ``chunk_00000.npz``, ``chunk_00001.npz``, … (the outputs of each finished chunk, trimmed of padding). Every

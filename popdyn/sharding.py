@@ -1,4 +1,4 @@
-"""Spreading a chunk of initialisations over this process's JAX devices (DESIGN.md, "Scale").
+"""Spreading a chunk of initialisations over this process's JAX devices (docs/architecture.md, "Scale").
 
 The batch axis is split with JAX's own SPMD partitioning: a 1-D mesh ``Mesh(jax.local_devices(), ("batch",))`` and
 ``NamedSharding(mesh, PartitionSpec("batch"))`` on the leading axis of every leaf, so one jitted call runs

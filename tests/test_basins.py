@@ -1,4 +1,4 @@
-"""Basin maps (spec markov.md §4.4), the Grid slice, and the end-point clustering fallback."""
+"""Basin maps (docs/models/markov.md §4.4), the Grid slice, and the end-point clustering fallback."""
 
 import re
 

@@ -117,7 +117,7 @@ def test_p_plus_q_equal_one_is_allowed_with_a_warning(cli):
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
     assert sum(summary["results"]["fractions"].values()) == pytest.approx(1.0, abs=1e-12)
-    assert summary["results"]["agreement_with_theory"] is None  # §4.4 has no closed form at p+q = 1
+    assert summary["results"]["agreement_with_theory"] is None  # docs/models/markov.md §4.4: no closed form at p+q = 1
 
 
 # ---- successful runs ------------------------------------------------------------------------------

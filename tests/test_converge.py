@@ -1,4 +1,5 @@
-"""The converge job: measured approach rates equal the §4.6 local rates, T_ε matches its prediction."""
+"""The converge job: measured approach rates equal the local rates of docs/models/markov.md §4.6, T_ε matches its
+prediction."""
 
 import numpy as np
 

@@ -1,4 +1,4 @@
-"""Hessian curvature: exact spectra vs Lanczos extremes, signedness, breakdown (spec markov.md §4.1, §4.6)."""
+"""Hessian curvature: exact spectra vs Lanczos extremes, signedness, breakdown (docs/models/markov.md §4.1, §4.6)."""
 
 import math
 
@@ -144,7 +144,7 @@ def test_global_minimum_lambda_max_formula(profiled):
     np.testing.assert_allclose(hi[GLOBAL], lam, rtol=1e-10)
     np.testing.assert_allclose(hi_l[GLOBAL], lam, rtol=1e-10)
     assert np.all(np.abs(lo[GLOBAL]) < 1e-10 * lam)
-    assert lam[0] == pytest.approx(1.365698, abs=2e-6)  # spec §4.6 table: (0.1, 0.1) at (1.711617, 0.5)
+    assert lam[0] == pytest.approx(1.365698, abs=2e-6)  # §4.6 table: (0.1, 0.1) at (1.711617, 0.5)
 
 
 def test_global_minimum_lambda_max_regression_p05_q08():
@@ -152,7 +152,7 @@ def test_global_minimum_lambda_max_regression_p05_q08():
     w = -1.5
     e = math.sqrt(prob.optimal_gap() / (1 + 2 * w * abs(w)))
     lam = _lambda_star(prob, e, w)
-    assert lam == pytest.approx(1.101358, abs=2e-6)  # spec §4.6 table: (0.5, 0.8) at (0.629352, −1.5)
+    assert lam == pytest.approx(1.101358, abs=2e-6)  # §4.6 table: (0.5, 0.8) at (0.629352, −1.5)
     spec = np.asarray(popdyn.hessian_spectrum(prob, {"e": jnp.asarray(e), "w": jnp.asarray(w)}))
     assert spec.shape == (2,)
     assert spec[1] == pytest.approx(lam, rel=1e-10)

@@ -1,5 +1,5 @@
-"""``popdyn basins decision-list``: the rule order learned in a list-length-2 column (spec §3 C), checked
-against the full-W flow of the exact model and the §4 PC criterion."""
+"""``popdyn basins decision-list``: the rule order learned in a list-length-2 column (docs/models/decision_lists.md
+§3 C), checked against the full-W flow of the exact model and the §4 PC criterion."""
 
 import json
 

@@ -1,4 +1,4 @@
-"""Perfect-classification closed forms for V = cP (spec decision_lists.md §4) against brute force over [L]^n."""
+"""Perfect-classification closed forms for V = cP (docs/models/decision_lists.md §4) against brute force over [L]^n."""
 
 import itertools
 

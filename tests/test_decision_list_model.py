@@ -1,5 +1,5 @@
-"""Decision lists, path B (histogram enumeration) against brute force and the closed forms of spec
-decision_lists.md §1, §5, §7."""
+"""Decision lists, path B (histogram enumeration) against brute force and the closed forms of
+docs/models/decision_lists.md §1, §5, §7."""
 
 import jax
 import jax.numpy as jnp

@@ -1,4 +1,4 @@
-"""Structured reduction (spec decision_lists.md §3 C) against the spec's reference values and brute force."""
+"""Structured reduction (docs/models/decision_lists.md §3 C) against the spec's reference values and brute force."""
 
 import math
 

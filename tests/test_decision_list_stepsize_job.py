@@ -1,4 +1,4 @@
-"""``stepsize_decision_list`` (spec decision_lists.md §6; docs/jobs.md): λ_max(θ₀) over draws of the perturbation
+"""``stepsize_decision_list`` (docs/models/decision_lists.md §6; docs/jobs.md): λ_max(θ₀) over draws of the perturbation
 V₀ − cP, reported as a spread with §6's reference beside it, not one draw against the reference."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Theorem 2 run exactly by gradient descent (spec decision_lists.md §6): the sanity-run table, infeasible instances
-reported as such, and the reported checks against the recorded numbers.
+"""Theorem 2 run exactly by gradient descent (docs/models/decision_lists.md §6): the sanity-run table, infeasible
+instances reported as such, and the reported checks against the recorded numbers.
 
 The spec's table comes from one unknown random draw of (lists, π, V₀ − cP); ours is seed 0. Measured spread over
 draws (seed s: lists, π from s, noise from PRNGKey(s)):

@@ -1,4 +1,4 @@
-"""Exact statistics of finite first-order Markov chains (spec markov.md §1.1, §1.2, Appendix) and
+"""Exact statistics of finite first-order Markov chains (docs/models/markov.md §1.1, §1.2, Appendix) and
 the bracketed root finder ``popdyn.exact.bisect``.
 
 Reference values come from three independent sources: the spec's Appendix table (6 decimals), the

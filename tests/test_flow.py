@@ -11,7 +11,7 @@ import popdyn
 from popdyn import Status
 from popdyn.tasks.markov import Canonical
 
-LIMITS = [  # spec markov.md §4.4: (p, q, e0, w0) -> (e_inf, w_inf)
+LIMITS = [  # docs/models/markov.md §4.4: (p, q, e0, w0) -> (e_inf, w_inf)
     (0.1, 0.1, 0.5, -0.5, 2.096374, -0.006171),
     (0.1, 0.1, 0.2, 0.2, 1.405676, 0.782303),
     (0.9, 0.9, 0.2, 0.2, 0.0, 0.192709),

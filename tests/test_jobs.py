@@ -118,8 +118,9 @@ def test_a_factory_that_is_not_a_problem_or_takes_other_keywords_is_refused(tmp_
 
 
 def test_markov_sweep_shows_the_p_plus_q_transition_and_compiles_once(caplog):
-    """Off the line p + q = 1 the fractions of resolved starts equal the closed-form partition (§4.4) of the same
-    starts, on both sides of it, and the flow's batch solver compiles once for all (p, q)."""
+    """Off the line p + q = 1 the fractions of resolved starts equal the closed-form partition
+    (docs/models/markov.md §4.4) of the same starts, on both sides of it, and the flow's batch solver compiles
+    once for all (p, q)."""
     from popdyn.jobs.sweep import sweep_markov
 
     with jax.log_compiles(), caplog.at_level(logging.WARNING, logger="jax"):

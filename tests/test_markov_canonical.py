@@ -1,4 +1,4 @@
-"""The canonical (e, w) / (e, w, b) model of binary Markov data (spec markov.md §2.2, §3.2, §4, Appendix).
+"""The canonical (e, w) / (e, w, b) model of binary Markov data (docs/models/markov.md §2.2, §3.2, §4, Appendix).
 
 Every reference is one of: the spec's tables (checked to their printed precision), the closed forms
 of §3.2/§4 re-implemented here in numpy, or brute-force enumeration / Monte-Carlo sampling of the

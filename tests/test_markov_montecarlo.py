@@ -1,4 +1,4 @@
-"""Monte-Carlo cross-checks of the exact Markov machinery (spec markov.md §1.1–§1.2, §3.3).
+"""Monte-Carlo cross-checks of the exact Markov machinery (docs/models/markov.md §1.1–§1.2, §3.3).
 
 The exact population loss of the transformer must agree with the plain Monte-Carlo estimator a researcher would use
 (sample sequences, score the realised next tokens); the NumPy sampler must be exact in distribution; and the chain /

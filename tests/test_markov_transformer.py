@@ -1,4 +1,4 @@
-"""The full single-layer transformer (spec markov.md §2.1, §3.3): exact loss, DP, rank-one construction."""
+"""The full single-layer transformer (docs/models/markov.md §2.1, §3.3): exact loss, DP, rank-one construction."""
 
 import itertools
 

@@ -1,4 +1,4 @@
-"""``popdyn reproduce``: the paper's figures from exact dynamics (spec markov.md §5)."""
+"""``popdyn reproduce``: the paper's figures from exact dynamics (docs/models/markov.md §5)."""
 
 import json
 
@@ -8,7 +8,7 @@ import pytest
 from popdyn.figures import FIGURES, get_figure, markov_fig1
 from popdyn.tasks.markov import Canonical
 
-H_UNI, H_RATE = 0.666278, 0.619015  # spec §5.4, p = 0.5, q = 0.8
+H_UNI, H_RATE = 0.666278, 0.619015  # §5.4, p = 0.5, q = 0.8
 
 
 def test_fig4_cli_final_losses(tmp_path, run_cli):

@@ -1,4 +1,4 @@
-"""Scan-and-Snap closed forms (spec scan_snap.md §4 Lemmas 5–9, §5 Theorem 3 / Sec. 6) against direct simulation,
+"""Scan-and-Snap closed forms (docs/models/scan_snap.md §4 Lemmas 5–9, §5 Theorem 3 / Sec. 6) against direct simulation,
 numerical integration and their defining equations."""
 
 import inspect

@@ -1,6 +1,6 @@
 """Scan and Snap dynamics: Lemmas 5–6 on one class, the Theorem 3 scan invariant (exact under Eq. (10),
 within the spec's η_Z/η_Y-dependent spread under joint training), Theorem 2's signs, per-block rates and
-momentum (spec scan_snap.md §3–§5)."""
+momentum (docs/models/scan_snap.md §3–§5)."""
 
 import jax
 import jax.numpy as jnp
@@ -85,7 +85,7 @@ def test_scan_invariant_is_exact_under_the_reduced_dynamics():
     ],
 )
 def test_scan_invariant_spread_under_joint_training(eta_z, steps, spec):
-    """Syn-Small, η_Y = 1, Euler step 0.5, joint GD from 0 (spec §5, Caveat): min/max of I_l/mean I_l.
+    """Syn-Small, η_Y = 1, Euler step 0.5, joint GD from 0 (§5, Caveat): min/max of I_l/mean I_l.
 
     The spec reports 2 decimals for a "Syn-Small-like" setup; exact GD on Syn-Small gives [0.9603, 1.0242],
     [0.8730, 1.0784], [0.7136, 1.1927]: within one unit of the last reported digit (0.01) of each bound.

@@ -1,4 +1,4 @@
-"""``popdyn reproduce scan-snap-fig4 | fig6 | fig9`` (spec scan_snap.md §5–§6)."""
+"""``popdyn reproduce scan-snap-fig4 | fig6 | fig9`` (docs/models/scan_snap.md §5–§6)."""
 
 import json
 
@@ -53,7 +53,7 @@ def test_fig6_small_grid_shows_the_papers_trends():
 
 
 def test_fig9_transition_times_and_B_at_t0():
-    """t_0 = 2K ln M/η_Y; B_n(t_0) depends only on K, M and ν = η_Y/η_Z (spec §5): equal along each panel."""
+    """t_0 = 2K ln M/η_Y; B_n(t_0) depends only on K, M and ν = η_Y/η_Z (§5): equal along each panel."""
     res = scan_snap_fig9(n_times=50, progress=False)
     for label, M in (("ν = 10, M = 100", 100), ("ν = 1, M = 10000", 10_000)):
         panel = res.results[label]

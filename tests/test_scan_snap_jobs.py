@@ -1,6 +1,6 @@
-"""Scan-and-Snap jobs (popdyn.jobs.scan_snap) at tiny settings, their numbers against the closed forms of spec
-scan_snap.md: the transition time t₀ (Lemmas 6 and 8, Remark 1, Theorem 2), the Hessian at θ = 0 and Lemma 5's
-exact GD solution, and Theorem 3's ranking of distinct tokens on a basin map."""
+"""Scan-and-Snap jobs (popdyn.jobs.scan_snap) at tiny settings, their numbers against the closed forms of
+docs/models/scan_snap.md: the transition time t₀ (Lemmas 6 and 8, Remark 1, Theorem 2), the Hessian at θ = 0 and
+Lemma 5's exact GD solution, and Theorem 3's ranking of distinct tokens on a basin map."""
 
 import jax
 import jax.numpy as jnp

@@ -1,5 +1,5 @@
 """Scan and Snap: exact losses against brute force and Monte Carlo, the §3 gradient formulas, conserved
-row sums and the builders (spec scan_snap.md §1–§3, §6)."""
+row sums and the builders (docs/models/scan_snap.md §1–§3, §6)."""
 
 import itertools
 

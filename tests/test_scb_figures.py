@@ -1,4 +1,4 @@
-"""``popdyn reproduce scb-fig1 | scb-fig3`` (spec scb.md §5, §7) at small scale."""
+"""``popdyn reproduce scb-fig1 | scb-fig3`` (docs/models/scb.md §5, §7) at small scale."""
 
 import json
 
@@ -8,7 +8,7 @@ from popdyn.figures.scb import scb_fig3
 
 
 def test_fig1_cli_proximal_recovers_sgd_does_not(tmp_path, run_cli):
-    """Acceptance (spec §5), Fig. 1 with the Gaussian surrogate: after normalisation the proximal end point is
+    """Acceptance (§5), Fig. 1 with the Gaussian surrogate: after normalisation the proximal end point is
     within 0.05 of the truth in both μ-distances; SGD with the same large step (batch 256, step 0.1, same noise
     draws), and with a small step, is not (on A). Δ stays small for SGD (it follows the population process) and
     the proximal iterate leaves it (shrinkage bias, §5), which normalisation repairs."""

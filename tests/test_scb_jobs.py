@@ -1,4 +1,4 @@
-"""``popdyn converge scb`` and ``popdyn basins scb`` (spec scb.md §4, §10)."""
+"""``popdyn converge scb`` and ``popdyn basins scb`` (docs/models/scb.md §4, §10)."""
 
 import json
 

@@ -1,5 +1,5 @@
 """SCB reduced systems: the projected 2-D manifold 𝓜 and the unprojected 4-D family against full-matrix
-preconditioned GD, their fixed points, eigenvalues and contraction (spec scb.md §4, §10).
+preconditioned GD, their fixed points, eigenvalues and contraction (docs/models/scb.md §4, §10).
 
 References: the full model of test_scb_model (itself checked against brute force), embedded and iterated
 with θ ← θ − η·precondition(∇L); the spec's quadratic for the eigenvalues and its saddle formula.

@@ -1,5 +1,5 @@
 """SCB step-size audit: the whitened problem is Algorithm 1's preconditioned projected GD, its Hessian holds
-the reduced system's eigenvalues, and ``popdyn stepsize scb`` classifies step sizes around 2/λ* (spec scb.md
+the reduced system's eigenvalues, and ``popdyn stepsize scb`` classifies step sizes around 2/λ* (docs/models/scb.md
 §4, §10)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""SCB stage 1 and stage 2 (spec scb.md §5) at N = 10, T = 50, Q = 2: stage 1's stopping rule, the surrogate's
+"""SCB stage 1 and stage 2 (docs/models/scb.md §5) at N = 10, T = 50, Q = 2: stage 1's stopping rule, the surrogate's
 noise and gradient variance, Δ recorded without storing θ. The acceptance itself (the ℓ1-proximal method
 recovers the truth where SGD with the same batch does not) is tested on ``popdyn reproduce scb-fig1``'s output
 in test_scb_figures.py: it runs exactly these stage-2 runs."""

@@ -1,4 +1,4 @@
-"""Transfer (spec scb.md §6, Thm 4.1): fine-tuning from the source solution skips stage 1 when the
+"""Transfer (docs/models/scb.md §6, Thm 4.1): fine-tuning from the source solution skips stage 1 when the
 downstream task shares the attention pattern."""
 
 import jax

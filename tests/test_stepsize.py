@@ -1,4 +1,4 @@
-"""Step-size audits (λ_max along GD against 1/η and 2/η) and hitting times / rates (spec markov.md §4.6)."""
+"""Step-size audits (λ_max along GD against 1/η and 2/η) and hitting times / rates (docs/models/markov.md §4.6)."""
 
 import math
 

@@ -1,4 +1,4 @@
-"""``popdyn reproduce teacher-rates | teacher-heatmaps`` (spec teacher.md §5, §8) at small (D, K)."""
+"""``popdyn reproduce teacher-rates | teacher-heatmaps`` (docs/models/teacher.md §5, §8) at small (D, K)."""
 
 import numpy as np
 

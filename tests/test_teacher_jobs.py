@@ -1,4 +1,4 @@
-"""The teacher's basin-map and step-size jobs (spec teacher.md §3, §6; docs/jobs.md): the labels of random starts
+"""The teacher's basin-map and step-size jobs (docs/models/teacher.md §3, §6; docs/jobs.md): the labels of random starts
 against the teacher's loss level recomputed step by step, and the step-size verdicts against λ_max and η, with
 λ_max checked on the exact Hessian."""
 
@@ -25,7 +25,7 @@ BASINS = dict(SMALL, grid=4, lo=0.0, hi=6.0, steps=600, progress=False)
 
 
 def zero_init_excess(prob) -> float:
-    """L(0) − L_opt = (1 + α²)σ_x²‖V*‖²D/(4K) at W = 0, A = 0 (spec §10, item 2)."""
+    """L(0) − L_opt = (1 + α²)σ_x²‖V*‖²D/(4K) at W = 0, A = 0 (§10, item 2)."""
     return (1 + float(prob.alpha) ** 2) * float(prob.sigma_x) ** 2 * float(prob.v) * prob.D / (4 * prob.K)
 
 

@@ -1,7 +1,7 @@
 """Bilinear teacher: the Gaussian kernels against Monte Carlo and exact special cases, the exact population loss
 against Monte Carlo of the generative model, derivatives (finite at the teacher and at zero, equal to finite
 differences elsewhere), the zero-initialisation conventions, λ_max at the teacher, builders and validation
-(spec teacher.md §1–§3, §6, §10).
+(docs/models/teacher.md §1–§3, §6, §10).
 
 References: draws of the model (Monte Carlo, tolerance 4 standard errors computed from the draws), central finite
 differences, the spec's closed forms (L(0), the linear factorisation, the first step from zero, λ_max).
@@ -180,7 +180,7 @@ def test_loss_against_monte_carlo(activation, alpha):
 
 @pytest.mark.parametrize("alpha", ALPHAS)
 def test_loss_at_zero_and_at_the_teacher(alpha):
-    """L(0) − L_opt = (1+α²)σ_x²vD/(4K); L(V*, S*) = L_opt, also at ``teacher_params`` (Δ large) (§3.4, §10.2)."""
+    """L(0) − L_opt = (1+α²)σ_x²vD/(4K); L(V*, S*) = L_opt, also at ``teacher_params`` (Δ large) (§3.4, §10, item 2)."""
     prob = teacher(*activation_of(alpha), sigma_x=1.3, sigma_eps=0.4)
     L0 = (1 + alpha**2) * 1.3**2 * float(prob.v) * D / (4 * K)
     np.testing.assert_allclose(loss_and_grad(prob, prob.init(None))[0] - prob.L_opt, L0, rtol=EXACT)

@@ -1,4 +1,4 @@
-"""OOD error of the teacher task (spec teacher.md §7): the exact linear formula against Monte Carlo with
+"""OOD error of the teacher task (docs/models/teacher.md §7): the exact linear formula against Monte Carlo with
 exponential inputs, its Gaussian special case against the in-distribution loss, and zero at the teacher."""
 
 from __future__ import annotations

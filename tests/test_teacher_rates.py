@@ -1,4 +1,4 @@
-"""Rates of the bilinear teachers from zero initialisation (spec teacher.md §5, §6, §7): the late constant
+"""Rates of the bilinear teachers from zero initialisation (docs/models/teacher.md §5, §6, §7): the late constant
 KD(D−K)/4 for the four teachers and three activations, slopes, T*, the step-size audit, OOD, and the CLI."""
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def test_rates_job(activation):
 @pytest.mark.parametrize("activation, lo, hi", [("linear", 1.0, 1.4), ("relu", 2.4, 3.1)])
 def test_half_time_scales_like_T_star(activation, lo, hi):
     """K·p reaches 1/2 at c·KD²/(σ_x²v) in flow time, with c ≈ 1.2 (identity) and 2.5–3.0 (ReLU), stable over
-    D ∈ {20, 40, 80} and a ×5 change of v (spec §5.3) — the poster's T* = Θ(KD²/(η‖V*‖²)). Measured (K = 4,
+    D ∈ {20, 40, 80} and a ×5 change of v (§5.3) — the poster's T* = Θ(KD²/(η‖V*‖²)). Measured (K = 4,
     η = 0.05): identity 1.06–1.22, ReLU 2.58–2.85 (lowest at D = 20 in both)."""
     from popdyn.jobs.teacher.rates import half_step, reduced_records
     from popdyn.tasks.teacher import TeacherReduced

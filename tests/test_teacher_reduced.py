@@ -1,6 +1,6 @@
 """Bilinear teacher, reduced 2-D system: the loss and gradient on the invariant manifold against the full model,
 the first step from zero, the linear closed forms, full-matrix GD against reduced GD (with the invariants of
-§4.1), identical curves across teachers, and the late-time constants (spec teacher.md §3.6, §4, §5.2, §10).
+§4.1), identical curves across teachers, and the late-time constants (docs/models/teacher.md §3.6, §4, §5.2, §10).
 
 References: the full model of test_teacher_model (itself checked against Monte Carlo), embedded and iterated with
 popdyn.gradient_descent; the spec's closed forms (first step, linear case, late constant).
@@ -116,7 +116,7 @@ def test_linear_closed_forms():
         np.testing.assert_allclose(-step["Delta"], math.sqrt(D) * p * q * v * C1 * (1 / K - C1 * (p - q)), rtol=1e-12)
 
 
-# ---------------------------------------------------------------- GD from zero (§4.1, §10.3)
+# ---------------------------------------------------------------- GD from zero (§4.1, §10, item 3)
 
 
 def invariant_residuals(prob, params):
@@ -185,7 +185,7 @@ def test_teachers_with_equal_sizes_give_identical_curves():
             np.testing.assert_allclose(curve, curves[0], rtol=1e-11)
 
 
-# ---------------------------------------------------------------- late time (§5.2, §10.4)
+# ---------------------------------------------------------------- late time (§5.2, §10, item 4)
 
 
 def test_late_time_constants():

@@ -1,4 +1,4 @@
-"""Curvature, basin maps, hitting times and step-size audits (DESIGN.md, layer 4)."""
+"""Curvature, basin maps, hitting times and step-size audits (docs/architecture.md, layer 4)."""
 
 from popdyn.analysis.basins import (
     UNRESOLVED,

@@ -1,4 +1,4 @@
-"""Gradient flow and gradient descent over batches of initialisations (DESIGN.md, layer 3)."""
+"""Gradient flow and gradient descent over batches of initialisations (docs/architecture.md, layer 3)."""
 
 from popdyn.dynamics.descent import gradient_descent
 from popdyn.dynamics.flow import gradient_flow

@@ -1,4 +1,4 @@
-"""Gradient flow θ̇ = −τ ⊙ ∇L(θ) with diffrax, batched over initialisations (DESIGN.md, layer 3).
+"""Gradient flow θ̇ = −τ ⊙ ∇L(θ) with diffrax, batched over initialisations (docs/architecture.md, layer 3).
 
 Adaptive step size (PID controller), termination at a steady state (the scale-aware rule of
 ``popdyn.dynamics.stopping``), on divergence (‖θ‖ > diverge or non-finite) or when a target condition

@@ -1,4 +1,4 @@
-"""Exact-expectation machinery shared by the tasks (DESIGN.md, layer 1)."""
+"""Exact-expectation machinery shared by the tasks (docs/architecture.md, layer 1)."""
 
 from popdyn.exact.chains import Chain, sample
 from popdyn.exact.count_dp import count_dp_loss

@@ -1,4 +1,4 @@
-"""Markov chains as exact data distributions over token sequences (spec markov.md §1.1–§1.2).
+"""Markov chains as exact data distributions over token sequences (docs/models/markov.md §1.1–§1.2).
 
 A chain of order k over V states is an initial law of its first k tokens (a table over the V^k
 contexts) and a kernel K[c, y] = P(x_{n+1} = y | last k tokens = c). A context index reads the k

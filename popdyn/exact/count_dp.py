@@ -1,4 +1,4 @@
-"""Forward DP over (current token, count of ones) for binary first-order chains (spec markov.md §3.3).
+"""Forward DP over (current token, count of ones) for binary first-order chains (docs/models/markov.md §3.3).
 
 For predictors whose logit at position n depends only on (n, x_n, S_n), S_n = #ones in x_1..x_n:
 α_1(x, s) = π_x [s = x],  α_{n+1}(y, s + y) = Σ_x α_n(x, s) P(x, y),

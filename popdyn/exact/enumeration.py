@@ -1,4 +1,4 @@
-"""Exact expectations over all V^N token sequences of a chain, in fixed-size chunks (spec markov.md §3.3).
+"""Exact expectations over all V^N token sequences of a chain, in fixed-size chunks (docs/models/markov.md §3.3).
 
 E[f(X)] = Σ_x P(x) f(x), summed chunk by chunk inside one ``lax.scan`` so memory stays bounded;
 sequence i is the base-V expansion of i (first token most significant).

@@ -1,5 +1,5 @@
 """Exact expectations over token histograms: n-subsets of [L] (distinct tokens) or n-multisets (i.i.d.
-tokens), chunked (spec decision_lists.md §1 (F3), §3 B).
+tokens), chunked (docs/models/decision_lists.md §1 (F3), §3 B).
 
 A model whose output depends on a sequence only through its histogram h has
 E_s[f(s)] = Σ_h P(h) f(h): C(L, n) subsets or C(L+n−1, n) multisets instead of L^n sequences. A table row

@@ -1,4 +1,4 @@
-"""Exact statistics of a finite, first-order Markov chain (spec markov.md §1.1–§1.2).
+"""Exact statistics of a finite, first-order Markov chain (docs/models/markov.md §1.1–§1.2).
 
 For a V-state transition matrix P: the stationary law π (πP = π), the entropy rate
 H_rate = -Σ_i π_i Σ_j P_ij ln P_ij and the unigram loss H_uni = -Σ_i π_i ln π_i (all in nats).
@@ -49,7 +49,7 @@ def validate_transition_matrix(P, name: str = "P") -> np.ndarray:
 
 
 def binary_kernel(p: float, q: float) -> np.ndarray:
-    """P = [[1-p, p], [q, 1-q]]: p = P(1 | 0), q = P(0 | 1) (spec §1.1)."""
+    """P = [[1-p, p], [q, 1-q]]: p = P(1 | 0), q = P(0 | 1) (§1.1)."""
     return np.array([[1.0 - p, p], [q, 1.0 - q]], dtype=np.float64)
 
 

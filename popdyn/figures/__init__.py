@@ -16,7 +16,10 @@ FIGURES = {
         markov_fig4,
         "Local to Global Fig 4: standard vs rank-one initialisation of the full model, p=0.5, q=0.8",
     ),
-    "markov-ewa": (markov_ewa, "(e, w, a) attention-scalar model ([our choice], §2.4): 3-D trajectories, basin slices"),
+    "markov-ewa": (
+        markov_ewa,
+        "(e, w, a) attention-scalar model ([our choice], docs/models/markov.md §2.4): 3-D trajectories, basin slices",
+    ),
     "scan-snap-fig4": (scan_snap_fig4, "Scan and Snap Fig 4: Syn-Small attention over training, η_Y = η_Z = 1 vs 10"),
     "scan-snap-fig6": (scan_snap_fig6, "Scan and Snap Fig 6: Syn-Medium entropy over (K, η_Z, η_Y/η_Z) vs the paper"),
     "scan-snap-fig9": (scan_snap_fig9, "Scan and Snap Fig 9: B_n(t) at fixed η_Y/η_Z with the transition times t_0"),

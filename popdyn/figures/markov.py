@@ -1,4 +1,4 @@
-"""Figures of *Local to Global* (spec markov.md §5) from exact population dynamics."""
+"""Figures of *Local to Global* (docs/models/markov.md §5) from exact population dynamics."""
 
 from __future__ import annotations
 
@@ -210,7 +210,7 @@ def markov_fig4(
     )
 
 
-FIG3_PAPER = {  # spec §5.3: share of ‖·‖_F² in the top singular value, authors' saved weights
+FIG3_PAPER = {  # §5.3: share of ‖·‖_F² in the top singular value, authors' saved weights
     "W_V": {1: 0.243, 100: 0.827, 200: 0.926},
     "W_1": {1: 0.245, 100: 0.939, 200: 0.987},
     "pos": {1: 0.141, 100: 0.900, 200: 0.938},

@@ -1,4 +1,4 @@
-"""The (e, w, a) attention-scalar model (spec markov.md §2.4, [our choice]): its 3-D dynamics and 2-D
+"""The (e, w, a) attention-scalar model (docs/models/markov.md §2.4, [our choice]): its 3-D dynamics and 2-D
 slices of initialisations at fixed a₀, from exact population gradient descent.
 
 Where each initialisation ends is read off its final loss, normalised between the two attractor values,

@@ -1,4 +1,4 @@
-"""Scan and Snap figures from exact population dynamics (spec scan_snap.md §5–§6).
+"""Scan and Snap figures from exact population dynamics (docs/models/scan_snap.md §5–§6).
 
 * Fig. 4: attention c_n of Syn-Small over training, exact population heavy-ball GD (momentum 0.9, the
   authors' SGD without its sampling noise), T → ∞.
@@ -34,7 +34,7 @@ FIG4_LOGGED = {0: 3.5264, 4: 0.733, 10: 0.0130, 98: 2e-5}  # the authors' figure
 FIG6_QUERIES = (1, 3, 5, 10)
 FIG6_ETA_Z = (0.5, 1.0, 2.0, 3.0)
 FIG6_RATIOS = (1.0, 2.0, 5.0, 10.0)
-# figure_6_data.pkl means over seeds 1–10: rows (K, η_Z), columns η_Y/η_Z = 1, 2, 5, 10 (spec §6)
+# figure_6_data.pkl means over seeds 1–10: rows (K, η_Z), columns η_Y/η_Z = 1, 2, 5, 10 (§6)
 FIG6_PAPER = np.array(
     [
         [
@@ -64,7 +64,7 @@ FIG6_PAPER = np.array(
     ]
 )
 
-FIG9_PANELS = (  # (label, M, [(η_Z, η_Y)], t_max), spec §5 Fig. 9
+FIG9_PANELS = (  # (label, M, [(η_Z, η_Y)], t_max), §5 Fig. 9
     ("ν = 10, M = 100", 100, [(0.5, 5.0), (1.0, 10.0), (2.0, 20.0), (4.0, 40.0), (8.0, 80.0)], 5.0),
     ("ν = 1, M = 10000", 10_000, [(0.5, 0.5), (1.0, 1.0), (2.0, 2.0), (4.0, 4.0), (8.0, 8.0)], 50.0),
 )

@@ -1,4 +1,4 @@
-"""SCB figures at small scale (spec scb.md §5, §7): stage 1 on the exact population process, then stage 2
+"""SCB figures at small scale (docs/models/scb.md §5, §7): stage 1 on the exact population process, then stage 2
 three ways — ℓ1-proximal SGD, SGD with the same large step η_2, SGD with a small step η_2' — and the
 large-N Gaussian-surrogate simulation.
 

@@ -1,4 +1,4 @@
-"""Bilinear-teacher figures from exact population dynamics (spec teacher.md §5, §7, §8).
+"""Bilinear-teacher figures from exact population dynamics (docs/models/teacher.md §5, §7, §8).
 
 * teacher-rates: the poster's log-log plots for its six synthetic settings — excess loss with the exact 1/T
   constant, parameter errors, attention K·p against T*, excess OOD loss — and the cosine similarity of W_V with

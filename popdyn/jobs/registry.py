@@ -137,7 +137,13 @@ MARKOV = _opts(
 DECISION_LIST = _opts(
     Option("--L", int, 10, "number of tokens"),
     Option("--n", int, 3, "sequence length (<= L for distinct tokens)"),
-    Option("--distribution", str, "distinct", "how sequences are drawn (spec §2 choice)", choices=("distinct", "iid")),
+    Option(
+        "--distribution",
+        str,
+        "distinct",
+        "how sequences are drawn ([our choice], docs/models/decision_lists.md §2)",
+        choices=("distinct", "iid"),
+    ),
 )
 DL_C = Option("--c", float, None, "V = cP scale (default: the theorem's)")
 DL_M = Option("--M", int, 3, "longest list: lists of every length 1..M")
@@ -175,7 +181,7 @@ JOBS: tuple[Job, ...] = (
         "basins",
         "markov",
         f"{_M}:basins_markov",
-        "basin map over the (w, e) plane against the closed form (§4.4)",
+        "basin map over the (w, e) plane against the closed form (docs/models/markov.md §4.4)",
         MARKOV
         + _opts(
             Option("--grid", int, 128, "points per axis (>= 2)", param="n"),
@@ -189,7 +195,7 @@ JOBS: tuple[Job, ...] = (
                 "--bias",
                 str,
                 "profiled",
-                "the bias b: profiled out (§2.2) or trained from b = 0",
+                "the bias b: profiled out (docs/models/markov.md §2.2) or trained from b = 0",
                 choices=("profiled", "trained"),
             ),
             Option("--gtol", float, None, "stop at ‖∇L‖ < gtol (default: the scale-aware rule)"),
@@ -202,7 +208,7 @@ JOBS: tuple[Job, ...] = (
         "converge",
         "markov",
         f"{_M}:converge_markov",
-        "time to the ε-ball around the limit vs the local rate (§4.6)",
+        "time to the ε-ball around the limit vs the local rate (docs/models/markov.md §4.6)",
         MARKOV
         + _opts(
             Option("--n-init", int, 8, "random initialisations"),
@@ -266,7 +272,7 @@ JOBS: tuple[Job, ...] = (
         "basins",
         "decision-list",
         f"{_DL}:basins_decision_list",
-        "rule order reached from the zero-column-sum plane of the reduced flow (§3 C)",
+        "rule order reached from the zero-column-sum plane of the reduced flow (docs/models/decision_lists.md §3 C)",
         DECISION_LIST
         + _opts(
             DL_C,
@@ -287,8 +293,8 @@ JOBS: tuple[Job, ...] = (
         + _opts(
             DL_M,
             DL_C,
-            Option("--delta", float, None, "override δ (default: spec §5's)"),
-            Option("--gamma", float, None, "override γ (default: δ/L-type, §5)"),
+            Option("--delta", float, None, "override δ (default: docs/models/decision_lists.md §5)"),
+            Option("--gamma", float, None, "override γ (default: δ/L-type, docs/models/decision_lists.md §5)"),
             Option("--t1", float, None, "flow horizon (default: 10× the bound)"),
         ),
     ),
@@ -311,7 +317,7 @@ JOBS: tuple[Job, ...] = (
         "basins",
         "scb",
         f"{_SCB}:basins_scb",
-        "basin map of the reduced (α_V, α_A) flow (§4)",
+        "basin map of the reduced (α_V, α_A) flow (docs/models/scb.md §4)",
         SCB
         + _opts(
             Option("--grid", int, 64, "points per axis (>= 2)", param="n"),
@@ -339,7 +345,7 @@ JOBS: tuple[Job, ...] = (
         + _opts(
             Option("--lr", float, 0.5, "step size"),
             Option("--eps", float, 0.01, "target accuracy"),
-            Option("--threshold", float, None, "stage-1 threshold (default: the spec's)"),
+            Option("--threshold", float, None, "stage-1 threshold (default: 2/(QN), docs/models/scb.md §5)"),
             Option("--max-steps", int, 20_000, "GD step budget"),
         ),
     ),
@@ -360,7 +366,7 @@ JOBS: tuple[Job, ...] = (
         "converge",
         "teacher",
         f"{_T}:converge_teacher",
-        "GD against the rate theory, with a step-size audit (§5)",
+        "GD against the rate theory, with a step-size audit (docs/models/teacher.md §5)",
         TEACHER
         + _opts(
             Option("--lr", float, None, "GD step (default 1/λ_max at the teacher)"),

@@ -1,4 +1,4 @@
-"""Scan and Snap command-line jobs (spec scan_snap.md; docs/jobs.md): the transition time t₀ of the exact joint
+"""Scan and Snap command-line jobs (docs/models/scan_snap.md; docs/jobs.md): the transition time t₀ of the exact joint
 dynamics against its closed form, λ_max along exact GD against 1/η and 2/η, and which distinct token wins the
 scan from a 2-D slice of initial (Y, Z) values.
 
@@ -121,7 +121,7 @@ def converge_scan_snap(
     rtol: float = 1e-8,
 ) -> Result:
     """Transition time t₀ (the snap) of the exact joint gradient flow from θ = 0, at η_Y = ``eta_y`` and
-    η_Z = η_Y/ν for each ν in ``ratios``, against the closed forms of spec §4-§5 (docs/jobs.md).
+    η_Z = η_Y/ν for each ν in ``ratios``, against the closed forms of §4-§5 (docs/jobs.md).
 
     t₀ is where the decoder leaves its linear stage: M h(t/K) reaches x* = (1+ω₁) ln M, the larger root of
     e^x = (M−1)x (Lemma 8); by Lemma 6 that is t₀ = K(2(M−1)x* − 1)/(Mη_Y) = 2(1+ω₁)K ln M/η_Y · (1 − O(1/M)).
@@ -295,7 +295,7 @@ def _converge_figure(rows: list[dict], closed: dict, K: int, M: int, eta_y: floa
 
 # ---- stepsize: λ_max along exact GD ---------------------------------------------------------------------------------
 def hessian_at_zero(classes: Classes) -> dict:
-    """Closed forms for ∇²L at θ = 0 (spec §5, "Step size"), f_n = P(·|n)/‖P(·|n)‖, π_n the class weights.
+    """Closed forms for ∇²L at θ = 0 (§5, "Step size"), f_n = P(·|n)/‖P(·|n)‖, π_n the class weights.
 
     * [spec] The Y–Y block is Σ_n π_n (f_n f_nᵀ) ⊗ (I − 11ᵀ/M)/M, so λ_max(∇²L(0)) ≥ λ_max(Σ_n π_n f_n f_nᵀ)/M
       (a principal block; Cauchy interlacing): ``lambda_Y_block``.
@@ -316,7 +316,7 @@ def hessian_at_zero(classes: Classes) -> dict:
 
 def lemma5_loss(steps: Sequence[int], K: int, M: int, lr: float) -> np.ndarray:
     """ℒ(s) = log(1 + (M−1) e^{−M h*(s)}), h* the Lemma 5 recursion at step η/K: exact GD from θ = 0 on K
-    equally likely classes with disjoint supports (Z never moves; w_n = Yᵀf_n = (M−1)h*(s)ζ_n, spec §4)."""
+    equally likely classes with disjoint supports (Z never moves; w_n = Yᵀf_n = (M−1)h*(s)ζ_n, §4)."""
     s = np.asarray(steps, dtype=int)
     hs = np.asarray(h_star(int(s.max()), M, lr / K))[s]
     return np.log1p((M - 1) * np.exp(-M * hs))

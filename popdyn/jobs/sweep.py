@@ -241,7 +241,8 @@ def sweep_markov(
     checkpoint=None,
 ) -> Result:
     """Basin fractions of the profiled (e, w) flow from a grid × grid slice of (w, e), over a points × points grid
-    of (p, q), with the closed-form partition of §4.4 beside each off the line p + q = 1 (where it holds)."""
+    of (p, q), with the closed-form partition of docs/models/markov.md §4.4 beside each off the line p + q = 1
+    (where it holds)."""
     from popdyn.tasks.markov import ATTRACTORS, Canonical
 
     for name, v in (("p", p_lo), ("p", p_hi), ("q", q_lo), ("q", q_hi)):

@@ -1,4 +1,4 @@
-"""The decision-list jobs behind ``popdyn converge|stepsize|basins decision-list`` (spec decision_lists.md
+"""The decision-list jobs behind ``popdyn converge|stepsize|basins decision-list`` (docs/models/decision_lists.md
 §5, §6, §3 C): each computes, and returns a ``Result`` (summary, arrays, figures, printed lines)."""
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Theorem 1 against its bound: gradient flow on W with V = cP fixed from W₀ = 0, and the first time T* of
-perfect classification for every list length 1..M (spec decision_lists.md §5).
+perfect classification for every list length 1..M (docs/models/decision_lists.md §5).
 
 The flow runs on the reduced coordinates (one column per length, ``ReducedDecisionList``), which is exact
 here because W₀ = 0 is column-structured; T* is located on a log-spaced record by ``first_passage``.

@@ -1,5 +1,5 @@
 """Theorem 2 run exactly: W and V trained by gradient descent from W₀ = 0, V₀ = cP + U(−ε/2, ε/2)
-(spec decision_lists.md §6, sanity runs).
+(docs/models/decision_lists.md §6, sanity runs).
 
 ``theorem2_run`` builds the instance of ``theorem2_instance`` (c, ε solved jointly at ε = nℒ₀/18), measures ℒ₀
 at the actual perturbed θ₀, recomputes the A- and T-ranges from it, runs exact GD (path B, §3) with

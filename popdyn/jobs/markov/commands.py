@@ -1,5 +1,6 @@
-"""Markov-chain jobs (docs/jobs.md): basin maps against the closed-form partition, convergence against the
-local rate and step-size audits. Each validates its inputs first and returns a ``popdyn.io.Result``."""
+"""Markov-chain jobs (docs/jobs.md) on the models of docs/models/markov.md: basin maps against the closed-form
+partition, convergence against the local rate and step-size audits. Each validates its inputs first and returns a
+``popdyn.io.Result``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""SCB command-line jobs (spec scb.md §4, §10): ``popdyn converge scb``, ``popdyn basins scb`` and
+"""SCB command-line jobs (docs/models/scb.md §4, §10): ``popdyn converge scb``, ``popdyn basins scb`` and
 ``popdyn stepsize scb``.
 
 All three start from a random instance (``random_instance(PRNGKey(seed), N, T, Q)``) and use the exact

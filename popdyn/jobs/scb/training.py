@@ -1,4 +1,4 @@
-"""Algorithm 1, reconstructed (spec scb.md §5): stage 1 on the exact population process, stage 2 as
+"""Algorithm 1, reconstructed (docs/models/scb.md §5): stage 1 on the exact population process, stage 2 as
 ℓ1-proximal or plain preconditioned SGD with exact minibatches or the Gaussian surrogate, the final
 normalisation, and Δ, the distance to the noise-free population trajectory.
 

@@ -1,4 +1,4 @@
-"""Transfer (Thm 4.1, spec scb.md §6, [our choice] of test): fine-tune on a downstream instance from the
+"""Transfer (Thm 4.1, docs/models/scb.md §6, [our choice] of test): fine-tune on a downstream instance from the
 source solution (V, A) = (P, Qm) and compare with training from scratch.
 
 The pretrained V is in general off the downstream manifold 𝓜̃, so the full matrices are used (exact

@@ -1,4 +1,4 @@
-"""Teacher command-line jobs (spec teacher.md §4–§7; docs/jobs.md): ``popdyn converge teacher``,
+"""Teacher command-line jobs (docs/models/teacher.md §4–§7; docs/jobs.md): ``popdyn converge teacher``,
 ``popdyn basins teacher`` and ``popdyn stepsize teacher``."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Convergence rates of the bilinear teachers from zero initialisation against Theorem 3.1 (spec teacher.md
+"""Convergence rates of the bilinear teachers from zero initialisation against Theorem 3.1 (docs/models/teacher.md
 §4–§7).
 
 From W = 0, A = 0 full-matrix GD stays on the invariant manifold and *is* GD on (C1, Δ) (``TeacherReduced``,

@@ -1,4 +1,4 @@
-"""Decision lists learned by a one-layer softmax transformer (spec decision_lists.md)."""
+"""Decision lists learned by a one-layer softmax transformer (docs/models/decision_lists.md)."""
 
 from popdyn.tasks.decision_list.brute_force import brute_force_loss, brute_force_margin
 from popdyn.tasks.decision_list.classification import pc_closed_form, pc_slacks

@@ -1,4 +1,4 @@
-"""Ground truth by brute force over all L^n sequences (spec decision_lists.md §3 A; tiny cases only).
+"""Ground truth by brute force over all L^n sequences (docs/models/decision_lists.md §3 A; tiny cases only).
 
 The model is evaluated literally, f(X) = σ(V X σ(XᵀWX)) with column softmaxes, on every sequence, and
 the loss (1/n) Σ_j −log f(X)[y_j, j] is averaged under the sequence law. Used by the tests to check every

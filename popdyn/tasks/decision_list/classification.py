@@ -1,4 +1,4 @@
-"""Perfect classification (PC) in closed form for V = cP, c > 0 (spec decision_lists.md §4).
+"""Perfect classification (PC) in closed form for V = cP, c > 0 (docs/models/decision_lists.md §4).
 
 With V = cP the logits of query a are z[π(b)] = c·α_b for present b and 0 for labels whose preimage is absent (F4),
 and α_b ∝ h_b·e^{W[b,a]} > 0 (F1). So query a is classified correctly iff its label-determining token a* has strictly

@@ -1,5 +1,5 @@
 """Decision-list data: lists, label permutation, label-determining tokens and the two sequence laws
-(spec decision_lists.md §0, §2).
+(docs/models/decision_lists.md §0, §2).
 
 Tokens are 0..L−1. ``lists[a]`` is the list L_a = (a_1, …, a_m) of token a: distinct entries ending in a.
 ``perm[b] = π(b)``, the label of token b (P[k, b] = 1 iff k = π(b), so V = cP predicts π(LDT)).

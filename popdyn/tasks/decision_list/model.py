@@ -1,5 +1,5 @@
 """The one-layer softmax transformer on decision lists, f(X) = σ(V X σ(XᵀWX)), and its exact population
-loss by histogram enumeration (spec decision_lists.md §1 (F1)–(F3), §3 B).
+loss by histogram enumeration (docs/models/decision_lists.md §1 (F1)–(F3), §3 B).
 
 Query token a attends to the present tokens with α_b ∝ h_b e^{W[b, a]} (F1), outputs softmax(V α) (F2),
 and the loss is Σ_h P(h) (1/n) Σ_a h_a ℓ(a; h) (F3), a sum over C(L, n) subsets (distinct tokens) or

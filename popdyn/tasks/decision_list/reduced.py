@@ -1,4 +1,4 @@
-"""Structured reduction for V = cP and column-structured W (spec decision_lists.md §3 C).
+"""Structured reduction for V = cP and column-structured W (docs/models/decision_lists.md §3 C).
 
 With V = cP fixed the loss splits by columns of W (§1 Fact 3). Column a is *column-structured* when all its
 distractor entries W[b, a], b ∉ L_a, equal one value ω. Its loss ℒ_a then depends only on the list length m,
@@ -124,7 +124,7 @@ def column_loss(
     c: float | Float[Array, ""],
     distribution: str = "distinct",
 ) -> Float[Array, ""]:
-    """Per-column loss ℒ_a (spec decision_lists.md §3 C: (F5) for ``"distinct"``, the partition sum for ``"iid"``).
+    """Per-column loss ℒ_a (§3 C: (F5) for ``"distinct"``, the partition sum for ``"iid"``).
 
     ``w[i] = W[a_{i+1}, a]`` in list order (the last is W[a, a]) and ``omega`` is the shared distractor value;
     m = len(w). Exact finite sum, jit/grad/vmap-able in (w, omega, c); stable for large c (log-sum-exp).
@@ -177,7 +177,7 @@ def is_column_structured(W: Float[Array, "L L"], lists) -> bool:
 def columns_from_matrix(W: Float[Array, "L L"], lists) -> list[tuple[np.ndarray, float]]:
     """For each column a: (w = W[L_a, a] in list order, ω = the shared distractor value; 0.0 if m = L).
 
-    Raises ValueError if some column is not column-structured (spec decision_lists.md §3 C).
+    Raises ValueError if some column is not column-structured (docs/models/decision_lists.md §3 C).
     """
     W, lists = _matrix(W, lists)
     out = []
@@ -195,7 +195,7 @@ def columns_from_matrix(W: Float[Array, "L L"], lists) -> list[tuple[np.ndarray,
 def structured_total_loss(
     W: Float[Array, "L L"], lists, *, L: int, n: int, c: float, distribution: str = "distinct"
 ) -> Float[Array, ""]:
-    """ℒ(W, cP) = Σ_a ℒ_a(column a) for a concrete column-structured W (spec decision_lists.md §3 C, §1 Fact 3)."""
+    """ℒ(W, cP) = Σ_a ℒ_a(column a) for a concrete column-structured W (§3 C, §1 Fact 3)."""
     L = _validate.int_at_least("L", L, 2)
     if len(lists) != L:
         raise ValueError(f"lists has {len(lists)} entries: must have one list per token, i.e. L={L}")

@@ -1,5 +1,5 @@
 """Theorem 1's dynamics on the column-structured subspace: one representative column per list length
-(spec decision_lists.md §3 C, §5).
+(docs/models/decision_lists.md §3 C, §5).
 
 With V = cP fixed the loss splits by columns (Fact 3), W₀ = 0 is column-structured and the subspace is
 invariant, and ℒ_a depends on a only through m_a: every column of length m follows the same flow. A column

@@ -1,4 +1,4 @@
-"""Constants of Theorems 1 and 2 (spec decision_lists.md §5, §6).
+"""Constants of Theorems 1 and 2 (docs/models/decision_lists.md §5, §6).
 
 The abstract does not define δ, γ, the data law or the m of Theorem 2; every definition below that fills such a gap is
 [our choice] and says so. Lists are assumed to have every length 1..M present (as ``random_lists`` makes them).

@@ -1,4 +1,4 @@
-"""Binary Markov data and a single-layer transformer (Makkuva et al., spec markov.md)."""
+"""Binary Markov data and a single-layer transformer (Makkuva et al., docs/models/markov.md)."""
 
 from popdyn.tasks.markov.attention_scalar import AttentionScalar
 from popdyn.tasks.markov.canonical import ATTRACTORS, E_SADDLE, W_SADDLE, Canonical

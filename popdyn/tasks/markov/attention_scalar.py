@@ -1,5 +1,5 @@
 """The (e, w, a) attention-scalar model — popdyn's choice for the paper's unknown Fig 2/5 model
-(spec markov.md §2.4, tagged [our choice]; do not read its dynamics as the paper's).
+(docs/models/markov.md §2.4, tagged [our choice]; do not read its dynamics as the paper's).
 
 Uniform causal attention (W_Q = W_K = 0), W_V = a·ααᵀ, W_O = I on the rank-one weights of §2.2 give
 logit_n = e²r_n + 4w|w|e²·ReLU(r_n) + b,  r_n = (x_n − ½) + a(x̄_n − ½),  x̄_n = S_n / n,

@@ -1,4 +1,4 @@
-"""Canonical (e, w) and (e, w, b) models of binary Markov data (spec markov.md §2.2–§3.2).
+"""Canonical (e, w) and (e, w, b) models of binary Markov data (docs/models/markov.md §2.2–§3.2).
 
 Next-token logits depend on the current token only:
 f1 = (1/2 + 2w|w|)e² + b,  f0 = b − e²/2,  gap A = f1 − f0 = c(w)e² with c(w) = 1 + 2w|w|,

@@ -1,4 +1,4 @@
-"""The single-layer transformer of spec markov.md §2.1 with its exact population loss (§3.3).
+"""The single-layer transformer of docs/models/markov.md §2.1 with its exact population loss (§3.3).
 
 h_n = E[x_n] + p_n;  y_n = h_n + W_O Σ_{i≤n} att_{n,i} W_V h_i,  att ∝ exp(⟨W_Q h_n, W_K h_i⟩/√d) (causal);
 z_n = y_n + W_2 ReLU(W_1 y_n);  logits_n = E z_n + b (tied) — with optional GPT-2 pre-LayerNorm.

@@ -1,4 +1,4 @@
-"""Scan and Snap: the Y/Z one-layer transformer on sequence classes (spec scan_snap.md)."""
+"""Scan and Snap: the Y/Z one-layer transformer on sequence classes (docs/models/scan_snap.md)."""
 
 from popdyn.tasks.scan_snap.closed_forms import (
     B_n,

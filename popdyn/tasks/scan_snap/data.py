@@ -1,4 +1,4 @@
-"""Sequence classes of Scan and Snap (spec scan_snap.md §1, §6, §7).
+"""Sequence classes of Scan and Snap (docs/models/scan_snap.md §1, §6, §7).
 
 A class n is a triple (P(·|n), query token ψ(n), next token): the T−1 contextual tokens are i.i.d. from
 P(·|n) over the vocabulary [M], then the query token ψ(n), then the next token (the label). Classes are

@@ -1,5 +1,5 @@
 """Attention metrics of Scan and Snap: entropy on distinct tokens, the Theorem 3 scan invariant and growth
-factors (spec scan_snap.md §5 Theorem 3, §6 Fig. 6).
+factors (docs/models/scan_snap.md §5 Theorem 3, §6 Fig. 6).
 
 All take θ with or without a leading batch axis and return per-class quantities; entries off a class's
 distinct tokens are NaN, so they can never be mistaken for values.

@@ -1,4 +1,4 @@
-"""The Y/Z model of Scan and Snap and its exact population loss (spec scan_snap.md §1–§3).
+"""The Y/Z model of Scan and Snap and its exact population loss (docs/models/scan_snap.md §1–§3).
 
 Parameters θ = {"Y": M×M, "Z": M×M}. For a sequence of class n with query m = ψ(n), the attention over
 the T−1 contextual positions is b_t ∝ exp(z_{m,x_t}) (the query does not attend to itself), the token

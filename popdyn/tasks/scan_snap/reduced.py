@@ -1,5 +1,5 @@
 """The reduced attention dynamics of Scan and Snap: Eq. (10) with the decoder replaced by its Theorem 1
-form (spec scan_snap.md §5, Lemma 4).
+form (docs/models/scan_snap.md §5, Lemma 4).
 
   ż_m = η_Z γ(t) Σ_{n∈ψ⁻¹(m)} diag(f_n) Σ_{n'≠n} β_{nn'} (f_n f_nᵀ − I) f_{n'},   β_{nn'} = f_nᵀ f_{n'},
 

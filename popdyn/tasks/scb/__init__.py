@@ -1,4 +1,4 @@
-"""Sparse contextual bigrams learned by a one-layer linear transformer (Ren, Wang, Lee 2024; spec scb.md)."""
+"""Sparse contextual bigrams learned by a one-layer linear transformer (Ren, Wang, Lee 2024; docs/models/scb.md)."""
 
 from popdyn.tasks.scb.brute_force import MAX_SEQUENCES, brute_force_loss, sequence_table
 from popdyn.tasks.scb.instance import random_instance, validate_instance

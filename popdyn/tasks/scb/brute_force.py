@@ -1,4 +1,4 @@
-"""Ground truth by enumerating all N^(T+1) sequences (spec scb.md §9; tiny N, T only).
+"""Ground truth by enumerating all N^(T+1) sequences (docs/models/scb.md §9; tiny N, T only).
 
 x_1..x_T, x_{T+1} i.i.d. μ, k = x_{T+1}; the model f = V X a_k is evaluated literally and, for one-hot y
 with E[y | x] = P X q_k (§1), E_y‖y − f‖² = 1 − 2 f·(P X q_k) + ‖f‖². The loss is half its average.

@@ -1,4 +1,4 @@
-"""SCB instances: validation of (P, Qm) and random draws (spec scb.md §1, §9).
+"""SCB instances: validation of (P, Qm) and random draws (docs/models/scb.md §1, §9).
 
 P is N×N column-stochastic, P[i, j] = Pr(next = i | source = j), with a unique stationary law μ > 0
 (Pμ = μ, the Perron vector). Qm is T×N: column k is q_k ∈ Δ_T, the attention pattern of last token k.
@@ -66,7 +66,7 @@ def validate_instance(P, Qm) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 def random_instance(key: Array, N: int, T: int, Q: int) -> tuple[Float[Array, "N N"], Float[Array, "T N"]]:
     """(P, Qm): columns of P ~ Dirichlet(1_N); for each last token k a uniformly random support of Q of
-    the T positions carrying Dirichlet(1_Q) weights (spec scb.md §1 item 6). Use ``SparseBigram(P, Qm)``."""
+    the T positions carrying Dirichlet(1_Q) weights (docs/models/scb.md §1 item 6). Use ``SparseBigram(P, Qm)``."""
     N = _validate.int_at_least("N", N, 2)
     T = _validate.int_at_least("T", T, 1)
     Q = _validate.int_at_least("Q", Q, 1)

@@ -1,5 +1,5 @@
 """The one-layer linear transformer on sparse contextual bigrams and its exact population loss
-(spec scb.md §2–§4).
+(docs/models/scb.md §2–§4).
 
 f(x_{1:T+1}) = V X a_k with X = [e_{x_1} … e_{x_T}], k = x_{T+1} and a_k = A e_k; the loss is
 L(V, A) = ½ E‖y − f‖² in the closed form of §3 (O(N² + NT), no enumeration). ``SoftmaxBigram`` is the
@@ -19,7 +19,7 @@ from popdyn.tasks.scb.instance import validate_instance
 
 
 class SparseBigram(Problem):
-    """SCB data (P, Qm, μ) + the linear-attention model; θ = {"V": N×N, "A": T×N} (spec scb.md §1–§2).
+    """SCB data (P, Qm, μ) + the linear-attention model; θ = {"V": N×N, "A": T×N} (docs/models/scb.md §1–§2).
 
     ``P`` is column-stochastic with unique stationary μ > 0 and the columns of ``Qm`` lie in Δ_T; both are
     checked by ``validate_instance`` (ValueError naming P or Qm). The instance is built eagerly from
@@ -152,7 +152,7 @@ def _sample(prob: SparseBigram, key: Array, batch: int):
 
 
 class SoftmaxBigram(Problem):
-    """Position-only softmax attention a_k = softmax(W e_k) over the T positions (spec scb.md §3, Fig. 2);
+    """Position-only softmax attention a_k = softmax(W e_k) over the T positions (docs/models/scb.md §3, Fig. 2);
     θ = {"V": N×N, "W": T×N logits}. The loss is ``SparseBigram``'s closed form at A = softmax(W)."""
 
     linear: SparseBigram

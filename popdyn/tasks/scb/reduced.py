@@ -1,4 +1,4 @@
-"""The reduced systems of spec scb.md §4: the projected 2-D manifold 𝓜 and the unprojected 4-D family.
+"""The reduced systems of docs/models/scb.md §4: the projected 2-D manifold 𝓜 and the unprojected 4-D family.
 
 𝓜 = {V = μ1ᵀ + α_V(P − μ1ᵀ), A = 11ᵀ/T + α_A(Qm − 11ᵀ/T)} is invariant under projected preconditioned
 GD; {V = α_V P + β_V μ1ᵀ, a_k = α_A q_k + β_A 1} is invariant without the projection. Both are Problems
@@ -44,7 +44,7 @@ def _scalars(c, qbar, T, mu_sq) -> tuple[float, float, int, float]:
 
 
 class _Reduced(Problem):
-    """The scalars (c, q̄, T, ‖μ‖²) a reduced SCB system depends on (spec scb.md §4). c, q̄ and ‖μ‖² are 0-d array
+    """The scalars (c, q̄, T, ‖μ‖²) a reduced SCB system depends on (docs/models/scb.md §4). c, q̄ and ‖μ‖² are 0-d array
     leaves (a new value compiles nothing; systems of one T stack and vmap); T is static. The closed forms for
     reports (``L_star``, ``saddle()``, ``eigenvalues_at_minimum()``) are Python floats outside transformations."""
 
@@ -64,7 +64,7 @@ class _Reduced(Problem):
 
 
 class Reduced2D(_Reduced):
-    """Projected preconditioned dynamics on 𝓜, θ = {"alpha_V", "alpha_A"} (spec scb.md §4).
+    """Projected preconditioned dynamics on 𝓜, θ = {"alpha_V", "alpha_A"} (docs/models/scb.md §4).
 
     ℓ(α) = L* + (c/2)[(q̄ − 1/T)(1 − α_Vα_A)² + (1 − α_V)²/T], g(α) = −G^{-1}∇ℓ with G = diag(c, q̄ − 1/T).
     """
@@ -141,7 +141,7 @@ class Reduced2D(_Reduced):
 
 
 class Reduced4D(_Reduced):
-    """Unprojected preconditioned dynamics on V = α_V P + β_V μ1ᵀ, a_k = α_A q_k + β_A 1 (spec scb.md §4);
+    """Unprojected preconditioned dynamics on V = α_V P + β_V μ1ᵀ, a_k = α_A q_k + β_A 1 (docs/models/scb.md §4);
     θ = {"alpha_V", "beta_V", "alpha_A", "beta_A"}.
 
     With s_V = α_V + β_V, s_A = α_A + Tβ_A, m_1 = α_A q̄ + β_A, m_2 = α_A² q̄ + 2α_Aβ_A + Tβ_A²:

@@ -1,4 +1,4 @@
-"""Per-sample losses and stochastic gradients on exact draws of the generative model (spec scb.md §5).
+"""Per-sample losses and stochastic gradients on exact draws of the generative model (docs/models/scb.md §5).
 
 For a draw (X, k = x_{T+1}, y) and the residual r = e_y − V X a_k: g_V = −r (X a_k)ᵀ and g_{a_k} = −XᵀVᵀr
 (other columns of A: 0). Preconditioned as in §4 their expectation is the preconditioned population

@@ -1,4 +1,4 @@
-"""The step-size condition of SCB's preconditioned, projected population GD (spec scb.md §4, §10).
+"""The step-size condition of SCB's preconditioned, projected population GD (docs/models/scb.md §4, §10).
 
 Algorithm 1 steps along D^{-1}Π∇L, not ∇L, so the curvature its step size meets is that of the whitened
 loss u ↦ L(θ₀ + Π(u)D_μ^{-1/2}): plain GD on u with step η is the preconditioned projected GD on θ with

@@ -1,5 +1,5 @@
-"""Bilinear teachers σ(V* X S*) learned by a position-only one-layer transformer (Zhang, Zhao, Gu, Cao 2026; spec
-teacher.md)."""
+"""Bilinear teachers σ(V* X S*) learned by a position-only one-layer transformer (Zhang, Zhao, Gu, Cao 2026;
+docs/models/teacher.md)."""
 
 from popdyn.tasks.teacher.builders import (
     TEACHERS,

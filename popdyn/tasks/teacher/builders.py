@@ -1,5 +1,5 @@
-"""The paper's teachers as (S*, V*) builders (spec teacher.md §1.1): CNN + average pooling, a GCN layer on a cycle,
-sparse token selection and the group-sparse linear predictor; positions are 0-based.
+"""The paper's teachers as (S*, V*) builders (docs/models/teacher.md §1.1): CNN + average pooling, a GCN layer on a
+cycle, sparse token selection and the group-sparse linear predictor; positions are 0-based.
 """
 
 from __future__ import annotations

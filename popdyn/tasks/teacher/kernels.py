@@ -1,4 +1,4 @@
-"""Gaussian kernels of the leaky-ReLU family σ(z) = max(z, αz), α ∈ [0, 1] (spec teacher.md §3.3, §3.5, §3.6).
+"""Gaussian kernels of the leaky-ReLU family σ(z) = max(z, αz), α ∈ [0, 1] (docs/models/teacher.md §3.3, §3.5, §3.6).
 
 For (u, v) centred Gaussian with stds a, b and covariance c, Q = √(a²b² − c²) and θ = atan2(Q, c):
 K(a, b, c) = E[σ(u)σ(v)] = αc + (1−α)²(Q + (π − θ)c)/(2π) and E[σ(u)²] = κa², κ = (1+α²)/2. Derivatives

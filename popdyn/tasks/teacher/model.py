@@ -1,5 +1,5 @@
 """Bilinear teacher σ(V* X S*) learned by position-only attention σ(W X S) and its exact population loss
-(spec teacher.md §1–§3, §6).
+(docs/models/teacher.md §1–§3, §6).
 
 θ = {"W": M×d (W_V), "A": D×D (A = PᵀW_KQP, P = I w.l.o.g., §2.1)}, S = softmax(A/√D) column-wise.
 With X_ab iid N(0, σ_x²) the entries of WXS and V*XS* are jointly Gaussian and only matched entries couple, so

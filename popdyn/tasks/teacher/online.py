@@ -1,4 +1,4 @@
-"""The paper's training procedure (spec teacher.md §8): online GD with a fresh Gaussian batch every step, as a
+"""The paper's training procedure (docs/models/teacher.md §8): online GD with a fresh Gaussian batch every step, as a
 ``gradient=`` hook of ``gradient_descent`` — the noisy counterpart of the exact population run."""
 
 from __future__ import annotations

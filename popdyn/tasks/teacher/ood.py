@@ -1,4 +1,4 @@
-"""Out-of-distribution error (spec teacher.md §7): the student against the teacher on shifted inputs X̃.
+"""Out-of-distribution error (docs/models/teacher.md §7): the student against the teacher on shifted inputs X̃.
 
 With Ỹ = f*(X̃) + independent zero-mean noise, the excess OOD loss is L_OOD(θ) − L_OOD(teacher) =
 ½E‖σ(W X̃ S) − σ(V* X̃ S*)‖²_F. For the identity σ and X̃ with i.i.d. entries of mean m and variance s² it is

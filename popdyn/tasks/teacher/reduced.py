@@ -1,4 +1,4 @@
-"""The exact reduced 2-D system of the bilinear teacher from zero initialisation (spec teacher.md §4, §5.2).
+"""The exact reduced 2-D system of the bilinear teacher from zero initialisation (docs/models/teacher.md §4, §5.2).
 
 On the invariant manifold W = C1 V*, A = C2 on the support of S*, −C3 off it (KC2 = (D−K)C3, Δ = C2 + C3),
 S is p on the support and q off it, p = 1/(K + (D−K)e^{−Δ/√D}), q = (1 − Kp)/(D−K), and
