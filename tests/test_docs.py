@@ -1,0 +1,157 @@
+"""The documentation site (``mkdocs.yml``, ``docs/``) and every reference to it.
+
+* Every ``docs/<path>.md`` named in the package, the tests, the notebooks and README.md exists, and every section
+  number ``§N.M`` cited there is a heading of the model page it refers to: the page named just before it
+  (``docs/models/markov.md §4.4``), else the one the file names nearest before it (a module names its page once,
+  in its docstring, and then cites bare ``§4.4``). No reference points outside the repository.
+* ``mkdocs build --strict`` passes (broken links, anchors and API references fail it), when mkdocs is installed.
+* The CLI reference (docs/cli.md) lists exactly the registry's jobs, each with exactly its options, and the
+  figures of ``popdyn reproduce``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+DOCS = REPO / "docs"
+SOURCES = (
+    sorted((REPO / "popdyn").rglob("*.py"))
+    + sorted((REPO / "tests").rglob("*.py"))
+    + sorted((REPO / "notebooks").glob("*.ipynb"))
+    + [REPO / "README.md"]
+)
+
+DOC_REF = re.compile(r"docs/[\w./-]+?\.md")
+PAGE_REF = re.compile(r"docs/models/(\w+)\.md")
+SECTION = r"§(\d+(?:\.\d+)*)(?: ([A-D])\b)?"
+SECTION_REF = re.compile(SECTION)
+HEADING = re.compile(r"^#{1,6} " + SECTION, re.M)
+STALE = re.compile(r"spec [`']?\w+\.md|DESIGN\.md|shared/specs|\.\./shared|/work/shared")
+
+
+def _rel(path: Path) -> str:
+    return str(path.relative_to(REPO))
+
+
+def _text(path: Path) -> str:
+    return path.read_text(encoding="utf-8")
+
+
+def _headings(page: str) -> set[str]:
+    """The section numbers of a model page's headings: "4.4", "3 C", …"""
+    text = _text(DOCS / "models" / f"{page}.md")
+    return {num + (f" {letter}" if letter else "") for num, letter in HEADING.findall(text)}
+
+
+def _section_refs(text: str) -> list[tuple[int, str]]:
+    """(offset, "4.4" or "3 C") for every § reference, ranges "§4–§5" included."""
+    return [(m.start(), m.group(1) + (f" {m.group(2)}" if m.group(2) else "")) for m in SECTION_REF.finditer(text)]
+
+
+def test_every_docs_reference_names_an_existing_page():
+    missing = []
+    for path in SOURCES:
+        for ref in sorted(set(DOC_REF.findall(_text(path)))):
+            if not (REPO / ref).is_file():
+                missing.append(f"{_rel(path)}: {ref}")
+    assert not missing, "references to pages that do not exist:\n" + "\n".join(missing)
+
+
+def test_no_reference_points_outside_the_repository():
+    stale = []
+    for path in [*SOURCES, *sorted(DOCS.rglob("*.md"))]:
+        if path == Path(__file__).resolve():
+            continue
+        for i, line in enumerate(_text(path).splitlines(), 1):
+            if STALE.search(line):
+                stale.append(f"{_rel(path)}:{i}: {line.strip()[:100]}")
+    assert not stale, "references to documents users do not have (use docs/models/*.md, docs/architecture.md):\n" + (
+        "\n".join(stale)
+    )
+
+
+def test_every_cited_section_is_a_heading_of_its_model_page():
+    problems = []
+    for path in SOURCES:
+        text = _text(path)
+        refs = _section_refs(text)
+        if not refs:
+            continue
+        pages = [(m.start(), m.end(), m.group(1)) for m in PAGE_REF.finditer(text)]
+        if not pages:
+            problems.append(f"{_rel(path)} cites § numbers but names no page docs/models/<model>.md")
+            continue
+        for at, number in refs:
+            before = [p for p in pages if p[0] < at]
+            page = before[-1][2] if before else pages[0][2]
+            if number not in _headings(page):
+                line = text.count("\n", 0, at) + 1
+                problems.append(f"{_rel(path)}:{line}: §{number} is not a heading of docs/models/{page}.md")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_model_pages_number_their_sections():
+    for page in ("markov", "decision_lists", "scan_snap", "scb", "teacher"):
+        assert {"1", "2", "3"} <= _headings(page), page
+
+
+@pytest.mark.skipif(
+    importlib.util.find_spec("mkdocs") is None, reason="mkdocs is not installed (pip install -e '.[docs]')"
+)
+def test_mkdocs_build_strict(tmp_path):
+    """The whole site, API reference included, with every warning an error (about 5 s)."""
+    if importlib.util.find_spec("mkdocstrings") is None or importlib.util.find_spec("material") is None:
+        pytest.skip("mkdocs-material or mkdocstrings is not installed (pip install -e '.[docs]')")
+    out = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"},
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert (tmp_path / "site" / "models" / "markov" / "index.html").is_file()
+
+
+def _cli_sections() -> dict[str, str]:
+    """Heading text → section body of docs/cli.md, for the headings that name a ``popdyn`` command."""
+    text = _text(DOCS / "cli.md")
+    parts = re.split(r"^(#{2,3} `popdyn [^`]+`)\s*$", text, flags=re.M)
+    return {parts[i].split("`")[1]: parts[i + 1] for i in range(1, len(parts), 2)}
+
+
+def _flags(body: str) -> list[str]:
+    return re.findall(r"^\| `(-[-\w]+)", body, flags=re.M)
+
+
+def test_the_cli_reference_lists_every_job_with_its_options():
+    from popdyn.jobs.registry import COMMANDS, MODEL, REGISTRY
+
+    sections = _cli_sections()
+    jobs = {}
+    for heading, body in sections.items():
+        words = heading.split()
+        if len(words) == 3 and words[1] in COMMANDS:
+            task = MODEL if words[2] == "module.path:factory" else words[2]
+            jobs[(words[1], task)] = body
+    assert set(jobs) == set(REGISTRY), "docs/cli.md lists other jobs than the registry"
+    for key, job in REGISTRY.items():
+        listed = _flags(jobs[key])
+        assert sorted(listed) == sorted(o.flag for o in job.options), key
+        assert ("--checkpoint" in jobs[key]) == job.takes_checkpoint, key
+    assert {f"popdyn {c}" for c in COMMANDS} | {"popdyn demo", "popdyn reproduce"} <= set(sections)
+
+
+def test_the_cli_reference_lists_every_figure():
+    from popdyn.figures import FIGURES
+
+    body = _cli_sections()["popdyn reproduce"]
+    assert re.findall(r"^\| `([\w-]+)` \|", body, flags=re.M) == list(FIGURES)
