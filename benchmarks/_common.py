@@ -241,6 +241,16 @@ def warm_times(fn, *args, repeats: int) -> np.ndarray:
     return np.asarray(out)
 
 
+def cold_warm(run) -> tuple[object, float, float]:
+    """(result, seconds of the first call, seconds of an identical second call), each blocked until ready."""
+    times = []
+    for _ in range(2):
+        t0 = time.perf_counter()
+        out = jax.block_until_ready(run())
+        times.append(time.perf_counter() - t0)
+    return out, times[0], times[1]
+
+
 def peak_rss_gb() -> float:
     """Peak resident memory of this process so far (``ru_maxrss``, KiB on Linux), in GB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9

@@ -51,8 +51,9 @@ import numpy as np
 
 import popdyn
 from benchmarks._common import REPO, finish_section, headline_row, make_headline, parser, publish, run_header
-from benchmarks._markov_basins import ATOL, HI, LO, RTOL, T1, run_baseline, timed_basin_map
 from popdyn.tasks.markov import ATTRACTORS, Canonical
+
+from ._markov_basins import ATOL, HI, LO, RTOL, T1, run_baseline, timed_basin_map
 
 SECTION = "## Markov (e,w) basin maps"
 

@@ -69,6 +69,8 @@ import numpy as np
 from jax.flatten_util import ravel_pytree
 
 from benchmarks._common import (
+    COVERAGE_MIN,
+    COVERAGE_SE,
     REPO,
     aot,
     at_eps,
@@ -89,7 +91,6 @@ from popdyn.tasks.markov import Transformer
 SECTION = "## Markov full model: exact gradient vs Monte Carlo"
 EXACT_VAR_MAX_LEN = 16  # enumerate all 2^(N+1) sequences for the exact Σ_i Var_i check while N + 1 ≤ this
 POINTS = (("GPT-2 init (std 0.02)", 0.02), ("trained-like (std 0.5)", 0.5))
-COVERAGE_SE, COVERAGE_MIN = 4.0, 0.99
 
 
 # ---------------------------------------------------------------------------------------------------------------

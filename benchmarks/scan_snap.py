@@ -65,6 +65,7 @@ from benchmarks._common import (
     MC_DEFINITION,
     REPO,
     check_text,
+    cold_warm,
     equal_precision,
     exact_timing,
     finish_section,
@@ -73,7 +74,6 @@ from benchmarks._common import (
     grad_check_line,
     headline_row,
     make_headline,
-    max_relative_difference,
     mc_headline_rows,
     mc_table,
     parser,
@@ -84,95 +84,11 @@ from benchmarks._common import (
 )
 from popdyn.tasks.scan_snap import Classes, ScanSnap, syn_medium, syn_small
 
+from ._sgd_baselines import NumpyScanSnap, scan_snap_grad_check, scan_snap_sgd
+
 SECTION = "## Scan and Snap: exact loss and gradient vs Monte Carlo, exact GD vs the authors' SGD"
 RECORD_EVERY = 10
 FIG4_POINT_STEP = 10  # MC point 2: the exact GD run of part 3 (a) after this many steps
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The authors' model and training loop in NumPy (the baseline of part 3)
-# ---------------------------------------------------------------------------------------------------------------
-class NumpyScanSnap:
-    """The Y/Z model of Scan and Snap (spec §2, the authors' ``Model2``) with sampling, forward and backward pass in
-    plain NumPy, as a researcher without autodiff would write it. Sequences: ``T − 1`` contextual tokens."""
-
-    def __init__(self, classes: Classes, T: int):
-        self.probs, self.query, self.label = classes.probs, classes.query, classes.label
-        self.weights, self.M, self.K, self.T = classes.weights, classes.M, classes.K, T
-
-    def sample(self, rng: np.random.Generator, batch: int) -> tuple[np.ndarray, np.ndarray]:
-        """(classes ~ π, contextual tokens i.i.d. P(·|n)), shapes (B,) and (B, T−1)."""
-        cls = rng.choice(self.K, size=batch, p=self.weights)
-        ctx = np.empty((batch, self.T - 1), dtype=np.int64)
-        for k in range(self.K):
-            idx = np.flatnonzero(cls == k)
-            ctx[idx] = rng.choice(self.M, size=(idx.size, self.T - 1), p=self.probs[k])
-        return cls, ctx
-
-    def loss_and_grad(self, Y: np.ndarray, Z: np.ndarray, cls: np.ndarray, ctx: np.ndarray):
-        """Batch-mean cross-entropy and its gradient (dY, dZ). Forward: b = softmax_t z_{m, x_t}, a = Σ_t b_t e_{x_t},
-        f = a/‖a‖, logits = Yᵀf. Backward: dlogits = (softmax − e_label)/B, dY = f dlogitsᵀ, df = Y dlogits,
-        da = (df − f⟨f, df⟩)/‖a‖, db_t = da_{x_t}, ds = b ⊙ (db − ⟨b, db⟩), dZ[m, x_t] += ds_t."""
-        B, M = len(cls), self.M
-        rows = np.arange(B)[:, None]
-        m = self.query[cls]
-        s = Z[m[:, None], ctx]
-        b = np.exp(s - s.max(1, keepdims=True))
-        b /= b.sum(1, keepdims=True)
-        a = np.bincount((rows * M + ctx).ravel(), weights=b.ravel(), minlength=B * M).reshape(B, M)
-        norm = np.linalg.norm(a, axis=1, keepdims=True)
-        f = a / norm
-        logits = f @ Y
-        top = logits.max(1, keepdims=True)
-        p = np.exp(logits - top)
-        lse = np.log(p.sum(1, keepdims=True)) + top
-        p = np.exp(logits - lse)
-        y = self.label[cls]
-        loss = float(np.mean(lse[:, 0] - logits[np.arange(B), y]))
-        dlogits = p
-        dlogits[np.arange(B), y] -= 1.0
-        dlogits /= B
-        dY = f.T @ dlogits
-        df = dlogits @ Y.T
-        da = (df - f * np.sum(f * df, 1, keepdims=True)) / norm
-        db = np.take_along_axis(da, ctx, axis=1)
-        ds = b * (db - np.sum(b * db, 1, keepdims=True))
-        dZ = np.bincount((m[:, None] * M + ctx).ravel(), weights=ds.ravel(), minlength=M * M).reshape(M, M)
-        return loss, dY, dZ
-
-
-def numpy_sgd(
-    model: NumpyScanSnap, steps: int, batch: int, lr: float, scales: dict, momentum: float, seed: int
-) -> tuple[dict, float]:
-    """The authors' loop: a fresh batch every step, heavy-ball SGD in PyTorch's convention (b ← μb + τ⊙g,
-    θ ← θ − ηb, b₀ = 0), from Y = Z = 0. Returns θ every RECORD_EVERY steps ({"Y", "Z"}: (records, M, M)) and the
-    loop's wall seconds."""
-    rng = np.random.default_rng(seed)
-    Y, Z = np.zeros((model.M, model.M)), np.zeros((model.M, model.M))
-    bY, bZ = np.zeros_like(Y), np.zeros_like(Z)
-    rec = {"Y": [Y.copy()], "Z": [Z.copy()]}
-    t0 = time.perf_counter()
-    for step in range(1, steps + 1):
-        _, dY, dZ = model.loss_and_grad(Y, Z, *model.sample(rng, batch))
-        bY = momentum * bY + scales["Y"] * dY
-        bZ = momentum * bZ + scales["Z"] * dZ
-        Y, Z = Y - lr * bY, Z - lr * bZ
-        if step % RECORD_EVERY == 0:
-            rec["Y"].append(Y.copy())
-            rec["Z"].append(Z.copy())
-    wall = time.perf_counter() - t0
-    return {k: np.stack(v) for k, v in rec.items()}, wall
-
-
-def numpy_grad_check(prob: ScanSnap, model: NumpyScanSnap, batch: int, seed: int) -> float:
-    """max |NumPy gradient − JAX autodiff gradient of the mean of ``prob.sequence_loss``| on one batch at a random
-    point, relative to the largest gradient entry."""
-    rng = np.random.default_rng(seed)
-    theta = prob.init_uniform(jax.random.PRNGKey(seed))
-    cls, ctx = model.sample(rng, batch)
-    _, dY, dZ = model.loss_and_grad(np.asarray(theta["Y"]), np.asarray(theta["Z"]), cls, ctx)
-    g = jax.grad(lambda th: jnp.mean(jax.vmap(prob.sequence_loss, in_axes=(None, 0, 0))(th, cls, ctx)))(theta)
-    return max_relative_difference({"Y": dY, "Z": dZ}, g)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -225,12 +141,7 @@ def run_gd(prob: ScanSnap, theta0, args):
 
 def timed_gd(prob: ScanSnap, args) -> tuple[object, float, float]:
     """``run_gd`` from Y = Z = 0: (trajectory, cold seconds, warm seconds)."""
-    times = []
-    for _ in range(2):
-        t0 = time.perf_counter()
-        traj = run_gd(prob, prob.init(None), args)
-        times.append(time.perf_counter() - t0)
-    return traj, times[0], times[1]
+    return cold_warm(lambda: run_gd(prob, prob.init(None), args))
 
 
 def deviation(loss, gd_params: dict, sgd_params: dict) -> dict:
@@ -252,8 +163,15 @@ def sgd_case(name: str, prob: ScanSnap, seq_T: int, classes: Classes, args) -> d
     traj, cold, warm = timed_gd(prob, args)
     model = NumpyScanSnap(classes, seq_T)
     runs = [
-        numpy_sgd(
-            model, args.steps, args.batch, args.lr, {"Y": args.eta_y, "Z": args.eta_z}, args.momentum, args.seed + s
+        scan_snap_sgd(
+            model,
+            args.steps,
+            args.batch,
+            args.lr,
+            {"Y": args.eta_y, "Z": args.eta_z},
+            args.momentum,
+            args.seed + s,
+            RECORD_EVERY,
         )
         for s in range(args.sgd_seeds)
     ]
@@ -465,7 +383,7 @@ def main(argv=None) -> int:
     classes = syn_small() if args.medium is None else syn_medium(args.medium)
     prob, prob_inf = ScanSnap(classes, T=args.T), ScanSnap(classes)
     model = NumpyScanSnap(classes, args.T)
-    grad_check = numpy_grad_check(prob, model, args.batch, args.seed)
+    grad_check = scan_snap_grad_check(prob, model, args.batch, args.seed)
     print(f"NumPy backward pass vs JAX autodiff on one batch: max relative difference {grad_check:.1e}", flush=True)
     sgd = [
         sgd_case("(a) same loss", prob, args.T, classes, args),

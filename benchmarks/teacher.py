@@ -45,7 +45,6 @@ vs online SGD" (other sections of the file are kept); the headline figures go to
 
 from __future__ import annotations
 
-import math
 import time
 from pathlib import Path
 
@@ -58,6 +57,7 @@ from benchmarks._common import (
     MC_DEFINITION,
     REPO,
     check_text,
+    cold_warm,
     equal_precision,
     finish_section,
     fmt_ratio,
@@ -65,7 +65,6 @@ from benchmarks._common import (
     grad_check_line,
     headline_row,
     make_headline,
-    max_relative_difference,
     mc_headline_rows,
     mc_table,
     parser,
@@ -78,74 +77,10 @@ from popdyn.tasks.teacher import TEACHERS, BilinearTeacher
 from popdyn.tasks.teacher.builders import build
 from popdyn.tasks.teacher.online import OnlineGradient
 
+from ._sgd_baselines import NumpyTeacher, teacher_grad_check, teacher_sgd
+
 SECTION = "## Bilinear teacher: exact loss and gradient vs Monte Carlo, exact GD vs online SGD"
 RECORDS = 20  # deviation records along a run
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# The paper's online SGD in NumPy (the baseline of part 3)
-# ---------------------------------------------------------------------------------------------------------------
-class NumpyTeacher:
-    """Teacher data and the position-only student σ(W X S), S = column-softmax(A/√D), with sampling, forward and
-    backward pass in plain NumPy (spec §1–§2), as a researcher without autodiff would write them."""
-
-    def __init__(self, prob: BilinearTeacher):
-        self.S_star, self.V_star = np.asarray(prob.S_star), np.asarray(prob.V_star)
-        self.alpha, self.sigma_x, self.sigma_eps = float(prob.alpha), float(prob.sigma_x), float(prob.sigma_eps)
-        self.D, self.M, self.d = prob.D, prob.M, prob.d
-
-    def act(self, z: np.ndarray) -> np.ndarray:
-        return np.maximum(z, self.alpha * z)
-
-    def sample(self, rng: np.random.Generator, batch: int) -> tuple[np.ndarray, np.ndarray]:
-        """(X, Y): X entries N(0, σ_x²), Y = σ(V* X S*) + N(0, σ_ε²) noise."""
-        X = self.sigma_x * rng.standard_normal((batch, self.d, self.D))
-        Y = self.act(self.V_star @ X @ self.S_star)
-        return X, (Y + self.sigma_eps * rng.standard_normal(Y.shape) if self.sigma_eps else Y)
-
-    def loss_and_grad(self, W: np.ndarray, A: np.ndarray, X: np.ndarray, Y: np.ndarray):
-        """Batch mean of ½‖Y − σ(W X S)‖² and its gradient (dW, dA). Backward: dU = (σ(U) − Y) ⊙ σ'(U)/B,
-        dW = Σ_b dU_b (X_b S)ᵀ, dS = Σ_b (W X_b)ᵀ dU_b, dA[:, j] = (s_j ⊙ dS[:, j] − s_j ⟨s_j, dS[:, j]⟩)/√D."""
-        B = len(X)
-        logits = A / math.sqrt(self.D)
-        S = np.exp(logits - logits.max(0, keepdims=True))
-        S /= S.sum(0, keepdims=True)
-        WX = W @ X
-        U = WX @ S
-        R = self.act(U) - Y
-        loss = 0.5 * float(np.sum(R * R)) / B
-        dU = R * np.where(U > 0, 1.0, self.alpha) / B
-        dW = np.einsum("bmj,bdj->md", dU, X @ S)
-        dS = np.einsum("bmi,bmj->ij", WX, dU)
-        dA = (S * dS - S * np.sum(S * dS, axis=0, keepdims=True)) / math.sqrt(self.D)
-        return loss, dW, dA
-
-
-def numpy_sgd(model: NumpyTeacher, theta0: dict, steps: int, batch: int, lr: float, seed: int) -> tuple[dict, float]:
-    """Online SGD, a fresh batch every step: θ ← θ − η ∇(batch loss). Returns θ at RECORDS + 1 evenly spaced steps
-    ({"W", "A"} with a leading record axis) and the loop's wall seconds."""
-    rng = np.random.default_rng(seed)
-    W, A = np.array(theta0["W"]), np.array(theta0["A"])
-    every = steps // RECORDS
-    rec = {"W": [W.copy()], "A": [A.copy()]}
-    t0 = time.perf_counter()
-    for step in range(1, steps + 1):
-        _, dW, dA = model.loss_and_grad(W, A, *model.sample(rng, batch))
-        W, A = W - lr * dW, A - lr * dA
-        if step % every == 0:
-            rec["W"].append(W.copy())
-            rec["A"].append(A.copy())
-    wall = time.perf_counter() - t0
-    return {k: np.stack(v) for k, v in rec.items()}, wall
-
-
-def numpy_grad_check(prob: BilinearTeacher, model: NumpyTeacher, theta, batch: int, seed: int) -> float:
-    """max |NumPy gradient − JAX autodiff gradient of the batch-mean loss| on one batch at θ, relative to the largest
-    gradient entry."""
-    X, Y = model.sample(np.random.default_rng(seed), batch)
-    _, dW, dA = model.loss_and_grad(np.asarray(theta["W"]), np.asarray(theta["A"]), X, Y)
-    g = jax.grad(lambda th: 0.5 * jnp.mean(jnp.sum((Y - prob.student_output(th, X)) ** 2, axis=(-2, -1))))(theta)
-    return max_relative_difference({"W": dW, "A": dA}, g)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -181,16 +116,6 @@ def mc_point(label: str, prob: BilinearTeacher, theta, args, key) -> dict:
 # ---------------------------------------------------------------------------------------------------------------
 # Part 3: exact GD against online SGD
 # ---------------------------------------------------------------------------------------------------------------
-def cold_warm(run) -> tuple[object, float, float]:
-    """(result, seconds of the first call, seconds of an identical second call), each blocked until ready."""
-    times = []
-    for _ in range(2):
-        t0 = time.perf_counter()
-        out = jax.block_until_ready(run())
-        times.append(time.perf_counter() - t0)
-    return out, times[0], times[1]
-
-
 def cosine(W: np.ndarray, V: np.ndarray) -> float:
     return float(np.sum(W * V) / (np.linalg.norm(W) * np.linalg.norm(V)))
 
@@ -217,7 +142,10 @@ def sgd_vs_gd(prob: BilinearTeacher, theta0: dict, args) -> dict:
         )
     )
     model = NumpyTeacher(prob)
-    runs = [numpy_sgd(model, theta0, args.steps, args.batch, args.lr, args.seed + s) for s in range(args.sgd_seeds)]
+    runs = [
+        teacher_sgd(model, theta0, args.steps, args.batch, args.lr, args.seed + s, RECORDS)
+        for s in range(args.sgd_seeds)
+    ]
     loss = jax.jit(jax.vmap(prob.loss))
     gd = {k: np.asarray(v) for k, v in traj.params.items()}
     size = np.sqrt(sum(np.sum(gd[k] ** 2, axis=(1, 2)) for k in gd))
@@ -406,7 +334,7 @@ def main(argv=None) -> int:
     args.lr = 1.0 / prob.lambda_max_at_teacher() if args.lr is None else args.lr
     kw, ka = jax.random.split(jax.random.PRNGKey(args.seed))
     random_point = {"W": jax.random.normal(kw, (prob.M, prob.d)), "A": jax.random.normal(ka, (prob.D, prob.D))}
-    grad_check = numpy_grad_check(prob, NumpyTeacher(prob), random_point, args.batch, args.seed)
+    grad_check = teacher_grad_check(prob, NumpyTeacher(prob), random_point, args.batch, args.seed)
     print(f"NumPy backward pass vs JAX autodiff on one batch: max relative difference {grad_check:.1e}", flush=True)
     theta0 = {"W": args.start * prob.V_star, "A": jnp.zeros((prob.D, prob.D))}
     run = sgd_vs_gd(prob, theta0, args)

@@ -91,8 +91,9 @@ def worker(method: str, s: int, p: float, q: float, k: int, seed: int) -> dict:
     import jax
 
     import popdyn
-    from benchmarks._markov_basins import HI, LO, timed_basin_map
     from popdyn.tasks.markov import ATTRACTORS, Canonical
+
+    from ._markov_basins import HI, LO, timed_basin_map
 
     prob = Canonical(p, q)
     grid = popdyn.Grid.square("w", "e", LO, HI, s)
@@ -164,7 +165,7 @@ def run_worker(method: str, n: int, args) -> dict:
 # ---------------------------------------------------------------------------------------------------------------
 def baseline(args, flow_big: dict) -> dict:
     """solve_ivp loop on the baseline subset of the largest flow grid, labels against popdyn's."""
-    from benchmarks._markov_basins import HI, LO, run_baseline
+    from ._markov_basins import HI, LO, run_baseline
 
     s = flow_big["side"]
     xs, ys = np.linspace(LO, HI, s), np.linspace(LO, HI, s)
