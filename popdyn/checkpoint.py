@@ -231,16 +231,18 @@ class ChunkStore:
 
     def save(self, i: int, out) -> None:
         """Write chunk ``i``'s outputs (a pytree shaped like ``expected``, trimmed) atomically, with the run's
-        fingerprint and its index inside, and record the digest of its contents in the manifest."""
+        fingerprint and its index inside, and record the digest of its contents in the manifest. The digest goes
+        first: a run stopped between the two writes leaves a digest without its chunk (recomputed on resume, to
+        the same bytes), never a chunk without its digest (refused on resume)."""
         leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(out)]
         run = np.frombuffer(self.fp.encode("ascii"), np.uint8)
+        manifest = self._manifest()
+        manifest.setdefault("chunks", {})[str(i)] = _digest(leaves)
+        self._write_manifest(manifest)
         _atomic_write(
             self.path(i),
             lambda f: np.savez(f, run=run, index=np.int64(i), **{f"leaf_{k}": a for k, a in enumerate(leaves)}),
         )
-        manifest = self._manifest()
-        manifest.setdefault("chunks", {})[str(i)] = _digest(leaves)
-        self._write_manifest(manifest)
 
 
 class _Mismatch(Exception):

@@ -19,6 +19,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import popdyn
+from popdyn import checkpoint
 from popdyn.dynamics import descent
 from popdyn.tasks.markov import Canonical
 
@@ -174,6 +175,25 @@ def test_missing_chunks_are_recomputed_bit_for_bit(done, capsys):
     _same(bm, popdyn.basin_map(PROB, GRID, checkpoint=ck, progress=True, **SETTINGS))
     assert "4/5" in capsys.readouterr().err  # the progress bar counts resumed chunks as done
     assert (ck / "chunk_00002.npz").exists()
+
+
+def test_a_run_stopped_between_a_digest_and_its_chunk_resumes(done, tmp_path, monkeypatch):
+    """A signal ends the process at once (os._exit): it may fall between recording a chunk's digest and writing
+    the chunk. The rerun recomputes that chunk instead of refusing a chunk without a digest."""
+    _, bm = done
+    ck, real = tmp_path / "stopped", checkpoint._atomic_write
+
+    def stop_at_chunk_2(path, write):
+        if path.name == "chunk_00002.npz":
+            raise KeyboardInterrupt
+        real(path, write)
+
+    monkeypatch.setattr(checkpoint, "_atomic_write", stop_at_chunk_2)
+    with pytest.raises(KeyboardInterrupt):
+        popdyn.basin_map(PROB, GRID, checkpoint=ck, **SETTINGS)
+    monkeypatch.setattr(checkpoint, "_atomic_write", real)
+    assert not (ck / "chunk_00002.npz").exists()
+    _same(bm, popdyn.basin_map(PROB, GRID, checkpoint=ck, **SETTINGS))
 
 
 @pytest.mark.parametrize("change", ["p", "grid", "steps", "method", "chunk_size"])
