@@ -4,7 +4,9 @@ all four commands from a module path, and sweeps over data parameters compile on
 
 import json
 import logging
+import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -75,6 +77,21 @@ def _readme_model(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     sys.modules.pop("double_well", None)
     return commands
+
+
+@pytest.mark.slow
+def test_the_console_script_finds_a_model_in_the_current_folder(tmp_path, monkeypatch):
+    """``popdyn stepsize double_well:double_well`` from the folder that holds double_well.py, with nothing on
+    PYTHONPATH: the console script, unlike ``python -m``, does not put the current folder on sys.path."""
+    _readme_model(tmp_path, monkeypatch)
+    script = Path(sys.executable).with_name("popdyn")
+    if not script.exists():
+        pytest.skip("the popdyn console script is not installed next to this interpreter")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    argv = [script, "stepsize", "double_well:double_well", "--steps", "5", "--out", "o", "--quiet"]
+    proc = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "o" / "summary.json").read_text())["command"] == "stepsize"
 
 
 def test_the_readme_user_model_runs_through_all_four_commands(tmp_path, monkeypatch, run_cli):

@@ -8,6 +8,8 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import os
+import sys
 from collections.abc import Callable
 
 import jax
@@ -29,13 +31,26 @@ def load_factory(factory: str) -> Callable[..., Problem]:
         raise ValueError(f"factory={factory!r} is invalid: must be 'module.path:function' returning a popdyn.Problem")
     module, name = factory.split(":")
     try:
-        mod = importlib.import_module(module)
+        mod = _import_here(module)
     except ImportError as err:
         raise ValueError(f"factory={factory!r} is invalid: cannot import {module!r} ({err})") from None
     fn = getattr(mod, name, None)
     if not callable(fn):
         raise ValueError(f"factory={factory!r} is invalid: {module!r} has no function {name!r}")
     return fn
+
+
+def _import_here(module: str):
+    """Import ``module`` from sys.path or else from the current directory, which ``python -m`` searches and the
+    ``popdyn`` console script does not."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        here = os.getcwd()
+        if err.name != module.split(".")[0] or here in sys.path:
+            raise
+    sys.path.insert(0, here)
+    return importlib.import_module(module)
 
 
 def parse_params(params) -> dict[str, object]:
