@@ -21,12 +21,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
 
-from popdyn import _validate
+from popdyn import _validate, dynamics
 from popdyn.analysis.cluster import cluster_points
 from popdyn.analysis.grid import Grid
 from popdyn.batching import as_batch, check_chunk_size
 from popdyn.curvature import EXACT_MAX_DIM, extreme_eigenvalues, hessian_spectrum
-from popdyn.dynamics import Status, Trajectory, gradient_descent, gradient_flow
+from popdyn.dynamics import Status, Trajectory, gradient_descent
 from popdyn.dynamics.status import RESOLVED, count
 from popdyn.problem import Problem, Theta
 
@@ -198,7 +198,7 @@ def _draw(prob: Problem, keys: jax.Array) -> Theta:
 
 def _run(prob, theta, method, t1, lr, steps, chunk_size, progress, checkpoint, dynamics_kwargs) -> Trajectory:
     if method == "flow":
-        return gradient_flow(
+        return dynamics.gradient_flow(
             prob,
             theta,
             t1=t1,

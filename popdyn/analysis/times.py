@@ -11,9 +11,9 @@ import numpy as np
 import optax
 from jaxtyping import Array, Float
 
-from popdyn import _validate
+from popdyn import _validate, dynamics
 from popdyn.curvature import hessian_spectrum
-from popdyn.dynamics import Status, gradient_descent, gradient_flow
+from popdyn.dynamics import Status, gradient_descent
 from popdyn.dynamics.status import count
 from popdyn.problem import Problem, Theta
 
@@ -103,7 +103,7 @@ def hitting_times(
     if not callable(target):
         raise ValueError(f"target={target!r} is invalid: must be a function θ -> real (reached when <= 0)")
     if method == "flow":
-        traj = gradient_flow(prob, theta0, t1=t1, ts=None, until=target, **dynamics_kwargs)
+        traj = dynamics.gradient_flow(prob, theta0, t1=t1, ts=None, until=target, **dynamics_kwargs)
     else:
         traj = gradient_descent(
             prob,
@@ -168,7 +168,7 @@ def first_passage(
     returns (times (…, K), trajectory)."""
     t_min = t1 * 1e-9 if t_min is None else t_min
     ts = np.concatenate([[0.0], np.geomspace(t_min, t1, n_grid)])
-    traj = gradient_flow(prob, theta0, t1=t1, ts=ts, save_params=True, **flow_kwargs)
+    traj = dynamics.gradient_flow(prob, theta0, t1=t1, ts=ts, save_params=True, **flow_kwargs)
     batched = np.ndim(traj.ts) == 2
     gv = jax.vmap(jax.vmap(g)) if batched else jax.vmap(g)
     G = np.asarray(gv(traj.params))

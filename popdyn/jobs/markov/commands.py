@@ -10,10 +10,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from popdyn import _validate
+from popdyn import _validate, dynamics
 from popdyn.analysis import Grid, basin_map, step_size_audit
 from popdyn.analysis.times import asymptotic_rate, hitting_time, local_rate
-from popdyn.dynamics import STATUS_NAMES, gradient_descent, gradient_flow
+from popdyn.dynamics import STATUS_NAMES, gradient_descent
 from popdyn.io import Result
 from popdyn.jobs.basin_result import basin_result
 from popdyn.plot import plot_convergence, plot_step_size_audit
@@ -131,7 +131,7 @@ def converge_markov(p, q, n_init=8, std=1.0, seed=0, eps=1e-6, t1=1e4) -> Result
     z = std * jax.random.normal(key, (n_init, 2))
     theta0 = {"e": z[:, 0], "w": z[:, 1]}
     ts = np.concatenate([[0.0], np.geomspace(1e-3, t1, 600)])
-    traj = gradient_flow(prob, theta0, t1=t1, ts=ts, save_params=True, rtol=1e-10, atol=1e-12)
+    traj = dynamics.gradient_flow(prob, theta0, t1=t1, ts=ts, save_params=True, rtol=1e-10, atol=1e-12)
     theory = prob.theorem_applies()
     if theory:  # the closed-form limit of §4.4
         limit = jax.vmap(prob.predicted_limit)(theta0)
