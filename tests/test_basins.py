@@ -40,6 +40,7 @@ def _theory(prob, grid):
 
 
 # ---- acceptance: flow basin map vs the closed-form basins ----------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("pq", [0.1, 0.9])
 def test_flow_basin_map_agrees_with_theory(pq):
     prob = Canonical(pq, pq)
@@ -92,6 +93,7 @@ def test_unresolved_points_are_labelled_minus_one():
     assert np.all(np.isin(bm.status, (int(Status.DIVERGED), int(Status.NAN))))
 
 
+@pytest.mark.slow
 def test_gd_basin_map_labels_every_point():
     prob = Canonical(0.1, 0.1)
     grid = popdyn.Grid.square("w", "e", -3.0, 3.0, 8)

@@ -93,6 +93,7 @@ def cli(tmp_path_factory):
     return base, stopped, chunks, outputs, resumed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SIGNALS))
 def test_signal_stops_cleanly_and_keeps_finished_chunks(cli, name):
     base, stopped, chunks, outputs, _ = cli
@@ -146,6 +147,7 @@ def done(tmp_path):
     return ck, popdyn.basin_map(PROB, GRID, checkpoint=ck, **SETTINGS)
 
 
+@pytest.mark.slow
 def test_checkpoint_layout_and_result(done):
     ck, bm = done
     assert sorted(p.name for p in ck.iterdir()) == [f"chunk_{i:05d}.npz" for i in range(5)] + ["manifest.json"]
@@ -196,6 +198,7 @@ def test_a_run_stopped_between_a_digest_and_its_chunk_resumes(done, tmp_path, mo
     _same(bm, popdyn.basin_map(PROB, GRID, checkpoint=ck, **SETTINGS))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("change", ["p", "grid", "steps", "method", "chunk_size"])
 def test_a_checkpoint_for_other_inputs_is_refused(done, change):
     ck, _ = done
@@ -273,6 +276,7 @@ def test_an_oversize_chunk_is_refused_from_its_headers_before_loading(done):
         popdyn.basin_map(PROB, GRID, checkpoint=ck, **SETTINGS)
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(12), deadline=None)
 @given(
     ops=st.lists(

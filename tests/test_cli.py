@@ -93,6 +93,7 @@ def test_bad_input_is_a_one_line_error_in_process(tmp_path, run_cli, name):
     assert list(tmp_path.iterdir()) == []  # neither the output nor a temporary folder
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(set(BAD) - IN_PROCESS))
 def test_bad_input_is_a_one_line_error(cli, name):
     proc, out, base = cli[("bad", name)]
@@ -180,6 +181,7 @@ def test_converge_command_writes_results(cli):
         assert z["rate_predicted"].shape == (2,)
 
 
+@pytest.mark.slow
 def test_same_inputs_and_seed_give_bit_identical_arrays(cli, tmp_path, run_cli):
     """Results you can trust: rerunning ``converge markov`` (random initialisations drawn from --seed) in this
     process gives arrays bit for bit equal to the console script's run in its own process, and the same results."""
@@ -277,6 +279,7 @@ def test_write_results_writes_everything(tmp_path):
         np.testing.assert_array_equal(z["x"], np.arange(3))
 
 
+@pytest.mark.slow
 def test_basins_summary_counts_statuses_and_judges_theory_on_resolved_points_only(run_cli, tmp_path):
     """A GD map stopped long before every point has converged: the unresolved share is reported as such, the status
     counts are printed, and the agreement with §4.4 is over resolved points (it used to read 0.15, as if the theory

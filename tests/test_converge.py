@@ -2,12 +2,14 @@
 prediction."""
 
 import numpy as np
+import pytest
 
 from popdyn.jobs.markov.commands import converge_markov
 from popdyn.tasks.markov import Canonical
 from popdyn.tasks.markov.canonical import c
 
 
+@pytest.mark.slow
 def test_rates_match_local_theory_both_regimes():
     for p in (0.1, 0.9):
         res = converge_markov(p, p, n_init=4, std=1.0, seed=3, eps=1e-6)

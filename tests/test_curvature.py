@@ -94,6 +94,7 @@ def trained():
     return _markov("trained")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bias", ["profiled", "trained"])
 def test_exact_and_lanczos_agree_on_markov(request, bias):
     prob, theta, (lo_e, hi_e), (lo_l, hi_l) = request.getfixturevalue(bias)

@@ -64,6 +64,7 @@ RECOMPILE_CASES = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", RECOMPILE_CASES)
 def test_a_new_data_value_compiles_nothing(name):
     """The same jitted value-and-gradient and ``gradient_descent`` serve every data value: after one problem,
@@ -85,6 +86,7 @@ def test_a_new_data_value_compiles_nothing(name):
         np.testing.assert_allclose(np.asarray(traj.loss)[0], value, rtol=1e-13)
 
 
+@pytest.mark.slow
 def test_a_new_initialisation_scale_compiles_nothing():
     """init_std (Canonical, AttentionScalar, Transformer), init_eps and c (DecisionList: V₀ = cP + noise) are
     leaves: one compiled ``init`` serves every value, and the draws change with it."""
@@ -114,6 +116,7 @@ def _stack(probs):
     return jax.tree_util.tree_map(lambda *x: jnp.stack(x), *probs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", BUILDERS)
 def test_stacked_problems_run_in_one_vmapped_call(name):
     """``jax.tree.map(jnp.stack)`` over problems of one structure gives a batch that vmaps with a batch of θ; every
@@ -132,6 +135,7 @@ def test_stacked_problems_run_in_one_vmapped_call(name):
             np.testing.assert_allclose(a[i], b, rtol=1e-13, atol=1e-14)
 
 
+@pytest.mark.slow
 def test_canonical_closed_forms_trace_and_vmap():
     """The report closed forms are Python floats on a concrete problem and arrays under jit/vmap, equal to 1e-13;
     the attractor residuals, the predicted basin and limit run on a traced problem as on a concrete one."""
@@ -181,6 +185,7 @@ def test_scb_reduced_closed_forms_trace_and_vmap():
         np.testing.assert_allclose([np.broadcast_to(b, (3,))[i] for b in batched], forms(red), rtol=1e-13)
 
 
+@pytest.mark.slow
 def test_profiled_loss_derivative_in_the_data_is_the_envelope_one():
     """d/dp of the profiled loss at fixed θ is ∂L/∂p of the trained-bias loss at b = b*(θ) (envelope theorem),
     and matches central differences; the derivative in θ is unchanged by the data tangent."""

@@ -29,6 +29,7 @@ def test_plane_coordinates():
     assert RULE_ORDERS[int(rule_order(np.array([1.0, 0.0, -np.sqrt(L - 2)]), L))] == "a1>a2>ω"
 
 
+@pytest.mark.slow
 def test_basin_labels_agree_with_the_full_model():
     L, n, c, t1 = 6, 3, 8.0, 3.0
     res = basins_decision_list(L, n, c=c, grid=6, t1=t1, n_times=60)
@@ -60,6 +61,7 @@ def test_basin_labels_agree_with_the_full_model():
     assert r["T_star_from_zero"] == pytest.approx(T_thm, rel=2e-2)  # 60 records over 9 decades vs 4000
 
 
+@pytest.mark.slow
 def test_cli_basins(tmp_path, run_cli):
     out = tmp_path / "b"
     proc = run_cli(

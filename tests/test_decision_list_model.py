@@ -17,7 +17,7 @@ from popdyn.tasks.decision_list import (
 )
 from popdyn.tasks.decision_list.model import DecisionList, permutation_matrix
 
-CASES = [(6, 3, 3), (5, 4, 2), (6, 2, 3), (4, 4, 2), (5, 1, 2)]
+CASES = [*(pytest.param(*c, marks=pytest.mark.slow) for c in [(6, 3, 3), (5, 4, 2), (6, 2, 3), (4, 4, 2)]), (5, 1, 2)]
 
 
 def _random_theta(L, seed, scale=1.0):
@@ -47,6 +47,7 @@ def test_histograms_equal_brute_force(distribution, L, n, M):
     np.testing.assert_allclose(m, mb, atol=1e-12, rtol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("distribution", ["distinct", "iid"])
 def test_perfect_classification_is_detected(distribution):
     """A W with a steep rule chain in every column and V = cP classifies perfectly; ties at W = 0 do not."""
@@ -65,6 +66,7 @@ def test_perfect_classification_is_detected(distribution):
     assert float(prob.margin(zero)) <= 0 and not bool(prob.perfectly_classifies(zero))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("L,n,M,c", [(10, 3, 3, 10.0), (8, 5, 2, 3.0), (6, 6, 3, 1.5)])
 def test_zero_W_closed_forms(L, n, M, c):
     """§5: ℒ(0, cP) = log(n + (L−n)e^{−c/n}) and the W = 0 gradient (F6), D_distinct."""
@@ -84,6 +86,7 @@ def test_zero_W_closed_forms(L, n, M, c):
     np.testing.assert_allclose(G, F6, atol=1e-14)
 
 
+@pytest.mark.slow
 def test_zero_W_outputs_are_shared():
     """Fact 5: at W = 0 every query of a sequence outputs softmax(V h / n)."""
     L, n = 6, 4
@@ -96,6 +99,7 @@ def test_zero_W_outputs_are_shared():
     np.testing.assert_allclose(z[:, 1], V @ h / n, atol=1e-15)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("distribution", ["distinct", "iid"])
 def test_invariances(distribution):
     """Fact 4: column sums of ∇_W ℒ and ∇_V ℒ vanish and the loss ignores per-column shifts."""
@@ -110,6 +114,7 @@ def test_invariances(distribution):
     assert abs(float(prob.loss(shifted) - prob.loss(th))) < 1e-13
 
 
+@pytest.mark.slow
 def test_conservation_and_null_vectors():
     """Fact 4 consequences: GD conserves 1ᵀW and 1ᵀV, and the Hessian has 2L exact null vectors."""
     L, n = 5, 3
@@ -151,6 +156,7 @@ def test_permutation_matrix_convention():
         assert np.argmax(P @ np.eye(3)[b]) == perm[b]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("distribution", ["distinct", "iid"])
 def test_evaluate_picks_the_structured_path_where_it_applies(distribution):
     """§3 C is used automatically for V = cP and column-structured W, and equals path B there."""

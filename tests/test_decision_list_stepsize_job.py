@@ -24,6 +24,7 @@ def job():
     return stepsize_decision_list(L, N, M, seed=5, steps=2, draws=10)
 
 
+@pytest.mark.slow
 def test_spread_over_draws_with_distinct_seeds(job):
     """10 draws at seeds 5..14, the first the run's own θ₀; min ≤ median ≤ max as reported; the draws differ
     (measured: 1033–1569, median 1134, max/min 1.52)."""
@@ -67,6 +68,7 @@ def test_reference_is_reported_beside_the_spread(job):
     assert not any("1.2e+03" in x or "1200" in x for x in job.lines)
 
 
+@pytest.mark.slow
 def test_figure_and_summary(job, tmp_path):
     """Five panels, the last the spread; the summary is strict JSON."""
     assert len(job.figures["theorem2"].axes) == 5
@@ -77,6 +79,7 @@ def test_figure_and_summary(job, tmp_path):
     assert summary["results"]["lambda_max0_spread"]["n"] == 10
 
 
+@pytest.mark.slow
 def test_single_draw():
     """draws = 1: the spread is the run's own λ_max(θ₀)."""
     r = stepsize_decision_list(L, N, M, seed=5, steps=1, draws=1).results

@@ -26,6 +26,7 @@ def ref_run():
     return theorem1_run(10, 3, 3, c=10.0)
 
 
+@pytest.mark.slow
 def test_reference_T_star_values(ref_run):
     """§5 regression values (D_distinct, V = cP): (10,3,2,10) 9.888, (10,3,3,10) 6.417, (20,5,3,20) 16.10."""
     T = _T(ref_run)
@@ -34,6 +35,7 @@ def test_reference_T_star_values(ref_run):
     assert abs(_T(theorem1_run(20, 5, 3, c=20.0))[3] / 16.10 - 1) < 1e-3
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("L,n,M,delta,c,t_max", [(10, 3, 2, 0.2222, 124.3, 0.071), (30, 3, 2, 0.0690, 591.8, 0.053)])
 def test_theorem_table_rows(L, n, M, delta, c, t_max):
     """§5 table: δ, c and max_m T* at the theorem's c, and T* ≤ T₁ under both readings of γ."""
@@ -44,6 +46,7 @@ def test_theorem_table_rows(L, n, M, delta, c, t_max):
     assert run["gamma"] == pytest.approx(run["delta"] / L, rel=1e-12)
 
 
+@pytest.mark.slow
 def test_counterexample_with_delta_gamma_one():
     """With δ = γ = 1 the bound fails at (L, n, M) = (20, 3, 3): T* = 5.05 > 4.01 (§5)."""
     run = theorem1_run(20, 3, 3, delta=1.0, gamma=1.0)
@@ -51,6 +54,7 @@ def test_counterexample_with_delta_gamma_one():
     assert run["T_star_le_bound"] is False
 
 
+@pytest.mark.slow
 def test_reduced_flow_is_the_full_W_flow(ref_run):
     """§3 C: from W₀ = 0 the full-W flow (path B over all L² entries) stays column-structured and equals the
     reduced flow with the 1/(L−m) metric on ω, embedded back; and the exact PC margin of the full model, and

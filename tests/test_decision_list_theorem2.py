@@ -35,6 +35,7 @@ def run32():
     return theorem2_run(32, 29, 2, max_steps=1, extra_steps=0, audit=False, lanczos_iters=ITERS)
 
 
+@pytest.mark.slow
 def test_23_20_1_sanity_run(run23):
     out = run23
     assert out["feasible"] and out["reason"] is None and out["status"] == "max_steps"
@@ -64,6 +65,7 @@ def test_23_20_1_ranges_recomputed_from_measured_L0(run23):
     assert 1900 < out["T_range"][0] < out["T_range"][1] < 2100  # spec (λ = 1.20e3): [1877, 2000]
 
 
+@pytest.mark.slow
 def test_descent_lemma_fails_at_the_first_step(run23, run32):
     """η = 1/λ_max(θ₀) is no smoothness bound along the first step: its descent-lemma bound is negative, below any
     loss, and the mean curvature the step saw exceeds 1/η (the curvature peaks between θ₀ and θ₁)."""

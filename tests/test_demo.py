@@ -5,6 +5,9 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow  # every test here runs end-to-end jobs or large instances
 
 
 def test_demo_writes_every_part(tmp_path):

@@ -41,6 +41,7 @@ def test_records_every_k_and_convergence_step():
         popdyn.gradient_descent(prob, theta, lr=0.5, steps=401, record_every=20)
 
 
+@pytest.mark.slow
 def test_optax_optimizer_matches_hand_written_momentum():
     prob = Canonical(0.2, 0.3, bias="trained")
     theta = {"e": jnp.asarray(0.5), "w": jnp.asarray(0.1), "b": jnp.asarray(0.0)}
@@ -71,6 +72,7 @@ def test_per_block_learning_rates():
     assert abs(float(traj.final["e"]) - (0.5 - 0.1 * float(g["e"]))) < 1e-15
 
 
+@pytest.mark.slow
 def test_batch_statuses_and_frozen_divergence():
     prob = Canonical(0.1, 0.1)
     theta = {"e": jnp.array([1.0, 1.0, jnp.inf, 0.0]), "w": jnp.array([0.5, 0.5, 0.2, 0.5])}
@@ -103,6 +105,7 @@ def test_unbatched_in_unbatched_out_and_validation():
             popdyn.gradient_descent(prob, {"e": 0.5, "w": 0.2}, **{"lr": 0.1, "steps": 10, **kw})
 
 
+@pytest.mark.slow
 def test_gd_approaches_flow_for_small_steps():
     """GD with η → 0 follows the flow: at time T = η·n, positions agree to O(η)."""
     prob = Canonical(0.5, 0.8)
@@ -117,6 +120,7 @@ def test_gd_approaches_flow_for_small_steps():
     assert errs[1] < 0.6 * errs[0] and errs[1] < 5e-3  # first-order convergence in η
 
 
+@pytest.mark.slow
 def test_precondition_prox_and_noise_are_the_exact_update_rule():
     """θ ← prox(θ − η(P(∇L) + σξ), η) with ξ from one stream per initialisation and step."""
     prob = Canonical(0.5, 0.8, bias="trained")
@@ -169,6 +173,7 @@ def test_precondition_prox_and_noise_are_the_exact_update_rule():
         popdyn.dynamics.L1Prox({"w": -1.0})
 
 
+@pytest.mark.slow
 def test_preconditioned_flow():
     """θ̇ = −P(∇L): with P = 2·identity the flow runs twice as fast."""
     prob = Canonical(0.5, 0.8)
@@ -181,6 +186,7 @@ def test_preconditioned_flow():
         assert abs(float(fast.final[k]) - float(slow.final[k])) < 1e-9
 
 
+@pytest.mark.slow
 def test_metrics_hook_records_user_quantities():
     """metrics(θ) at every record equals the same function of the saved parameters; batched and not."""
     prob = Canonical(0.5, 0.8, bias="trained")

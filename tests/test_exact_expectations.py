@@ -251,6 +251,7 @@ def monomial_values(monos: list[tuple[int, ...]], d: int):
     return lambda x: jnp.prod(x[None, :] ** E, axis=1)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("d", [1, 2, 3])
 @pytest.mark.parametrize("degree", [0, 1, 2, 3, 4, 5, 6])
 def test_gauss_hermite_exact_for_monomials_up_to_degree(d, degree):
@@ -271,6 +272,7 @@ def test_gauss_hermite_named_moments():
     assert got == pytest.approx(S[0, 0] * S[1, 1] + 2 * S[0, 1] ** 2, rel=QUAD)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6])
 def test_gauss_hermite_degree_is_the_real_boundary(n):
     """The n-node rule (degree 2n − 1) is exact on x^{2n−2} and wrong on x^{2n}: E[Z^{2n}] = (2n − 1)!! while the
@@ -316,6 +318,7 @@ def test_gauss_hermite_exp_high_degree():
     assert got == pytest.approx(math.exp(v @ MEAN3 + v @ COV3 @ v / 2), rel=1e-10)
 
 
+@pytest.mark.slow
 def test_gauss_hermite_gradients_wrt_mean_and_cov():
     """E[X1² X2²] = Σ11Σ22 + 2Σ12² + μ1²Σ22 + μ2²Σ11 + 4μ1μ2Σ12 + μ1²μ2² (Isserlis)."""
 
@@ -451,6 +454,7 @@ def test_bad_input_names_the_parameter(make, match):
         make()
 
 
+@pytest.mark.slow
 def test_library_stays_float32_without_x64():
     """Importing popdyn.exact leaves x64 off, and the three tools run in float32 on float64 NumPy input."""
     code = (

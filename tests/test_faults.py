@@ -33,6 +33,7 @@ def test_the_closed_form_limit_holds_far_out_where_w_underflows():
     assert 0.0 <= float(lim["w"]) < 1e-300
 
 
+@pytest.mark.slow
 def test_p_plus_q_within_rounding_of_one_uses_no_p_plus_q_not_one_theory():
     with pytest.warns(UserWarning, match="p\\+q"):
         prob = Canonical(0.5, 0.5 - 1e-14)
@@ -48,6 +49,7 @@ def test_p_plus_q_within_rounding_of_one_uses_no_p_plus_q_not_one_theory():
 ARGV = ["stepsize", "markov", "--steps", "5", "--quiet"]
 
 
+@pytest.mark.slow
 def test_an_out_holding_another_commands_results_is_refused_before_computing(tmp_path, run_cli):
     out = tmp_path / "out"
     assert run_cli(*ARGV, "--out", out).returncode == 0
@@ -92,6 +94,7 @@ def test_negative_numbers_in_exponent_form_are_values():
     assert args.range == [-1000.0, 1000.0]
 
 
+@pytest.mark.slow
 def test_a_demo_that_fails_or_is_interrupted_writes_nothing(tmp_path, run_cli, monkeypatch):
     import popdyn.jobs.demo as demo
 

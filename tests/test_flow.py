@@ -20,6 +20,7 @@ LIMITS = [  # docs/models/markov.md §4.4: (p, q, e0, w0) -> (e_inf, w_inf)
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p,q,e0,w0,e_inf,w_inf", LIMITS)
 def test_flow_reaches_spec_limits(p, q, e0, w0, e_inf, w_inf):
     prob = Canonical(p, q)
@@ -38,6 +39,7 @@ def test_flow_reaches_spec_limits(p, q, e0, w0, e_inf, w_inf):
     assert np.max(np.abs(E - float(prob.energy(theta0)))) < 1e-8
 
 
+@pytest.mark.slow
 def test_flow_agrees_with_predicted_limit_on_random_batch():
     prob = Canonical(0.2, 0.3)
     key = jax.random.PRNGKey(7)
@@ -53,6 +55,7 @@ def test_flow_agrees_with_predicted_limit_on_random_batch():
         assert err.max() < 1e-5, k
 
 
+@pytest.mark.slow
 def test_flow_matches_scipy_reference():
     """An independent integrator (scipy DOP853) on the same autodiff field, at a fixed time."""
     prob = Canonical(0.5, 0.8)
@@ -74,6 +77,7 @@ def test_flow_matches_scipy_reference():
     np.testing.assert_allclose(got, ref.y, atol=1e-9)
 
 
+@pytest.mark.slow
 def test_energy_not_conserved_with_trained_bias():
     """§2.3: along (e, w, b) flow dE/dt = −2e²·ḃ, so E changes unless b stays optimal."""
     prob = Canonical(0.1, 0.1, bias="trained")
@@ -95,6 +99,7 @@ def test_energy_not_conserved_with_trained_bias():
     assert np.max(np.abs(np.asarray(rhs))) > 1e-3
 
 
+@pytest.mark.slow
 def test_status_reports_each_point_without_killing_the_batch():
     prob = Canonical(0.1, 0.1)
     theta0 = {"e": jnp.array([1.0, 0.5, jnp.nan, 0.0]), "w": jnp.array([0.5, -0.5, 0.3, 0.5])}
@@ -117,6 +122,7 @@ def test_status_reports_each_point_without_killing_the_batch():
     }
 
 
+@pytest.mark.slow
 def test_max_steps_and_inf_padding_are_masked():
     prob = Canonical(0.1, 0.1)
     theta0 = {"e": jnp.array([0.3, 1.0]), "w": jnp.array([0.2, 0.5])}
@@ -127,6 +133,7 @@ def test_max_steps_and_inf_padding_are_masked():
     assert np.isnan(ts[:, -1]).all()  # not reached: NaN, never inf or a fake value
 
 
+@pytest.mark.slow
 def test_kvaerno5_and_time_scales():
     prob = Canonical(0.1, 0.1, bias="trained")
     theta0 = {"e": jnp.asarray(0.5), "w": jnp.asarray(0.3), "b": jnp.asarray(0.0)}
@@ -147,6 +154,7 @@ def test_kvaerno5_and_time_scales():
     assert isinstance(popdyn.dynamics.flow._solver("tsit5"), diffrax.Tsit5)
 
 
+@pytest.mark.slow
 def test_a_new_horizon_or_new_record_times_reuse_the_compiled_solver():
     """t1 and the record times are traced, not static: after one run, other horizons and other times of the same
     count compile nothing (a basin map or a convergence study over t1 pays one compilation)."""
@@ -178,6 +186,7 @@ def test_flow_input_validation():
         popdyn.gradient_flow(prob, {"e": jnp.ones(3), "w": jnp.ones((3, 2))})
 
 
+@pytest.mark.slow
 def test_points_stopped_at_the_start_keep_their_records_and_leave_the_others_alone():
     """A start that is already steady (or already at its target) is CONVERGED (REACHED) at t = 0 with no steps and
     no records after 0, inside a recorded batch, and every other point's results are those of a run without it."""

@@ -94,6 +94,7 @@ def test_the_console_script_finds_a_model_in_the_current_folder(tmp_path, monkey
     assert json.loads((tmp_path / "o" / "summary.json").read_text())["command"] == "stepsize"
 
 
+@pytest.mark.slow
 def test_the_readme_user_model_runs_through_all_four_commands(tmp_path, monkeypatch, run_cli):
     commands = _readme_model(tmp_path, monkeypatch)
     assert [c[1] for c in commands] == ["basins", "converge", "stepsize", "sweep"]
@@ -134,6 +135,7 @@ def test_a_factory_that_is_not_a_problem_or_takes_other_keywords_is_refused(tmp_
     assert not (tmp_path / "o").exists()
 
 
+@pytest.mark.slow
 def test_markov_sweep_shows_the_p_plus_q_transition_and_compiles_once(caplog):
     """Off the line p + q = 1 the fractions of resolved starts equal the closed-form partition
     (docs/models/markov.md §4.4) of the same starts, on both sides of it, and the flow's batch solver compiles
@@ -182,6 +184,7 @@ def test_the_readme_command_table_is_the_registry():
     assert table == set(REGISTRY)
 
 
+@pytest.mark.slow
 def test_markov_basins_take_the_papers_training_options(run_cli, tmp_path):
     """Trained bias, heavy-ball momentum and an absolute gtol reach the engine (recorded in the summary); the
     closed-form comparison is made for the profiled bias only."""

@@ -53,6 +53,7 @@ PROB = popdyn.tasks.markov.Canonical(0.9, 0.9)
 GRID = popdyn.Grid.square("w", "e", -3.0, 3.0, 12)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["flow", "gd"])
 def test_lane_results_do_not_depend_on_the_lane_width(method):
     theta = GRID.points(PROB)

@@ -130,6 +130,7 @@ def profile_derivatives(prob, A):
 # ---------------------------------------------------------------- Appendix: per-(p, q) table
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p,q,pi1,H_rate,H_uni,A_star,l2,l1_0", APPENDIX)
 def test_appendix_table(p, q, pi1, H_rate, H_uni, A_star, l2, l1_0):
     prob = Canonical(p, q)
@@ -478,6 +479,7 @@ def _lambda_star(p, q, e, w):
     return u * v / (u + v) * (4 * e**2 * c_np(w) ** 2 + 16 * w**2 * e**4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p,q", list(GLOBAL_WS))
 def test_hessian_rank_one_at_global_minima(p, q):
     prob = Canonical(p, q)
@@ -519,6 +521,7 @@ def test_hessian_regression_rows(p, q):
     assert abs(ev_star[0]) < 1e-10
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("p,q,ws", [(0.1, 0.1, [-0.5, 0.0, 0.8]), (0.9, 0.9, [-1.0, -2.0]), (0.5, 0.8, [-1.5])])
 def test_three_parameter_hessian_at_global_minima(p, q, ws):
     """H = Jᵀ diag(v*, u*) J with rows ∂f0 = (−e, 0, 1), ∂f1 = (e(1+4w|w|), 4|w|e², 1) (§4.6)."""
@@ -784,6 +787,7 @@ def test_predicted_limit_special_lines(p, q):
         Canonical(p, q, bias="trained").predicted_limit(th(0.5, 0.5))
 
 
+@pytest.mark.slow
 def test_gaussian_init_basins():
     """Near the origin: global basin when p+q < 1, unigram local minimum when p+q > 1 (§4.4)."""
     keys = jax.random.split(jax.random.PRNGKey(0), NB)

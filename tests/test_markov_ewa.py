@@ -1,10 +1,13 @@
 """``popdyn reproduce markov-ewa``: the (e, w, a) model's slices, checked against the adaptive flow."""
 
 import numpy as np
+import pytest
 
 from popdyn.dynamics import Status, gradient_flow
 from popdyn.figures.markov_ewa import loss_classes, markov_ewa
 from popdyn.tasks.markov import AttentionScalar
+
+pytestmark = pytest.mark.slow  # every test here runs end-to-end jobs or large instances
 
 
 def test_ewa_slices_agree_with_the_flow():

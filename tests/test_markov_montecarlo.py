@@ -149,6 +149,7 @@ def test_sampler_order2_first_tokens_uniform_and_kernel_followed():
 # ---------------------------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("N", [3, 5])
 @pytest.mark.parametrize("name", list(CHAINS))
 def test_total_probability_and_rows_sum_to_one(name, N):
@@ -159,6 +160,7 @@ def test_total_probability_and_rows_sum_to_one(name, N):
     assert float(expectation(lambda x, P: jnp.sum(jnp.minimum(P, 0.0)), chain, N)) == 0.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("N", [3, 5])
 @pytest.mark.parametrize("name", FIRST_ORDER)
 def test_first_order_marginals_are_stationary(name, N):
@@ -229,6 +231,7 @@ def _test_fn(x, P):
     return 1.0 + jnp.sum(w * x) + jnp.sum(P[:, -1] * w) ** 2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(CHAINS))
 def test_chunk_size_does_not_change_expectation(name):
     chain = CHAINS[name]

@@ -51,6 +51,7 @@ def test_loss_equals_python_brute_force(name):
     assert abs(float(model.loss(theta)) - _brute_loss(model, theta)) < 1e-12
 
 
+@pytest.mark.slow
 def test_layernorm_and_untied_variants_run_and_differ():
     chain = CHAINS["binary"]
     for kw in ({"layernorm": True}, {"tie": False}):
@@ -59,6 +60,7 @@ def test_layernorm_and_untied_variants_run_and_differ():
         assert abs(float(m.loss(th)) - _brute_loss(m, th)) < 1e-12
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("e,w,b", [(1.3, -0.4, 0.25), (0.7, 1.1, -0.5), (2.0, -1.5, 1.0)])
 def test_rank_one_construction_reproduces_canonical(e, w, b):
     p, q, N, d = 0.5, 0.8, 6, 4
@@ -104,6 +106,7 @@ def test_count_dp_against_enumeration_generic_logit():
         count_dp_loss(CHAINS["3-state"], 5, f)
 
 
+@pytest.mark.slow
 def test_gradient_matches_finite_differences():
     model = Transformer(CHAINS["order-2"], N=5, d=3, init_std=0.4)
     theta = model.init(jax.random.PRNGKey(5))
@@ -154,6 +157,7 @@ def test_attention_scalar_profiled_bias_is_the_exact_minimum():
     assert abs(float(prof.loss(th)) - float(Canonical(0.2, 0.3).loss({"e": th["e"], "w": th["w"]}))) < 1e-14
 
 
+@pytest.mark.slow
 def test_attention_scalar_profiled_derivatives_match_finite_differences():
     prof = AttentionScalar(0.2, 0.3, N=10, bias="profiled")
     th = {"e": jnp.asarray(1.3), "w": jnp.asarray(-0.4), "a": jnp.asarray(0.7)}

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from jax.sharding import PartitionSpec
 
 from popdyn import sharding
@@ -75,6 +76,7 @@ def _start(tmp_path: Path, devices: int) -> tuple[subprocess.Popen, Path]:
     return proc, out
 
 
+@pytest.mark.slow
 def test_four_devices_give_the_one_device_basin_map_bit_for_bit(tmp_path):
     runs = {d: _start(tmp_path, d) for d in (1, 4)}  # concurrently: each is a fresh interpreter
     info = {}

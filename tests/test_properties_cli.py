@@ -13,6 +13,7 @@ import re
 import tempfile
 from pathlib import Path
 
+import pytest
 from _props import examples, names, no_compilation
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -140,6 +141,7 @@ def assert_one_line_error(argv: list[str], option: str) -> None:
     assert stdout == "" and not written, (argv, stdout)
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(160))
 @given(case=st.sampled_from([(i, opt) for i, (_, opts) in enumerate(CASES) for opt in sorted(opts)]), data=st.data())
 def test_every_option_refuses_bad_values_on_one_line(case, data):

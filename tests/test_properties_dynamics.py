@@ -9,6 +9,7 @@ GD loop (fixed grid shape and settings, the ranges only move the initialisations
 import math
 
 import numpy as np
+import pytest
 from _props import (
     WRONG_TYPE,
     bad_choice,
@@ -217,6 +218,7 @@ def test_grid_points_refuse_axes_the_problem_lacks(case):
 
 
 # ---- valid values ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 @settings(max_examples=examples(10))
 @given(lo=st.floats(-1e4, 1e4), width=st.floats(1e-6, 1e4), lr=st.floats(1e-3, 1e3))
 def test_basin_maps_label_every_point(lo, width, lr):

@@ -14,6 +14,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from _props import (
     WRONG_TYPE,
     bad_choice,
@@ -219,6 +220,7 @@ def test_valid_transition_matrices_build_a_stationary_chain(P):
 _GD_PROBLEM = Canonical(0.2, 0.3)
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(12))
 @given(data=st.data())
 def test_gradient_descent_reports_every_point(data):

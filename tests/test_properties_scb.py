@@ -10,6 +10,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from _props import (
     NON_FINITE,
     WRONG_TYPE,
@@ -143,6 +144,7 @@ def test_random_instances_are_valid(seed):
 _GD_PROBLEM = SparseBigram(*random_instance(jax.random.PRNGKey(0), N, T, 2))
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(10))
 @given(
     V=hnp.arrays(float, (4, N, N), elements=st.floats(-1e3, 1e3)),

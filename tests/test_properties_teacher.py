@@ -10,6 +10,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from _props import (
     NON_FINITE,
     WRONG_TYPE,
@@ -239,6 +240,7 @@ def supports(draw):
     return S
 
 
+@pytest.mark.slow
 @settings(max_examples=examples(40))
 @given(
     S=supports(),

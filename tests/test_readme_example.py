@@ -7,6 +7,9 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
+
+pytestmark = pytest.mark.slow  # every test here runs end-to-end jobs or large instances
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 

@@ -11,6 +11,7 @@ from popdyn.tasks.markov import Canonical
 H_UNI, H_RATE = 0.666278, 0.619015  # §5.4, p = 0.5, q = 0.8
 
 
+@pytest.mark.slow
 def test_fig4_cli_final_losses(tmp_path, run_cli):
     """Acceptance: standard init plateaus at H_uni, rank-one init reaches H_rate (within 2e-3)."""
     out = tmp_path / "f4"
@@ -30,6 +31,7 @@ def test_fig4_cli_final_losses(tmp_path, run_cli):
     assert data["loss_gd"].shape[0] == 2 and np.all(np.diff(data["loss_gd"][1]) <= 1e-12)  # GD at η=0.1 is monotone
 
 
+@pytest.mark.slow
 def test_fig1_small_grid_matches_closed_form():
     res = markov_fig1(n_basin=16, progress=False)
     for tag in ("pq_lt_1", "pq_gt_1"):
@@ -51,6 +53,7 @@ def test_unknown_figure_and_list(run_cli):
     assert proc.returncode == 0 and all(name in proc.stdout for name in FIGURES)
 
 
+@pytest.mark.slow
 def test_fig3_rank_one_emergence():
     from popdyn.figures.markov import markov_fig3, top_singular_share
 

@@ -128,6 +128,7 @@ def _w_rhs(t, w, args):
     return eta * (e_n - jax.nn.softmax(w))
 
 
+@pytest.mark.slow
 def test_lemma5_continuous_gf_is_h_along_zeta():
     M, n, eta = 50, 7, 0.5
     ts = jnp.linspace(0.0, 200.0, 41)
@@ -212,6 +213,7 @@ def snap_solutions():
     return out
 
 
+@pytest.mark.slow
 def test_h_matches_ode_and_its_derivative(snap_solutions):
     for (K, M, eta_y, _, _), ts, ys in snap_solutions:
         got = h(ts / K, M, eta_y)

@@ -36,6 +36,7 @@ def decoder_logits(prob, params):
     return jnp.einsum("...kj,k->...j", params["Y"], f)
 
 
+@pytest.mark.slow
 def test_lemma5_one_class_gd_is_the_discrete_recursion():
     prob = ScanSnap(ONE_CLASS)
     eta, steps = 0.7, 60
@@ -46,6 +47,7 @@ def test_lemma5_one_class_gd_is_the_discrete_recursion():
     np.testing.assert_allclose(tr.params["Z"], 0.0, atol=1e-15)  # one class: attention never moves
 
 
+@pytest.mark.slow
 def test_lemma6_one_class_flow_is_the_implicit_solution():
     prob = ScanSnap(ONE_CLASS)
     eta = 1.5
@@ -64,6 +66,7 @@ def test_lemma6_one_class_flow_is_the_implicit_solution():
     assert float(jnp.max(jnp.abs(g))) > 0.1
 
 
+@pytest.mark.slow
 def test_scan_invariant_is_exact_under_the_reduced_dynamics():
     """Eq. (10) with the Theorem 1 decoder: I_l is the same for every distinct token of a class."""
     prob = ScanSnap(syn_small())
@@ -76,6 +79,7 @@ def test_scan_invariant_is_exact_under_the_reduced_dynamics():
     assert dz[0, 19] > 0.5  # the attention did move: the invariant is not trivially 0/0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "eta_z, steps, spec",
     [
@@ -102,6 +106,7 @@ def test_scan_invariant_spread_under_joint_training(eta_z, steps, spec):
     assert np.all(dz[:10] < 0)  # common down
 
 
+@pytest.mark.slow
 def test_invariant_spread_shrinks_as_attention_slows():
     """The invariant emerges as η_Z/η_Y → 0 (at a fixed attention travel η_Z·steps = 400·0.5)."""
     prob = ScanSnap(syn_small())
@@ -124,6 +129,7 @@ THEOREM2 = make_classes(
 )  # one common token (0), two classes sharing the query 7
 
 
+@pytest.mark.slow
 def test_theorem2_signs_under_joint_flow():
     """One common token, a shared query: distinct logits rise (ż > 0) and the common one falls (ż < 0)."""
     prob = ScanSnap(THEOREM2)
@@ -138,6 +144,7 @@ def test_theorem2_signs_under_joint_flow():
     assert np.all(v[1:7] > 0) and v[0] < 0
 
 
+@pytest.mark.slow
 def test_per_block_rates_and_momentum():
     """Heavy-ball GD with time scales (η_Y, η_Z) equals a hand-written PyTorch-style loop (b ← μb + g,
     θ ← θ − η_block·b) and optax's sgd(momentum); per-point learning rates equal separate runs; row sums of Y

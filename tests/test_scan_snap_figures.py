@@ -10,6 +10,7 @@ from popdyn.figures.scan_snap import FIG6_PAPER
 from popdyn.tasks.scan_snap import B_n, transition_time
 
 
+@pytest.mark.slow
 def test_fig4_cli(tmp_path, run_cli):
     """Syn-Small from zero: loss starts at ln 34 (the authors' logged 3.5264); η_Y = 10 converges faster and
     ends with denser attention (the paper's right panel); attention snapshots are distributions."""
@@ -35,6 +36,7 @@ def test_fig4_cli(tmp_path, run_cli):
     assert (out / "scan-snap-fig4.png").stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_fig6_small_grid_shows_the_papers_trends():
     """K = 6 (3 queries), 3 seeds: entropy falls as η_Z grows in every η_Y/η_Z column, and is lowest at
     η_Y/η_Z = 2 for η_Z ≤ 2 (at η_Z = 3 the exact dynamics put the minimum at ratio 1: 1.772 vs 1.787 at

@@ -26,6 +26,7 @@ def _distinct_weights(n_distinct):
 
 
 # ---- converge ------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_converge_hits_the_closed_form_t0_and_overlap_brackets_it():
     """Disjoint supports: Z never moves and the measured t₀ is Lemma 6's K(2(M−1)x*−1)/(Mη_Y) for every η_Y/η_Z.
     One common token: t₀ < measured < t₀/(1−ρ₀) (Remark 1), later for larger η_Y/η_Z, with the signs of Theorem 2."""
@@ -100,6 +101,7 @@ def test_converge_worked_case():
 
 
 # ---- stepsize ------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_stepsize_against_the_hessian_at_zero_and_lemma5():
     """λ_max(θ_0) of the audit against the Hessian at 0 (the spec's Y–Y block; exact with disjoint supports), the
     recorded GD loss against Lemma 5, and λ_max falling along the run."""
@@ -144,6 +146,7 @@ def test_stepsize_against_the_hessian_at_zero_and_lemma5():
 
 
 # ---- basins --------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_basins_follow_theorem3_on_the_zero_decoder_column(tmp_path):
     """On x = Y[l₂, n₀](0) = 0 the winner is argmax_l P(l|n)e^{z_ml(0)} (Theorem 3) at every grid point; a positive
     initial decoder weight on l₂ lets it win from lower logits; chunks and checkpoints reach basin_map."""

@@ -57,6 +57,7 @@ def test_finite_T_loss_and_gradient_equal_brute_force(T):
             np.testing.assert_allclose(g[name], g_bf[name], rtol=1e-11, atol=1e-13)
 
 
+@pytest.mark.slow
 def test_finite_T_loss_tends_to_infinite_T_loss():
     """ℒ_T − ℒ_∞ = a/(T−1) + O(T⁻²): the loss is a smooth function of the empirical frequencies N/(T−1),
     whose covariance is O(1/(T−1)). (T−1)·gap must settle, its increments shrinking about twofold."""
@@ -70,6 +71,7 @@ def test_finite_T_loss_tends_to_infinite_T_loss():
     assert np.all(steps[1:] < steps[:-1] / 1.8), scaled
 
 
+@pytest.mark.slow
 def test_finite_T_equals_monte_carlo():
     prob = ScanSnap(TINY, T=6)
     theta = random_theta(6, 3)
@@ -93,6 +95,7 @@ def test_infinite_T_loss_closed_form():
     np.testing.assert_allclose(prob.loss(theta), expected, rtol=1e-14)
 
 
+@pytest.mark.slow
 def test_population_gradient_formulas_of_section_3():
     """−∇_Y ℒ = Σ π_n f_n (e_n − α_n)ᵀ and −∇_{z_m} ℒ = Σ_{ψ(n)=m} π_n diag(f_n)(I − f_n f_nᵀ) Y (e_n − α_n)."""
     prob = ScanSnap(TINY)
@@ -112,6 +115,7 @@ def test_population_gradient_formulas_of_section_3():
     np.testing.assert_allclose(-g["Z"], dZ, atol=1e-14)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("T", [None, 4])
 def test_gradient_equals_finite_differences(T):
     prob = ScanSnap(TINY, T=T)
@@ -129,6 +133,7 @@ def test_gradient_equals_finite_differences(T):
         np.testing.assert_allclose(fd, exact, rtol=1e-8)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("T", [None, 4])
 def test_row_sums_conserved_and_frozen_entries(T):
     """Ẏ1 = 0, ż_m·1 = 0; z_ml off every support of its query's classes, unused query rows and Y rows of
@@ -143,6 +148,7 @@ def test_row_sums_conserved_and_frozen_entries(T):
     np.testing.assert_allclose(g["Y"][np.flatnonzero(TINY_P.sum(0) == 0)], 0.0)
 
 
+@pytest.mark.slow
 def test_attention_still_while_Y_is_zero():
     prob = ScanSnap(syn_small())
     theta = prob.init(jax.random.PRNGKey(0))

@@ -3,8 +3,11 @@
 import json
 
 import numpy as np
+import pytest
 
 from popdyn.figures.scb import scb_fig3
+
+pytestmark = pytest.mark.slow  # every test here runs end-to-end jobs or large instances
 
 
 def test_fig1_cli_proximal_recovers_sgd_does_not(tmp_path, run_cli):

@@ -3,8 +3,11 @@
 import json
 
 import numpy as np
+import pytest
 
 from popdyn.jobs.scb.commands import converge_scb
+
+pytestmark = pytest.mark.slow  # every test here runs end-to-end jobs or large instances
 
 
 def test_converge_scb_stage1_and_late_contraction():

@@ -61,6 +61,7 @@ def reduced_run(red, theta, eta):
 # ---------------------------------------------------------------- the 2-D manifold
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prob", [CANON, INST], ids=["canonical", "random"])
 def test_reduced_loss_distances_and_signals_on_manifold(prob):
     """ℓ(α) = L(embed(α)); ‖V − P‖_μ = |1 − α_V|√c, ‖A − Qm‖_μ = |1 − α_A|√(q̄ − 1/T); signals recover α."""
@@ -88,6 +89,7 @@ def test_reduced_precondition_gives_minus_velocity():
             np.testing.assert_allclose(d[name], -g[name], rtol=1e-13, atol=EXACT)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prob,eta", [(CANON, 0.5), (INST, 0.5)], ids=["canonical", "random"])
 def test_projected_full_gd_matches_2d_recursion(prob, eta):
     """Full-matrix projected preconditioned GD from points of 𝓜 stays on 𝓜 and follows α ← α + ηg(α) to 1e-12."""
@@ -105,6 +107,7 @@ def test_projected_full_gd_matches_2d_recursion(prob, eta):
     assert float(reduced_run(red, alpha(0.0, 0.0), eta)["alpha_V"][-1]) > 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("project", [False, True])
 def test_no_attention_signal_at_alpha_V_zero(project):
     """At α_V = 0 (V = μ1ᵀ) the preconditioned A-gradient vanishes on 𝓜, with or without Π_T (§4); with Π_T it
@@ -125,6 +128,7 @@ def test_no_attention_signal_at_alpha_V_zero(project):
 # ---------------------------------------------------------------- fixed points of the 2-D flow
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prob", [CANON, INST], ids=["canonical", "random"])
 def test_eigenvalues_at_minimum(prob):
     """G^{-1}∇²ℓ(1, 1) = −J(1, 1) has eigenvalues the roots of λ² − (q̄ + c)λ + c/T = 0 (§4, §10)."""

@@ -8,12 +8,15 @@ import json
 
 import jax
 import numpy as np
+import pytest
 
 import popdyn
 from popdyn.curvature import hessian_matrix
 from popdyn.jobs.scb.commands import stepsize_scb
 from popdyn.jobs.scb.training import preconditioner
 from popdyn.tasks.scb import Reduced2D, SparseBigram, Whitened, random_instance
+
+pytestmark = pytest.mark.slow  # every test here runs end-to-end jobs or large instances
 
 PROB = SparseBigram(*random_instance(jax.random.PRNGKey(4), 4, 6, 2))
 

@@ -19,6 +19,8 @@ from popdyn.jobs.scb.training import (
 )
 from popdyn.tasks.scb import SparseBigram, random_instance
 
+pytestmark = pytest.mark.slow  # every test here runs end-to-end jobs or large instances
+
 
 @pytest.fixture(scope="module")
 def setting():

@@ -9,6 +9,7 @@ from popdyn.jobs.scb.transfer import transfer
 from popdyn.tasks.scb import Reduced2D, SparseBigram, random_instance
 
 
+@pytest.mark.slow
 def test_shared_attention_skips_stage_1():
     """Q̃m = Qm: the downstream α̃_A is 1 at the source solution, so max(α̃) ≥ 2/(QN) from step 0, and the
     pretrained start reaches ε sooner than the uninformative one."""

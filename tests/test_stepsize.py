@@ -37,6 +37,7 @@ def runs(prob):
     return out
 
 
+@pytest.mark.slow
 def test_stable_run_is_not_flagged(prob, runs):
     traj, a = runs[0.5]
     assert isinstance(a, popdyn.StepSizeAudit)
@@ -73,6 +74,7 @@ def test_unstable_run_is_flagged_and_diverges(prob, runs):
     assert float(a.max_lambda) > 2 / 3.0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("lr", [0.5, 3.0])
 def test_audit_lambda_max_matches_recomputation(prob, runs, lr):
     traj, a = runs[lr]
@@ -91,6 +93,7 @@ def test_lambda_max_at_the_end_matches_section_4_6(prob, runs):
     assert 0.5 < 2.0 / float(a.lambda_max[-1])
 
 
+@pytest.mark.slow
 def test_batched_audit_gives_per_run_arrays(prob, runs):
     theta0 = {"e": jnp.array([1.0, 0.3]), "w": jnp.array([0.5, -1.2])}
     traj = popdyn.gradient_descent(prob, theta0, lr=0.5, steps=STEPS, save_params=True)
@@ -112,6 +115,7 @@ def test_batched_audit_gives_per_run_arrays(prob, runs):
     assert not np.allclose(a.lambda_max[0], a.lambda_max[1])
 
 
+@pytest.mark.slow
 def test_audit_rejects_missing_params_and_bad_lr(prob):
     traj = popdyn.gradient_descent(prob, THETA0, lr=0.5, steps=4)
     assert traj.params is None

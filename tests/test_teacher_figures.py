@@ -1,8 +1,11 @@
 """``popdyn reproduce teacher-rates | teacher-heatmaps`` (docs/models/teacher.md §5, §8) at small (D, K)."""
 
 import numpy as np
+import pytest
 
 from popdyn.figures.teacher import SETTINGS, teacher_heatmaps, teacher_rates
+
+pytestmark = pytest.mark.slow  # every test here runs end-to-end jobs or large instances
 
 SMALL = {"cnn": (9, 3), "gcn": (9, 3), "sts": (9, 3), "gslp": (9, 1)}
 SOME = (("cnn", "relu"), ("gcn", "relu"))  # one compiled shape; all six: `popdyn reproduce`

@@ -63,6 +63,7 @@ def scale_map():
     return basins_teacher(**BASINS)
 
 
+@pytest.mark.slow
 def test_basins_scale_slice_labels_random_starts(scale_map):
     """The default slice (scales of W and of the logits of A along one random direction each): labels against the
     recomputed level; small logit scales reach the teacher within 600 steps and large ones (saturated attention)
@@ -92,6 +93,7 @@ def test_basins_scale_slice_labels_random_starts(scale_map):
     assert resid["teacher"] < resid["unresolved"]
 
 
+@pytest.mark.slow
 def test_basins_user_coordinates_on_a_random_base(tmp_path):
     """A slice through two named coordinates: they vary over the range, every other coordinate is the random
     initialisation (W_dir, A_dir); labels against the recomputed level (measured: all 9 starts reach it, at steps
@@ -144,6 +146,7 @@ def stepsize_default_rates():
     return stepsize_teacher(**STEPSIZE)
 
 
+@pytest.mark.slow
 def test_stepsize_verdicts_follow_lambda_max_and_eta(stepsize_default_rates):
     """Each run's verdict from its λ_max records and η: held ⇔ max λ_max ≤ 1/η; between ⇔ 1/η < max ≤ 2/η; past 2/η
     otherwise. At the default rates (1, 1.5, 2.5)/λ_max(teacher) they are held, between and past 2/η (§6: along the
@@ -181,6 +184,7 @@ def test_stepsize_verdicts_follow_lambda_max_and_eta(stepsize_default_rates):
     assert all(line.startswith("  η = ") for line in res.lines[1:4])
 
 
+@pytest.mark.slow
 def test_stepsize_lambda_max_is_the_exact_hessian_along_the_run(stepsize_default_rates):
     """The audited λ_max at three records of the η = 1.5/λ_teacher run equals the top eigenvalue of the exact dense
     Hessian of an independent GD run at the same steps (float64 rounding)."""
@@ -201,6 +205,7 @@ def test_stepsize_lambda_max_is_the_exact_hessian_along_the_run(stepsize_default
     np.testing.assert_allclose(res.arrays["stepsize"]["loss"][1], np.asarray(traj.loss), rtol=1e-12)
 
 
+@pytest.mark.slow
 def test_stepsize_one_rate_and_validation(tmp_path):
     """One given rate (a number or a one-element list) runs one audit; bad rates, steps and records are refused."""
     res = stepsize_teacher(**dict(STEPSIZE, lr=[0.2], steps=50, records=5))

@@ -168,6 +168,7 @@ def test_norm_toward_gradient():
 # ---------------------------------------------------------------- the exact loss (§3.4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("activation, alpha", [("linear", None), ("relu", None), ("leaky", 0.3)])
 def test_loss_against_monte_carlo(activation, alpha):
     prob = teacher(activation, alpha, sigma_x=1.3, sigma_eps=0.4)
@@ -275,6 +276,7 @@ def expectation_gradient(prob, strict, n, key):
     return g.mean(0), g.std(0, ddof=1) / math.sqrt(n)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha", ALPHAS)
 def test_expectation_conventions_at_zero(alpha):
     """ "c0=0"/"c0=1": ∇_W L(0) = −σ_x²σ'(0)(1+α)/2 V*, σ'(0) = α + (1−α)c0 — equal to a Monte Carlo of autodiff

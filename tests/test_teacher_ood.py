@@ -22,6 +22,7 @@ def generic_theta(key=1):
     return {"W": jax.random.normal(kw, (M, d)), "A": 2.0 * jax.random.normal(ka, (D, D))}
 
 
+@pytest.mark.slow
 def test_linear_formula_matches_monte_carlo_with_exponential_inputs():
     """Exp(rate) entries have mean 1/rate and variance 1/rate²; the drift term m²D‖(W − V*)1‖² is what makes
     the OOD loss differ from the Gaussian one."""

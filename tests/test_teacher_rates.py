@@ -14,6 +14,7 @@ from popdyn.tasks.teacher.builders import PAPER_SIZES, build
 SMALL = {"cnn": (9, 3), "gcn": (9, 3), "sts": (9, 3), "gslp": (9, 1)}  # cnn, gcn, sts share one compilation
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("activation", ["linear", "relu", "leaky"])
 @pytest.mark.parametrize("teacher", ["cnn", "gcn", "sts", "gslp"])
 def test_late_constant_for_each_teacher(teacher, activation):
@@ -35,6 +36,7 @@ def test_late_constant_for_each_teacher(teacher, activation):
     assert abs(np.polyfit(np.log(t[late]), np.log(excess[late]), 1)[0] + 1) < 0.02
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("activation", ["linear", "relu", "leaky"])
 def test_rates_job(activation):
     """``rates`` on gcn (D = 9, K = 3): the late constant and slopes (parameter errors −1/2 with §5.2's
@@ -62,6 +64,7 @@ def test_rates_job(activation):
     assert abs(o["slope"] + 1) < 0.1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("activation, lo, hi", [("linear", 1.0, 1.4), ("relu", 2.4, 3.1)])
 def test_half_time_scales_like_T_star(activation, lo, hi):
     """K·p reaches 1/2 at c·KD²/(σ_x²v) in flow time, with c ≈ 1.2 (identity) and 2.5–3.0 (ReLU), stable over
@@ -91,6 +94,7 @@ def test_paper_sizes_and_build():
         build("cnnz")
 
 
+@pytest.mark.slow
 def test_cli_converge_teacher(tmp_path, run_cli):
     out = tmp_path / "t"
     proc = run_cli(

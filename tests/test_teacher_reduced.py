@@ -142,6 +142,7 @@ def invariant_residuals(prob, params):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("alpha", ALPHAS)
 def test_full_gd_from_zero_stays_on_the_manifold_and_equals_reduced_gd(alpha):
     """Full-matrix GD from W = 0, A = 0 ("limit" convention; the other conventions give the same step maps by
@@ -161,6 +162,7 @@ def test_full_gd_from_zero_stays_on_the_manifold_and_equals_reduced_gd(alpha):
     np.testing.assert_allclose(tf.loss, tr.loss, rtol=1e-10)
 
 
+@pytest.mark.slow
 def test_teachers_with_equal_sizes_give_identical_curves():
     """CNN, GCN, STS and a relabelled CNN (S* → ΠS*Πᵀ) at (D, K) = (9, 3) with ‖V*‖² = 3 (STS: V* = I_3), and GSLP,
     CNN and GCN at (6, 1) with M = 1: the same loss curve from zero (§4.2)."""
@@ -188,6 +190,7 @@ def test_teachers_with_equal_sizes_give_identical_curves():
 # ---------------------------------------------------------------- late time (§5.2, §10, item 4)
 
 
+@pytest.mark.slow
 def test_late_time_constants():
     """Reduced GD (= full GD) at η = 1/λ_max(teacher), 10⁶ steps, v = 4, (D, K) = (8, 2): ηT(L − L_opt) →
     KD(D−K)/4 = 24 within 2% and a log-log slope of −1 within 0.02 over the last decade of ηT, for α = 0, 0.1, 1;

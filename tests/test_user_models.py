@@ -37,6 +37,7 @@ DLN = popdyn.Problem.from_loss(
 
 
 # ---- the contract ---------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_from_loss_gives_every_engine_feature_for_a_flat_theta():
     prob, level = factorization(3, 2)
     theta0 = jax.random.normal(jax.random.PRNGKey(0), (16, 6))
@@ -55,6 +56,7 @@ def test_from_loss_gives_every_engine_feature_for_a_flat_theta():
     assert fig.axes
 
 
+@pytest.mark.slow
 def test_from_loss_with_a_pytree_theta_data_leaves_and_an_honoured_key():
     def loss(th, data):
         return 0.5 * (th["a"] * th["b"] - data["target"]) ** 2
@@ -91,6 +93,7 @@ def test_the_contract_is_checked_where_a_problem_enters(bad, match):
         popdyn.Problem.from_loss(lambda u: jnp.sum(u.astype(float) ** 2), **kwargs)
 
 
+@pytest.mark.slow
 def test_a_plain_function_or_a_negative_residual_is_refused_with_a_clear_error():
     with pytest.raises(ValueError, match="from_loss"):
         popdyn.gradient_flow(lambda u: jnp.sum(u**2), jnp.ones(2))
@@ -104,6 +107,7 @@ def test_a_plain_function_or_a_negative_residual_is_refused_with_a_clear_error()
 
 
 # ---- no silent stalls ------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("d, k", [(3, 2), (4, 2), (4, 3), (5, 1)])
 def test_every_start_on_a_manifold_of_minima_is_counted_there(d, k):
     """UUᵀ ≈ M: minima form a manifold (U ↦ UO, O orthogonal), where ‖∇L‖ levels off at curvature × solver
@@ -117,6 +121,7 @@ def test_every_start_on_a_manifold_of_minima_is_counted_there(d, k):
     assert np.all(np.isin(bf.status, (int(Status.CONVERGED), int(Status.CONVERGED_LATE))))
 
 
+@pytest.mark.slow
 def test_a_run_short_of_its_budget_is_unresolved_and_summaries_say_so():
     prob, level = factorization(3, 2)
     bf = popdyn.basin_fractions(prob, 32, "gd", lr=0.01, steps=20, seed=3)
@@ -125,6 +130,7 @@ def test_a_run_short_of_its_budget_is_unresolved_and_summaries_say_so():
     assert all(math.isnan(v) or 0 <= v <= 1 for v in bf.fractions_of_resolved.values())
 
 
+@pytest.mark.slow
 def test_a_tiny_scale_landscape_is_not_called_converged_at_the_start():
     """L(θ) = 1e-12·(ab − 1)²/2: the gradient at the start is ~1e-12, under any absolute tolerance; the scale-aware
     rule still runs the flow to the minimum ab = 1."""
@@ -136,6 +142,7 @@ def test_a_tiny_scale_landscape_is_not_called_converged_at_the_start():
 
 
 # ---- exact hitting times ---------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_flow_hitting_times_match_the_logistic_closed_form():
     a0 = np.array([0.05, 0.1, 0.3, 0.7])
     eps = 1e-6
@@ -150,6 +157,7 @@ def test_flow_hitting_times_match_the_logistic_closed_form():
     np.testing.assert_allclose(t, 0.5 * np.log((1 / a**2 - 1) / (1 / s - 1)), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_hitting_times_on_a_quadratic_flow_and_gd_are_exact():
     lam = np.array([2.0, 0.5])
     prob = popdyn.Problem.from_loss(lambda x: 0.5 * jnp.sum(lam * x**2), init=jnp.ones(2))
@@ -169,6 +177,7 @@ def test_hitting_times_on_a_quadratic_flow_and_gd_are_exact():
 
 
 # ---- basin fractions in any dimension -------------------------------------------------------------------------
+@pytest.mark.slow
 def test_basin_fractions_in_three_dimensions_match_the_orthant_partition():
     """L = Σ (x_i² − 1)²/4 has minima at the 8 sign vectors, each basin its orthant; from x0 ~ N(μ, I) the basin of s
     has probability Π Φ(s_i μ_i)."""
@@ -196,6 +205,7 @@ def test_basin_fractions_in_three_dimensions_match_the_orthant_partition():
 
 
 # ---- step-size audits over a sweep ------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_learning_rate_sweep_is_audited_in_one_call():
     """GD on (ab − 1)²/2 from the unbalanced (2.5, 0.1): the minima ab = 1 have λ_max = a² + b², flatter where
     balanced. A large η crosses 2/λ at the start and settles in a flatter minimum: the edge of stability."""
@@ -216,6 +226,7 @@ def test_a_learning_rate_sweep_is_audited_in_one_call():
         popdyn.step_size_audit(DLN, traj, lrs[:3])
 
 
+@pytest.mark.slow
 def test_float32_is_announced_once():
     """Without jax_enable_x64 every entry point warns (once per process) that results are float32."""
     import subprocess
