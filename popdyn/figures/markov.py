@@ -95,7 +95,7 @@ def markov_fig1(n_basin: int = 128, progress: bool = True) -> Result:
             "basin_e": grid.ys,
             "labels": bm.labels,
         }
-    lines = ["markov-fig1: (e, w) loss, flows, energy and basins (spec §5.1)"]
+    lines = ["markov-fig1: (e, w) loss, flows, energy and basins (docs/models/markov.md §5.1)"]
     lines += [
         f"  {r['p']}, {r['q']}: I_* {100 * r['fractions']['global']:.2f}%, I_min "
         f"{100 * r['fractions']['local']:.2f}%, flow = closed form on {100 * r['agreement_with_theory']:.2f}%"

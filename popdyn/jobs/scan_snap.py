@@ -226,7 +226,7 @@ def converge_scan_snap(
     res.lines.append(
         f"converge scan-snap  K={K}, M={M}, η_Y={eta_y:g}, {n_common} common + {n_distinct} distinct "
         f"tokens per class (ρ₀ = {rho0:.4f}), θ(0) = 0"
-        + ("  [the spec's worked case]" if inputs["worked_case"] else "")
+        + ("  [the paper's worked case]" if inputs["worked_case"] else "")
     )
     res.lines.append(
         f"  closed form: x* = {xs:.6f} (ω₁ = {closed['omega_1']:.4f}); t₀ = K(2(M−1)x*−1)/(Mη_Y) = "
@@ -398,7 +398,7 @@ def stepsize_scan_snap(
     audits = [audit.run(i) for i in range(len(lrs))]
     fig = plot_step_size_audit(audits, list(loss), [f"η = {lr:g}" for lr in lrs])
     ax = fig.axes[0]
-    ax.axhline(zero["lambda_Y_block"], color="k", lw=0.8, ls="-.", label="Y–Y block at θ = 0 (spec)")
+    ax.axhline(zero["lambda_Y_block"], color="k", lw=0.8, ls="-.", label="Y–Y block at θ = 0 (lower bound)")
     if disjoint:
         ax.plot([0], [zero["lambda_max"]], "k*", ms=9, label="λ_max(θ = 0), closed form")
     ax.legend(fontsize=7)
@@ -413,7 +413,7 @@ def stepsize_scan_snap(
         f"per class, exact GD from θ = 0 (η_Y = η_Z = η), {steps} steps"
     )
     closed = f"; closed form λ_max(0) = {zero['lambda_max']:.6f}" if disjoint else ""
-    res.lines.append(f"  θ = 0: λ_max = {lam0[0]:.6f}, spec's Y–Y block {zero['lambda_Y_block']:.6f}{closed}")
+    res.lines.append(f"  θ = 0: λ_max = {lam0[0]:.6f}, Y–Y block bound {zero['lambda_Y_block']:.6f}{closed}")
     for i, r in enumerate(rows):
         extra = f"; loss vs Lemma 5 max rel. error {r['lemma5_loss_max_rel_error']:.1e}" if disjoint else ""
         res.lines.append(

@@ -57,7 +57,11 @@ def converge_decision_list(
     lines = [
         f"converge decision-list  L={L}, n={n}, M={M}, {distribution} tokens: gradient flow on W, V = cP, W0 = 0",
         f"  δ = {run['delta']:.6g}, γ = {run['gamma']:.6g}, c = {run['c']:.6g}"
-        + ("  (δ, γ: popdyn's definitions, spec §5)" if delta is None and gamma is None else "  (δ, γ given)"),
+        + (
+            "  (δ, γ: popdyn's definitions, docs/models/decision_lists.md §5)"
+            if delta is None and gamma is None
+            else "  (δ, γ given)"
+        ),
         f"  {'m':>3s} {'T*':>12s}",
     ]
     lines += [
