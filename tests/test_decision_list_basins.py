@@ -57,7 +57,7 @@ def test_basin_labels_agree_with_the_full_model():
         red, {"m2": jnp.asarray(plane_to_column(xs[j], xs[i], L)["m2"])}, red.pc_slack, t1, n_grid=60
     )
     assert T_map[i, j] == pytest.approx(T_one[0], rel=1e-9, nan_ok=True)
-    T_thm = {col["m"]: col["T_star"] for col in theorem1_run(L, n, 2, c=c)["columns"]}[2]
+    T_thm = {col["m"]: col["T_star"] for col in theorem1_run(L, n, 2, c=c).columns}[2]
     assert r["T_star_from_zero"] == pytest.approx(T_thm, rel=2e-2)  # 60 records over 9 decades vs 4000
 
 

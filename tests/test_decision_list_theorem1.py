@@ -18,7 +18,7 @@ from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
 
 
 def _T(run):
-    return {col["m"]: col["T_star"] for col in run["columns"]}
+    return {col["m"]: col["T_star"] for col in run.columns}
 
 
 @pytest.fixture(scope="module")
@@ -40,18 +40,18 @@ def test_reference_T_star_values(ref_run):
 def test_theorem_table_rows(L, n, M, delta, c, t_max):
     """§5 table: δ, c and max_m T* at the theorem's c, and T* ≤ T₁ under both readings of γ."""
     run = theorem1_run(L, n, M)
-    assert abs(run["delta"] - delta) < 5e-5 and abs(run["c"] - c) < 0.05
-    assert abs(run["T_star_max"] - t_max) < 5e-4
-    assert run["T_star_le_bound"] and run["T_star_le_bound_gamma_eq_delta"]
-    assert run["gamma"] == pytest.approx(run["delta"] / L, rel=1e-12)
+    assert abs(run.delta - delta) < 5e-5 and abs(run.c - c) < 0.05
+    assert abs(run.T_star_max - t_max) < 5e-4
+    assert run.T_star_le_bound and run.T_star_le_bound_gamma_eq_delta
+    assert run.gamma == pytest.approx(run.delta / L, rel=1e-12)
 
 
 @pytest.mark.slow
 def test_counterexample_with_delta_gamma_one():
     """With δ = γ = 1 the bound fails at (L, n, M) = (20, 3, 3): T* = 5.05 > 4.01 (§5)."""
     run = theorem1_run(20, 3, 3, delta=1.0, gamma=1.0)
-    assert abs(run["bound"] - 4.0057) < 1e-4 and abs(run["T_star_max"] - 5.05) < 5e-3
-    assert run["T_star_le_bound"] is False
+    assert abs(run.bound - 4.0057) < 1e-4 and abs(run.T_star_max - 5.05) < 5e-3
+    assert run.T_star_le_bound is False
 
 
 @pytest.mark.slow

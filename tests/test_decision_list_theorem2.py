@@ -17,6 +17,7 @@ import pytest
 
 from popdyn.jobs.decision_list import theorem2 as t2
 from popdyn.jobs.decision_list.theorem2 import ROUNDING, theorem2_run
+from popdyn.jobs.records import summary
 from popdyn.tasks.decision_list.theorems import theorem2_A_range, theorem2_instance, theorem2_T_range
 
 # 32 Lanczos steps for λ_max(θ₀): they agree with 64 and 128 to ~1e-15 here, at half the cost.
@@ -38,31 +39,31 @@ def run32():
 @pytest.mark.slow
 def test_23_20_1_sanity_run(run23):
     out = run23
-    assert out["feasible"] and out["reason"] is None and out["status"] == "max_steps"
-    assert out["delta"] == 1.0 and out["m"] == 1
-    assert abs(out["c"] - 12249) < 1
-    assert round(out["eps"], 2) == 3.33
-    assert abs(out["L0"] - 3.029) < 0.03  # seed 0: 3.0190; the spec's 3.029 is within our draws' range
-    assert abs(out["lambda_max0"] / 1.20e3 - 1) < 0.05  # seed 0: 1249.3
-    assert out["first_pc_step"] == 1  # "PC reached after 1 step"
-    assert out["margins"][0] <= 0 < out["margins"][1]
-    assert out["pc_within_T"] and out["first_pc_le_T_lo"]
-    assert out["V_dev_max_entry"][1] <= out["eps"]  # spec: max|V_1 − cP| = 1.66 ≤ ε = 3.33
-    assert out["V_dev_max_entry"][1] <= out["eps"] / 2 + out["lr"]  # |∂ℒ/∂V| ≤ 1 entrywise (§6)
-    assert out["V_within_eps"]
-    assert out["lambda_at_hit"] < 1e-3 * out["lambda_max0"]  # the curvature collapses at the hit (spec: 0.56)
-    assert out["step_size_held"]  # η·λ_max(θ_t) ≤ 1 at every recorded θ_t
+    assert out.feasible and out.reason is None and out.status == "max_steps"
+    assert out.delta == 1.0 and out.m == 1
+    assert abs(out.c - 12249) < 1
+    assert round(out.eps, 2) == 3.33
+    assert abs(out.L0 - 3.029) < 0.03  # seed 0: 3.0190; the spec's 3.029 is within our draws' range
+    assert abs(out.lambda_max0 / 1.20e3 - 1) < 0.05  # seed 0: 1249.3
+    assert out.first_pc_step == 1  # "PC reached after 1 step"
+    assert out.margins[0] <= 0 < out.margins[1]
+    assert out.pc_within_T and out.first_pc_le_T_lo
+    assert out.V_dev_max_entry[1] <= out.eps  # spec: max|V_1 − cP| = 1.66 ≤ ε = 3.33
+    assert out.V_dev_max_entry[1] <= out.eps / 2 + out.lr  # |∂ℒ/∂V| ≤ 1 entrywise (§6)
+    assert out.V_within_eps
+    assert out.lambda_at_hit < 1e-3 * out.lambda_max0  # the curvature collapses at the hit (spec: 0.56)
+    assert out.step_size_held  # η·λ_max(θ_t) ≤ 1 at every recorded θ_t
 
 
 def test_23_20_1_ranges_recomputed_from_measured_L0(run23):
     out = run23
-    eps, L0 = out["eps"], out["L0"]
+    eps, L0 = out.eps, out.L0
     assert eps == theorem2_instance(23, 20, 1)["eps"]  # the unperturbed ε
-    assert out["A_range"] == list(theorem2_A_range(L0, 20, eps, 1))
-    assert out["A"] == pytest.approx(sum(out["A_range"]) / 2, rel=1e-15)
-    assert out["lr"] == 1 / out["lambda_max0"]
-    assert out["T_range"] == list(theorem2_T_range(L0, 1, out["A"], out["lr"], eps))
-    assert 1900 < out["T_range"][0] < out["T_range"][1] < 2100  # spec (λ = 1.20e3): [1877, 2000]
+    assert out.A_range == list(theorem2_A_range(L0, 20, eps, 1))
+    assert out.A == pytest.approx(sum(out.A_range) / 2, rel=1e-15)
+    assert out.lr == 1 / out.lambda_max0
+    assert out.T_range == list(theorem2_T_range(L0, 1, out.A, out.lr, eps))
+    assert 1900 < out.T_range[0] < out.T_range[1] < 2100  # spec (λ = 1.20e3): [1877, 2000]
 
 
 @pytest.mark.slow
@@ -70,50 +71,50 @@ def test_descent_lemma_fails_at_the_first_step(run23, run32):
     """η = 1/λ_max(θ₀) is no smoothness bound along the first step: its descent-lemma bound is negative, below any
     loss, and the mean curvature the step saw exceeds 1/η (the curvature peaks between θ₀ and θ₁)."""
     for out in (run23, run32):
-        assert out["losses"][0] - out["lr"] / 2 * out["grad_norms"][0] ** 2 < 0
-        assert out["descent_beta"][0] > 1 / out["lr"]
-        assert out["descent_inequality_held"] is False
-        assert out["losses"][1] < out["losses"][0]  # the loss still drops
-    assert all(g >= 0 for g in run23["descent_gaps"][1:])
+        assert out.losses[0] - out.lr / 2 * out.grad_norms[0] ** 2 < 0
+        assert out.descent_beta[0] > 1 / out.lr
+        assert out.descent_inequality_held is False
+        assert out.losses[1] < out.losses[0]  # the loss still drops
+    assert all(g >= 0 for g in run23.descent_gaps[1:])
 
 
 def test_reported_checks_match_recorded_numbers(run23):
     out = run23
-    steps, lr = out["steps"], out["lr"]
-    assert steps == 2 and out["ts"] == [0.0, 1.0, 2.0]
+    steps, lr = out.steps, out.lr
+    assert steps == 2 and out.ts == [0.0, 1.0, 2.0]
     for key in ("losses", "grad_norms", "margins", "lambdas", "V_dev_max_entry", "V_dev_inf_norm"):
-        assert len(out[key]) == steps + 1, key
-    losses, gn = np.array(out["losses"]), np.array(out["grad_norms"])
+        assert len(getattr(out, key)) == steps + 1, key
+    losses, gn = np.array(out.losses), np.array(out.grad_norms)
     gaps = losses[:-1] - lr / 2 * gn[:-1] ** 2 - losses[1:]
-    np.testing.assert_allclose(out["descent_gaps"], gaps, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(out.descent_gaps, gaps, rtol=0, atol=1e-12)
     held = bool(np.all(gaps >= -ROUNDING * np.maximum(1.0, np.abs(losses[:-1]))))
-    assert out["descent_inequality_held"] == held
-    for gap, beta in zip(gaps, out["descent_beta"], strict=False):  # the gap is (η²‖∇ℒ‖²/2)(1/η − β)
+    assert out.descent_inequality_held == held
+    for gap, beta in zip(gaps, out.descent_beta, strict=False):  # the gap is (η²‖∇ℒ‖²/2)(1/η − β)
         assert (gap >= 0) == (beta <= 1 / lr)
-    lam = out["lambdas"]
-    assert lam[0] == out["lambda_max0"] and out["lambda_at_hit"] == lam[out["first_pc_step"]]
-    assert out["max_lambda_along"] == max(lam)
-    assert out["eta_times_max_lambda"] == lr * max(lam)
-    assert out["step_size_held"] == (lr * max(lam) <= 1 + ROUNDING)
-    assert out["V_within_eps"] == all(d <= out["eps"] for d in out["V_dev_max_entry"])
-    assert out["V_within_eps_inf_norm"] == all(d <= out["eps"] for d in out["V_dev_inf_norm"])
-    assert out["V_within_eps_inf_norm"] is False  # a row sum of |U(−ε/2, ε/2)| noise over L = 23 entries exceeds ε
-    assert out["loss_rises"] == 0
-    json.dumps(out, allow_nan=False)
+    lam = out.lambdas
+    assert lam[0] == out.lambda_max0 and out.lambda_at_hit == lam[out.first_pc_step]
+    assert out.max_lambda_along == max(lam)
+    assert out.eta_times_max_lambda == lr * max(lam)
+    assert out.step_size_held == (lr * max(lam) <= 1 + ROUNDING)
+    assert out.V_within_eps == all(d <= out.eps for d in out.V_dev_max_entry)
+    assert out.V_within_eps_inf_norm == all(d <= out.eps for d in out.V_dev_inf_norm)
+    assert out.V_within_eps_inf_norm is False  # a row sum of |U(−ε/2, ε/2)| noise over L = 23 entries exceeds ε
+    assert out.loss_rises == 0
+    json.dumps(summary(out), allow_nan=False)
 
 
 def test_32_29_2_sanity_run(run32):
     out = run32
-    assert out["feasible"] and out["delta"] == pytest.approx(3 / 31, rel=1e-15) and out["m"] == 2
-    assert round(out["c"], -3) == 293_000  # spec: 2.93e5
-    assert abs(out["L0"] - 3.362) < 0.03  # seed 0: 3.3722
-    assert out["first_pc_step"] == 1 and out["pc_within_T"] and out["first_pc_le_T_lo"]
-    assert out["V_dev_max_entry"][1] <= out["eps"] and out["V_within_eps"]
-    L, n, c = 32, 29, out["c"]
-    assert 0.5 < out["lambda_max0"] / (c**2 / (L * n**3)) < 2  # "about c²/(L·n³), within a factor of about 2"
-    assert out["lambda_max0"] == pytest.approx(2.0032148e5, rel=1e-6)  # seed 0, regression
-    assert out["lambdas"] == [out["lambda_max0"], None] and out["max_lambda_along"] is None  # audit=False
-    json.dumps(out, allow_nan=False)
+    assert out.feasible and out.delta == pytest.approx(3 / 31, rel=1e-15) and out.m == 2
+    assert round(out.c, -3) == 293_000  # spec: 2.93e5
+    assert abs(out.L0 - 3.362) < 0.03  # seed 0: 3.3722
+    assert out.first_pc_step == 1 and out.pc_within_T and out.first_pc_le_T_lo
+    assert out.V_dev_max_entry[1] <= out.eps and out.V_within_eps
+    L, n, c = 32, 29, out.c
+    assert 0.5 < out.lambda_max0 / (c**2 / (L * n**3)) < 2  # "about c²/(L·n³), within a factor of about 2"
+    assert out.lambda_max0 == pytest.approx(2.0032148e5, rel=1e-6)  # seed 0, regression
+    assert out.lambdas == [out.lambda_max0, None] and out.max_lambda_along is None  # audit=False
+    json.dumps(summary(out), allow_nan=False)
 
 
 @pytest.mark.xfail(
@@ -122,7 +123,7 @@ def test_32_29_2_sanity_run(run32):
     "spec's 1.80e5 is one unknown draw and seed 0 gives 2.003e5 (+11.3%)",
 )
 def test_32_29_2_lambda_max0_within_5_percent_of_spec(run32):
-    assert abs(run32["lambda_max0"] / 1.80e5 - 1) < 0.05
+    assert abs(run32.lambda_max0 / 1.80e5 - 1) < 0.05
 
 
 def test_infeasible_instance_is_reported_and_not_run(monkeypatch):
@@ -132,11 +133,11 @@ def test_infeasible_instance_is_reported_and_not_run(monkeypatch):
     monkeypatch.setattr(t2, "gradient_descent", forbidden)
     monkeypatch.setattr(t2, "lambda_max", forbidden)
     out = theorem2_run(8, 5, 2)
-    assert out["feasible"] is False and "162" in out["reason"]
-    assert 5 * out["L0"] ** 2 <= 162 * 2 and out["A_range"] is None
-    assert out["steps"] == 0 and out["first_pc_step"] is None
-    assert all(out[k] is None for k in ("lambda_max0", "lr", "T_range", "losses", "margins", "descent_gaps"))
-    json.dumps(out, allow_nan=False)
+    assert out.feasible is False and "162" in out.reason
+    assert 5 * out.L0**2 <= 162 * 2 and out.A_range is None
+    assert out.steps == 0 and out.first_pc_step is None
+    assert all(getattr(out, k) is None for k in ("lambda_max0", "lr", "T_range", "losses", "margins", "descent_gaps"))
+    json.dumps(summary(out), allow_nan=False)
 
 
 def test_empty_A_range_is_reported_and_not_run(monkeypatch):
@@ -145,9 +146,9 @@ def test_empty_A_range_is_reported_and_not_run(monkeypatch):
     monkeypatch.setattr(t2, "theorem2_instance", lambda L, n, M: {**real(L, n, M), "eps": 0.05})
     monkeypatch.setattr(t2, "gradient_descent", lambda *a, **k: pytest.fail("must not run"))
     out = theorem2_run(23, 20, 1)
-    assert 20 * out["L0"] ** 2 > 162
-    assert out["feasible"] is False and out["reason"].startswith("empty A-range") and out["A_range"] is None
-    assert out["lambda_max0"] is None and out["losses"] is None
+    assert 20 * out.L0**2 > 162
+    assert out.feasible is False and out.reason.startswith("empty A-range") and out.A_range is None
+    assert out.lambda_max0 is None and out.losses is None
 
 
 @pytest.mark.parametrize(

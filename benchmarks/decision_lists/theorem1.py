@@ -91,15 +91,15 @@ def bench_theorem1(case, args) -> dict:
         t0 = time.perf_counter()
         run = theorem1_run(L, n, M, c)
         warm.append(time.perf_counter() - t0)
-    traj, prob = run["trajectory"], run["problem"]
+    traj, prob = run.trajectory, run.problem
     ts = np.asarray(traj.ts)
     slack = np.asarray(jax.vmap(prob.pc_slack)(traj.params))  # (records, M)
-    T_pd = {col["m"]: (float("nan") if col["T_star"] is None else col["T_star"]) for col in run["columns"]}
+    T_pd = {col["m"]: (float("nan") if col["T_star"] is None else col["T_star"]) for col in run.columns}
     persisted_pd = {
         m: bool(np.all(slack[ts > T_pd[m], i] > 0)) if np.isfinite(T_pd[m]) else None
         for i, m in enumerate(prob.lengths)
     }
-    cval, t1 = run["c"], run["t1"]
+    cval, t1 = run.c, run.t1
 
     def baseline():
         return {m: baseline_tstar(L, n, m, cval, t1, "LSODA", LSODA_RTOL, LSODA_ATOL) for m in range(1, M + 1)}
@@ -153,9 +153,9 @@ def bench_theorem1(case, args) -> dict:
         "c_in": c,
         "c": cval,
         "t1": t1,
-        "bound": run["bound"],
-        "bound_gd": run["bound_gamma_eq_delta"],
-        "status": run["status"],
+        "bound": run.bound,
+        "bound_gd": run.bound_gamma_eq_delta,
+        "status": run.status,
         "n_steps": int(traj.n_steps),
         "cold": cold,
         "warm": float(np.median(warm)),
@@ -168,7 +168,7 @@ def bench_theorem1(case, args) -> dict:
     }
     r["ratio"] = r["b_warm"] / r["warm"]
     print(
-        f"  popdyn theorem1_run: cold {fmt_time(cold)}, warm {fmt_time(r['warm'])} (status {run['status']}, "
+        f"  popdyn theorem1_run: cold {fmt_time(cold)}, warm {fmt_time(r['warm'])} (status {run.status}, "
         f"{r['n_steps']} Tsit5 steps to t1 = {t1:.4g}); LSODA baseline (Σ over m): cold {fmt_time(b_cold)}, warm "
         f"{fmt_time(r['b_warm'])} ({r['nfev']} RHS evaluations) → LSODA/popdyn warm {fmt_ratio(r['ratio'])}; "
         f"reference {fmt_time(ref_s)}",

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from matplotlib.colors import ListedColormap
 from matplotlib.figure import Figure
@@ -12,9 +14,13 @@ from popdyn.analysis import first_passage
 from popdyn.dynamics.status import count
 from popdyn.io import Result
 from popdyn.jobs.decision_list.theorem1 import theorem1_run
+from popdyn.jobs.records import summary
 from popdyn.tasks.decision_list.data import validate_sizes
 from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
 from popdyn.tasks.decision_list.theorems import theorem1_c
+
+if TYPE_CHECKING:
+    from popdyn.jobs.decision_list.theorem2 import Theorem2Run
 
 
 def converge_decision_list(
@@ -29,12 +35,12 @@ def converge_decision_list(
 ) -> Result:
     """Theorem 1: first time T* of perfect classification per list length against T₁ = 4M/(log L·γ)."""
     run = theorem1_run(L, n, M, c, distribution, delta, gamma, t1)
-    traj, prob = run.pop("trajectory"), run.pop("problem")
+    traj, prob = run.trajectory, run.problem
     ts = np.asarray(traj.ts)
     fig = Figure(figsize=(4.2 * M, 3.8), layout="constrained")
     axes = np.atleast_1d(fig.subplots(1, M))
     arrays = {"ts": ts}
-    for ax, m, col in zip(axes, prob.lengths, run["columns"], strict=False):
+    for ax, m, col in zip(axes, prob.lengths, run.columns, strict=False):
         x = np.asarray(traj.params[f"m{m}"])
         arrays[f"column_m{m}"] = x
         for i in range(m):
@@ -43,20 +49,20 @@ def converge_decision_list(
             ax.plot(ts[1:], x[1:, m] / np.sqrt(L - m), "k--", label="ω (distractors)")
         if col["T_star"]:
             ax.axvline(col["T_star"], color="g", lw=1, label=f"T* = {col['T_star']:.4g}")
-        if run["bound"] <= ts[-1]:
-            ax.axvline(run["bound"], color="r", ls=":", lw=1, label=f"bound T₁ = {run['bound']:.4g}")
+        if run.bound <= ts[-1]:
+            ax.axvline(run.bound, color="r", ls=":", lw=1, label=f"bound T₁ = {run.bound:.4g}")
         ax.set(xscale="log", xlabel="flow time t", title=f"list length m = {m}")
         ax.legend(fontsize=7)
     axes[0].set_ylabel("W entries of a column")
     fig.suptitle(
-        f"Theorem 1: L = {L}, n = {n}, c = {run['c']:.4g}; bound T₁ = {run['bound']:.4g} "
-        f"(γ = δ: {run['bound_gamma_eq_delta']:.4g})",
+        f"Theorem 1: L = {L}, n = {n}, c = {run.c:.4g}; bound T₁ = {run.bound:.4g} "
+        f"(γ = δ: {run.bound_gamma_eq_delta:.4g})",
         fontsize=9,
     )
     verdict = {True: "T* <= bound", False: "T* > bound: the bound FAILS", None: "PC not reached by t1"}
     lines = [
         f"converge decision-list  L={L}, n={n}, M={M}, {distribution} tokens: gradient flow on W, V = cP, W0 = 0",
-        f"  δ = {run['delta']:.6g}, γ = {run['gamma']:.6g}, c = {run['c']:.6g}"
+        f"  δ = {run.delta:.6g}, γ = {run.gamma:.6g}, c = {run.c:.6g}"
         + (
             "  (δ, γ: popdyn's definitions, docs/models/decision_lists.md §5)"
             if delta is None and gamma is None
@@ -65,12 +71,11 @@ def converge_decision_list(
         f"  {'m':>3s} {'T*':>12s}",
     ]
     lines += [
-        f"  {col['m']:>3d} {col['T_star'] if col['T_star'] is not None else float('nan'):12.6g}"
-        for col in run["columns"]
+        f"  {col['m']:>3d} {col['T_star'] if col['T_star'] is not None else float('nan'):12.6g}" for col in run.columns
     ]
     lines += [
-        f"  bound T1 = 4M/(log L·γ) = {run['bound']:.6g}: {verdict[run['T_star_le_bound']]}",
-        f"  with γ = δ: {run['bound_gamma_eq_delta']:.6g}: {verdict[run['T_star_le_bound_gamma_eq_delta']]}",
+        f"  bound T1 = 4M/(log L·γ) = {run.bound:.6g}: {verdict[run.T_star_le_bound]}",
+        f"  with γ = δ: {run.bound_gamma_eq_delta:.6g}: {verdict[run.T_star_le_bound_gamma_eq_delta]}",
     ]
     inputs = {
         "task": "decision-list",
@@ -81,9 +86,9 @@ def converge_decision_list(
         "distribution": distribution,
         "delta": delta,
         "gamma": gamma,
-        "t1": run["t1"],
+        "t1": run.t1,
     }
-    return Result(inputs, run, {"theorem1": arrays}, {"theorem1": fig}, lines)
+    return Result(inputs, summary(run), {"theorem1": arrays}, {"theorem1": fig}, lines)
 
 
 RULE_ORDERS = ("a1>a2>ω", "a1>ω>a2", "a2>a1>ω", "a2>ω>a1", "ω>a1>a2", "ω>a2>a1")
@@ -263,13 +268,13 @@ def lambda_spread(draws: list[float], reference: dict) -> dict:
     }
 
 
-def plot_spread(ax, run: dict, spread: dict) -> None:
+def plot_spread(ax, run: Theorem2Run, spread: dict) -> None:
     """The draws of λ_max(θ₀) as a strip over a box, the run's own draw marked, with §6's reference value(s)."""
-    lam = np.asarray(run["lambda_max0_draws"])
+    lam = np.asarray(run.lambda_max0_draws)
     jitter = np.linspace(-0.12, 0.12, lam.size) if lam.size > 1 else np.zeros(1)
     ax.boxplot(lam, positions=[0.0], widths=0.5, showfliers=False)
     ax.plot(jitter, lam, "o", color="C0", alpha=0.7, ms=5, label=f"{lam.size} draws of V₀ − cP")
-    ax.plot(jitter[:1], lam[:1], "o", mfc="none", mec="r", ms=10, mew=1.5, label=f"the run's (seed {run['seed']})")
+    ax.plot(jitter[:1], lam[:1], "o", mfc="none", mec="r", ms=10, mew=1.5, label=f"the run's (seed {run.seed})")
     if spread["table"] is not None:
         ax.axhline(
             spread["table"]["value"],
@@ -310,33 +315,32 @@ def stepsize_decision_list(
     run = theorem2_run(L, n, M, seed=seed, lr=lr, max_steps=steps, draws=draws)
     inputs = {"task": "decision-list", "L": L, "n": n, "M": M, "seed": seed, "lr": lr, "steps": steps, "draws": draws}
     head = (
-        f"stepsize decision-list  L={L}, n={n}, m=M={M}: Theorem 2, c = {run['c']:.6g}, ε = {run['eps']:.4g}, "
-        f"ℒ0 = {run['L0']:.6g} (at the perturbed V0), n·ℒ0² = {n * run['L0'] ** 2:.4g} vs 162m = {162 * M}"
+        f"stepsize decision-list  L={L}, n={n}, m=M={M}: Theorem 2, c = {run.c:.6g}, ε = {run.eps:.4g}, "
+        f"ℒ0 = {run.L0:.6g} (at the perturbed V0), n·ℒ0² = {n * run.L0**2:.4g} vs 162m = {162 * M}"
     )
-    if not run["feasible"]:
-        return Result(inputs, run, lines=[head, f"  INFEASIBLE, not run: {run['reason']}"])
-    spread = lambda_spread(run["lambda_max0_draws"], lambda_max0_reference(L, n, M, run["c"]))
-    run = dict(run, lambda_max0_spread=spread)
-    ts = np.asarray(run["ts"])
+    if not run.feasible:
+        return Result(inputs, summary(run), lines=[head, f"  INFEASIBLE, not run: {run.reason}"])
+    spread = lambda_spread(run.lambda_max0_draws, lambda_max0_reference(L, n, M, run.c))
+    ts = np.asarray(run.ts)
     fig = Figure(figsize=(16, 3.8), layout="constrained")
     ax_l, ax_m, ax_lam, ax_v, ax_s = fig.subplots(1, 5, width_ratios=(1, 1, 1, 1, 0.8))
-    ax_l.plot(ts, run["losses"], "k.-")
+    ax_l.plot(ts, run.losses, "k.-")
     ax_l.set(xlabel="GD step", ylabel="exact loss", title="loss", yscale="log")
-    ax_m.plot(ts, run["margins"], "b.-")
+    ax_m.plot(ts, run.margins, "b.-")
     ax_m.axhline(0, color="k", lw=0.6)
     ax_m.set(xlabel="GD step", ylabel="min margin z_y − max z_k", title="perfect classification ⇔ margin > 0")
-    lambdas = np.array([np.nan if v is None else v for v in run["lambdas"]])
+    lambdas = np.array([np.nan if v is None else v for v in run.lambdas])
     ax_lam.plot(ts, lambdas, "m.-", label="λ_max(θ_t)")
-    ax_lam.axhline(1 / run["lr"], color="k", ls="--", lw=1, label="1/η")
+    ax_lam.axhline(1 / run.lr, color="k", ls="--", lw=1, label="1/η")
     ax_lam.set(xlabel="GD step", yscale="log", title="step-size condition η ≤ 1/λ_max")
     ax_lam.legend(fontsize=7)
-    ax_v.plot(ts, run["V_dev_max_entry"], ".-", label="max entry")
-    ax_v.plot(ts, run["V_dev_inf_norm"], ".-", label="induced ∞-norm")
-    ax_v.axhline(run["eps"], color="k", ls="--", lw=1, label="ε")
+    ax_v.plot(ts, run.V_dev_max_entry, ".-", label="max entry")
+    ax_v.plot(ts, run.V_dev_inf_norm, ".-", label="induced ∞-norm")
+    ax_v.axhline(run.eps, color="k", ls="--", lw=1, label="ε")
     ax_v.set(xlabel="GD step", title="‖V_t − cP‖", yscale="log")
     ax_v.legend(fontsize=7)
     plot_spread(ax_s, run, spread)
-    T = run["T_range"]
+    T = run.T_range
 
     def against(ref: dict | None, what: str) -> str:
         if ref is None:
@@ -348,21 +352,22 @@ def stepsize_decision_list(
 
     lines = [
         head,
-        f"  A ∈ ({run['A_range'][0]:.5g}, {run['A_range'][1]:.5g}), A = {run['A']:.5g} (midpoint); "
-        f"λ_max(θ0) = {run['lambda_max0']:.5g} (seed {seed}), η = {run['lr']:.4g}",
+        f"  A ∈ ({run.A_range[0]:.5g}, {run.A_range[1]:.5g}), A = {run.A:.5g} (midpoint); "
+        f"λ_max(θ0) = {run.lambda_max0:.5g} (seed {seed}), η = {run.lr:.4g}",
         f"  λ_max(θ0) over {spread['n']} draws of V0 − cP (seeds {seed}..{seed + draws - 1}): min "
         f"{spread['min']:.5g}, median {spread['median']:.5g}, max {spread['max']:.5g}"
         + against(spread["table"], "§6 sanity run (one unknown draw)")
         + against(spread["order"], "§6 order c²/(L·n³)"),
         "  T-range [2mℒ0/(A²η), ε/(2η)] = " + ("empty" if T is None else f"[{T[0]:.5g}, {T[1]:.5g}] steps"),
-        f"  first perfectly classifying step: {run['first_pc_step']}"
-        + ("" if run["pc_within_T"] is None else f" (within the T-range: {run['pc_within_T']})"),
-        f"  max_t η·λ_max(θ_t) = {run['eta_times_max_lambda']:.4g} over {run['steps']} steps; descent lemma "
-        f"held: {run['descent_inequality_held']} (curvature seen by the steps: max β = "
-        f"{max(b for b in run['descent_beta'] if b is not None):.5g} vs 1/η = {1 / run['lr']:.5g}); "
-        f"max ‖V_t − cP‖ = {max(run['V_dev_max_entry']):.4g} "
-        f"(≤ ε: {run['V_within_eps']})",
+        f"  first perfectly classifying step: {run.first_pc_step}"
+        + ("" if run.pc_within_T is None else f" (within the T-range: {run.pc_within_T})"),
+        f"  max_t η·λ_max(θ_t) = {run.eta_times_max_lambda:.4g} over {run.steps} steps; descent lemma "
+        f"held: {run.descent_inequality_held} (curvature seen by the steps: max β = "
+        f"{max(b for b in run.descent_beta if b is not None):.5g} vs 1/η = {1 / run.lr:.5g}); "
+        f"max ‖V_t − cP‖ = {max(run.V_dev_max_entry):.4g} "
+        f"(≤ ε: {run.V_within_eps})",
     ]
-    arrays = {k: np.asarray(run[k]) for k in ("ts", "losses", "margins", "V_dev_max_entry", "V_dev_inf_norm")}
-    arrays |= {"lambda_max0_draws": np.asarray(run["lambda_max0_draws"]), "draw_seeds": np.asarray(run["draw_seeds"])}
-    return Result(inputs, run, {"theorem2": dict(arrays, lambdas=lambdas)}, {"theorem2": fig}, lines)
+    arrays = {k: np.asarray(getattr(run, k)) for k in ("ts", "losses", "margins", "V_dev_max_entry", "V_dev_inf_norm")}
+    arrays |= {"lambda_max0_draws": np.asarray(run.lambda_max0_draws), "draw_seeds": np.asarray(run.draw_seeds)}
+    results = summary(run) | {"lambda_max0_spread": spread}
+    return Result(inputs, results, {"theorem2": dict(arrays, lambdas=lambdas)}, {"theorem2": fig}, lines)

@@ -7,13 +7,44 @@ here because W₀ = 0 is column-structured; T* is located on a log-spaced record
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from popdyn import _validate
 from popdyn.analysis import first_passage
+from popdyn.dynamics import Trajectory
+from popdyn.jobs.records import internal
 from popdyn.tasks.decision_list.data import validate_sizes
 from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
 from popdyn.tasks.decision_list.theorems import delta_gamma, theorem1_bound, theorem1_c
+
+
+@dataclass(frozen=True)
+class Theorem1Run:
+    """One Theorem 1 run (§5): sizes and constants, both readings of the bound T₁, T* per list length m
+    (``columns``: {"m", "T_star"}, None where perfect classification was not reached by ``t1``) and the verdicts;
+    ``trajectory`` and ``problem`` (the reduced flow) stay out of the summary."""
+
+    L: int
+    n: int
+    M: int
+    distribution: str
+    delta: float
+    gamma: float
+    c: float
+    delta_ours: float
+    gamma_ours: float
+    bound: float
+    bound_gamma_eq_delta: float
+    t1: float
+    columns: list[dict]
+    T_star_max: float | None
+    T_star_le_bound: bool | None
+    T_star_le_bound_gamma_eq_delta: bool | None
+    status: str
+    trajectory: Trajectory = internal()
+    problem: ReducedDecisionList = internal()
 
 
 def theorem1_run(
@@ -26,12 +57,12 @@ def theorem1_run(
     gamma: float | None = None,
     t1: float | None = None,
     n_grid: int = 4000,
-) -> dict:
+) -> Theorem1Run:
     """T* per list length m = 1..M against T₁ = 4M/(log L·γ) (both readings of γ, §5).
 
     δ, γ default to popdyn's definitions (§5, [our choice]); passing them overrides (e.g. δ = γ = 1, the
     spec's counterexample). c defaults to the theorem's 4n·log L/δ. The horizon t1 defaults to 10× the
-    larger bound. Returns a JSON-friendly dict plus the recorded flow under "trajectory"."""
+    larger bound. ``popdyn.jobs.records.summary(run)`` is its JSON part."""
     L, n, distribution = validate_sizes(L, n, distribution)
     M = _validate.int_at_least("M", M, 1)
     if M > L:
@@ -48,24 +79,24 @@ def theorem1_run(
     )
     columns = [{"m": m, "T_star": None if np.isnan(t) else float(t)} for m, t in zip(prob.lengths, T, strict=False)]
     t_max = float(np.max(T)) if not np.any(np.isnan(T)) else None
-    return {
-        "L": L,
-        "n": n,
-        "M": M,
-        "distribution": distribution,
-        "delta": d,
-        "gamma": g,
-        "c": c,
-        "delta_ours": d_ours,
-        "gamma_ours": g_ours,
-        "bound": bounds["gamma"],
-        "bound_gamma_eq_delta": bounds["gamma_eq_delta"],
-        "t1": t1,
-        "columns": columns,
-        "T_star_max": t_max,
-        "T_star_le_bound": None if t_max is None else t_max <= bounds["gamma"],
-        "T_star_le_bound_gamma_eq_delta": None if t_max is None else t_max <= bounds["gamma_eq_delta"],
-        "status": traj.status_names[int(traj.status)],
-        "trajectory": traj,
-        "problem": prob,
-    }
+    return Theorem1Run(
+        L=L,
+        n=n,
+        M=M,
+        distribution=distribution,
+        delta=d,
+        gamma=g,
+        c=c,
+        delta_ours=d_ours,
+        gamma_ours=g_ours,
+        bound=bounds["gamma"],
+        bound_gamma_eq_delta=bounds["gamma_eq_delta"],
+        t1=t1,
+        columns=columns,
+        T_star_max=t_max,
+        T_star_le_bound=None if t_max is None else t_max <= bounds["gamma"],
+        T_star_le_bound_gamma_eq_delta=None if t_max is None else t_max <= bounds["gamma_eq_delta"],
+        status=traj.status_names[int(traj.status)],
+        trajectory=traj,
+        problem=prob,
+    )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 
 import equinox as eqx
 import jax
@@ -96,6 +97,55 @@ def validate_draws(draws, seed: int) -> int:
     return draws
 
 
+@dataclass(frozen=True)
+class Theorem2Run:
+    """One Theorem 2 run (§6), as documented by ``theorem2_run``: an infeasible instance has ``feasible=False``, a
+    ``reason`` and None for every run quantity. ``popdyn.jobs.records.summary(run)`` is its JSON part."""
+
+    L: int
+    n: int
+    M: int
+    m: int
+    seed: int
+    delta: float
+    c: float
+    eps: float
+    L0_unperturbed: float
+    L0: float
+    A_range: list[float] | None
+    feasible: bool
+    reason: str | None
+    A: float | None
+    lambda_max0: float | None
+    lr: float | None
+    T_range: list[float] | None
+    steps: int
+    status: str | None
+    first_pc_step: int | None
+    pc_within_T: bool | None
+    first_pc_le_T_lo: bool | None
+    max_lambda_along: float | None
+    lambda_at_hit: float | None
+    eta_times_max_lambda: float | None
+    step_size_held: bool | None
+    loss_rises: int | None
+    descent_inequality_held: bool | None
+    descent_gaps: list[float] | None
+    descent_beta: list[float | None] | None
+    V_dev_max_entry: list[float] | None
+    V_dev_inf_norm: list[float] | None
+    V_within_eps: bool | None
+    V_within_eps_inf_norm: bool | None
+    ts: list[float] | None
+    margins: list[float] | None
+    losses: list[float] | None
+    grad_norms: list[float] | None
+    lambdas: list[float | None] | None
+    lambda_max0_draws: list[float] | None
+    draw_seeds: list[int] | None
+    timings: dict[str, float]
+
+
 def theorem2_run(
     L: int,
     n: int,
@@ -108,8 +158,8 @@ def theorem2_run(
     audit: bool = True,
     lanczos_iters: int = 64,
     draws: int = 1,
-) -> dict:
-    """Theorem 2 (§6) on one random instance, by exact gradient descent; a JSON-friendly dict.
+) -> Theorem2Run:
+    """Theorem 2 (§6) on one random instance, by exact gradient descent.
 
     * Instance: c, ε from ``theorem2_instance(L, n, M)`` (ε = nℒ₀/18 with ℒ₀ = ℒ(0, cP), m = M [our choice]);
       lists, π from ``seed``; θ₀ = ``DecisionList.init(PRNGKey(seed))``, i.e. W₀ = 0, V₀ = cP + U(−ε/2, ε/2).
@@ -136,7 +186,7 @@ def theorem2_run(
     ``V_within_eps`` uses the max-entry one [our choice: V₀ = cP + U(−ε/2, ε/2) meets the hypothesis
     ‖V₀ − cP‖ ≤ ε/2 only in that reading]. Needs float64 (``jax_enable_x64``): c is 1e4–3e5.
 
-    Returns (JSON-serialisable; per-record lists have steps + 1 entries, per-step lists ``steps``):
+    The record's fields (JSON-serialisable; per-record lists have steps + 1 entries, per-step lists ``steps``):
     L, n, M, m, seed, delta, c, eps, L0_unperturbed, L0, A_range, feasible, reason, A, lambda_max0,
     lambda_max0_draws, draw_seeds, lr, T_range,
     steps, status, first_pc_step, pc_within_T (t* ≤ ε/(2η)), first_pc_le_T_lo (t* ≤ ⌈2mℒ₀/(A²η)⌉) — both None
@@ -214,14 +264,14 @@ def theorem2_run(
         out.update(
             feasible=False, reason=f"n·ℒ0² = {n * L0**2:.4g} <= 162m = {162 * m}: no ε, A satisfy the hypotheses (§6)"
         )
-        return out
+        return Theorem2Run(**out)
     if A_range is None:
         out.update(
             feasible=False,
             reason=f"empty A-range: √(4mℒ0/ε) = {math.sqrt(4 * m * L0 / eps):.4g} >= "
             f"ℒ0 − 6ε/n = {L0 - 6 * eps / n:.4g} at ε = {eps:.4g} (§6)",
         )
-        return out
+        return Theorem2Run(**out)
 
     A = 0.5 * (A_range[0] + A_range[1])
     t0 = time.perf_counter()
@@ -304,4 +354,4 @@ def theorem2_run(
         grad_norms=_floats(gnorms),
         lambdas=lambdas,
     )
-    return out
+    return Theorem2Run(**out)
