@@ -16,6 +16,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.tree_util import PyTreeDef
 from tqdm.auto import tqdm
 
 from popdyn import _validate, distributed, sharding
@@ -56,11 +57,13 @@ def checked(prob: Problem) -> Problem:
 def batch_size(prob: Problem, theta: Theta) -> int | None:
     """Leading batch size of ``theta`` (None when it is a single point); ValueError on shape mismatch."""
     template = checked(prob).template()
+    t_def: PyTreeDef  # annotated: jaxlib ships no stubs, so the inferred treedef type has no attributes for mypy
+    tdef: PyTreeDef
     t_leaves, t_def = jax.tree_util.tree_flatten(template)
     leaves, tdef = jax.tree_util.tree_flatten(theta)
     if tdef != t_def:
         raise ValueError(f"theta has structure {tdef}, but the problem expects {t_def}")
-    sizes = set()
+    sizes: set[int | None] = set()
     for (path, leaf), t in zip(jax.tree_util.tree_flatten_with_path(theta)[0], t_leaves, strict=False):
         shape = np.shape(leaf)
         name = jax.tree_util.keystr(path)

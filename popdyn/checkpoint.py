@@ -20,6 +20,7 @@ import types
 import zipfile
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
@@ -45,7 +46,7 @@ def _describe(obj, h, seen: frozenset = frozenset()) -> None:
         return put("<cycle>")
     seen = seen | {id(obj)}
     if isinstance(obj, (np.ndarray, np.generic, jax.Array)):
-        if jax.dtypes.issubdtype(obj.dtype, jax.dtypes.prng_key):
+        if isinstance(obj, jax.Array) and jax.dtypes.issubdtype(obj.dtype, jax.dtypes.prng_key):  # JAX only
             obj = jax.random.key_data(obj)
         arr = np.ascontiguousarray(np.asarray(obj))
         put(f"array {arr.dtype.str} {arr.shape}")
@@ -101,7 +102,7 @@ def _filled(cell) -> bool:
 
 
 def _versions() -> dict[str, str | None]:
-    out = {}
+    out: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             out[name] = metadata.version(name)
@@ -239,10 +240,9 @@ class ChunkStore:
         manifest = self._manifest()
         manifest.setdefault("chunks", {})[str(i)] = _digest(leaves)
         self._write_manifest(manifest)
-        _atomic_write(
-            self.path(i),
-            lambda f: np.savez(f, run=run, index=np.int64(i), **{f"leaf_{k}": a for k, a in enumerate(leaves)}),
-        )
+        # Any: numpy's stub matches **named against its bool keyword allow_pickle, which no leaf is named
+        named: dict[str, Any] = {f"leaf_{k}": a for k, a in enumerate(leaves)}
+        _atomic_write(self.path(i), lambda f: np.savez(f, run=run, index=np.int64(i), **named))
 
 
 class _Mismatch(Exception):

@@ -178,8 +178,8 @@ def _compilation_cache() -> None:
     if where is not None and where.lower() in ("off", "0", "none", ""):
         return
     if where is None:
-        where = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "popdyn" / "jax"
-    jax.config.update("jax_compilation_cache_dir", str(where))
+        where = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "popdyn" / "jax")
+    jax.config.update("jax_compilation_cache_dir", where)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
+from typing import Any, cast
 
 import numpy as np
 
@@ -55,7 +56,7 @@ def environment() -> dict:
     import jax
     import jax.numpy as jnp
 
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             versions[name] = metadata.version(name)
@@ -160,7 +161,8 @@ def write_results(
         with open(tmp / "summary.json", "w") as f:
             json.dump(_jsonable(summary), f, indent=2, allow_nan=False)
         for name, arrs in arrays.items():
-            np.savez_compressed(tmp / f"{name}.npz", **arrs)
+            # cast: numpy's stub matches **arrays against its bool keyword allow_pickle, which no array is named
+            np.savez_compressed(tmp / f"{name}.npz", **cast(dict[str, Any], arrs))
         for name, fig in figures.items():
             tight = None if fig.get_layout_engine() is not None else "tight"  # a layout engine has fitted it
             fig.savefig(tmp / f"{name}.png", dpi=120, bbox_inches=tight, pil_kwargs={"compress_level": 1})
@@ -197,8 +199,8 @@ def _signals_deferred():
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        for s in pending[:1]:
-            signal.raise_signal(s)
+        for signum in pending[:1]:
+            signal.raise_signal(signum)
 
 
 @dataclass

@@ -32,6 +32,8 @@ def plot_basin_map(bm: BasinMap, prob: Problem | None = None, title: str = "") -
     fig = Figure(figsize=(12, 5), layout="constrained")
     ax, ax_t = fig.subplots(1, 2)
     g = bm.grid
+    if g is None:
+        raise ValueError("bm.grid is None: plot_basin_map draws a BasinMap over a grid (from basin_map)")
     extent = (*g.x_range, *g.y_range)
     k = len(bm.attractors)
     cmap = ListedColormap([_GREY] + [_COLOURS[i % len(_COLOURS)] for i in range(k)])

@@ -12,6 +12,7 @@ import abc
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 import equinox as eqx
 import jax
@@ -19,7 +20,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, PyTree
 
-Theta = PyTree[Float[Array, "..."]]
+Theta: TypeAlias = PyTree[Float[Array, "..."]]
 
 
 @dataclass(frozen=True)

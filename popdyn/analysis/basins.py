@@ -14,6 +14,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import equinox as eqx
 import jax
@@ -183,7 +184,8 @@ def label_end_points(
         if features == "level":
             extra, extra_names = _level_labels(prob, traj.final, traj.final_loss, todo, len(names))
         else:
-            fn = (lambda t: ravel_pytree(t)[0]) if features == "position" else features
+            # not "level", so "position" or a function θ → features (basin_fractions checks the name)
+            fn = (lambda t: ravel_pytree(t)[0]) if features == "position" else cast(Callable, features)
             pts = np.asarray(jax.vmap(lambda t: jnp.atleast_1d(jnp.ravel(fn(t))))(traj.final))
             extra, extra_names = _cluster_labels(pts, status, todo, cluster_radius, len(names))
         labels = np.where(todo, extra, labels)

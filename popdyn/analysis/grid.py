@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.tree_util import PyTreeDef
 
 from popdyn import _validate
 from popdyn.analysis import coords
@@ -77,7 +78,8 @@ class Grid:
         batch = [np.broadcast_to(v, (n, *v.shape)).copy() for v in base]
         for axis, vals in ((self.x, X.ravel()), (self.y, Y.ravel())):
             i, idx = coords.resolve(template, axis)
-            batch[i][(slice(None), *idx)] = vals
+            index: tuple[slice | int, ...] = (slice(None), *idx)
+            batch[i][index] = vals
         return jax.tree_util.tree_unflatten(treedef, [jnp.asarray(b) for b in batch])
 
 
@@ -93,8 +95,9 @@ def _base_values(template: Theta, base) -> list[tuple[int, str, object]]:
         if unknown:
             raise ValueError(f"base has unknown parameter {unknown[0]!r}: allowed {sorted(tops)}")
         return [(tops.index(k), repr(k), v) for k, v in base.items()]
+    structure: PyTreeDef = jax.tree_util.tree_structure(template)  # annotated: jaxlib ships no stubs for mypy
     try:
-        parts = jax.tree_util.tree_structure(template).flatten_up_to(base)
+        parts = structure.flatten_up_to(base)
     except (TypeError, ValueError):
         raise ValueError(
             f"base={base!r} is invalid: must have the structure of θ, {jax.tree_util.tree_structure(template)}"

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.tree_util import PyTreeDef
 from jax.typing import ArrayLike
 from jaxtyping import Array, Float
 
@@ -105,7 +106,7 @@ def gradient_descent(
     if not momentum < 1:
         raise ValueError(f"momentum={momentum!r} is out of range: must lie in [0, 1)")
     k = _validate.int_at_least("record_every", record_every, 1)
-    noise = _noise_levels(prob, noise)
+    noise_levels = _noise_levels(prob, noise)
     seed = _validate.seed("seed", seed)
     for name, v in (("rtol", rtol), ("atol", atol), ("diverge", diverge)):
         _validate.positive(name, v)
@@ -127,7 +128,7 @@ def gradient_descent(
         diverge=diverge,
         scales=frozen_scales(scale_tree(prob, time_scales)),
         momentum=momentum,
-        noise=noise,
+        noise=noise_levels,
     )
     batch, batched = as_batch(prob, theta0)
     n = jax.tree_util.tree_leaves(batch)[0].shape[0]
@@ -142,6 +143,8 @@ def gradient_descent(
         _validate.int_at_least("lanes", lanes, 1)
     segment = _validate.int_at_least("lane_steps", lane_steps, 1)
     width = lane_width(lanes, n, chunk_size)
+    run: Callable[[tuple[Theta, Array, Array]], dict]  # b = (a chunk of θ0, its learning rates, its keys)
+    how: tuple[str | int, ...]
     if k == steps and not save_params and metrics is None and width is not None:
         run = lambda b: _descend_lanes(gd, *b, width, segment)  # noqa: E731
         how = ("lanes", width, segment)
@@ -242,6 +245,7 @@ class _GD(eqx.Module):
             else:
                 per_block = dict(cfg.noise)
                 stds = {k: jax.tree_util.tree_map(lambda _, s=per_block[k]: s, v) for k, v in d.items()}
+            tree: PyTreeDef  # annotated: jaxlib ships no stubs, so mypy cannot infer the treedef type
             leaves, tree = jax.tree_util.tree_flatten(d)
             ks = jax.random.split(key_noise, len(leaves))
             sig = tree.flatten_up_to(stds)

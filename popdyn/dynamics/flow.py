@@ -134,6 +134,7 @@ def gradient_flow(
     t1_ = jnp.asarray(t1, dtype=jnp.result_type(float))
     n = jax.tree_util.tree_leaves(batch)[0].shape[0]
     width = lane_width(lanes, n, chunk_size)
+    how: tuple[str | int, ...]
     if ts is None and not save_params and width is not None:
         run = lambda b: _solve_lanes(pieces, b, t1_, solver_, width, segment)  # noqa: E731
         how = ("lanes", width, segment)
@@ -203,11 +204,13 @@ class _Pieces(eqx.Module):
             n = optax.tree.norm(y)
             return (n > cfg.diverge) | ~jnp.isfinite(n)
 
-        def target(t, y, args, **kwargs):
-            return jnp.where(args[1], jnp.asarray(self.until(y), dtype=jnp.result_type(t, float)), 1.0)
-
-        if self.until is None:
+        until = self.until
+        if until is None:
             return diffrax.Event((steady, blowup))
+
+        def target(t, y, args, **kwargs):
+            return jnp.where(args[1], jnp.asarray(until(y), dtype=jnp.result_type(t, float)), 1.0)
+
         return diffrax.Event(
             (steady, blowup, target), root_finder=optx.Newton(rtol=cfg.rtol * 1e-2, atol=cfg.atol * 1e-2)
         )

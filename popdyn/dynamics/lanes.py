@@ -67,7 +67,13 @@ def run_lanes(
         state = _where(done, take(new), state)
         return state, new, nxt + jnp.sum(done), out, executed
 
-    carry = (state, lane, jnp.asarray(w), out, jnp.zeros((), jnp.int64 if jax.config.jax_enable_x64 else jnp.int32))
+    carry = (
+        state,
+        lane,
+        jnp.asarray(w),
+        out,
+        jnp.zeros((), jnp.int64 if jax.config.read("jax_enable_x64") else jnp.int32),
+    )
     _, _, _, out, executed = jax.lax.while_loop(cond, body, carry)
     return out, executed
 

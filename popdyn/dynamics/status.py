@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Bool, Int
 
 
@@ -47,8 +48,8 @@ def refine_saddles(status: Int[Array, " B"], lam_min: Array, lam_max: Array, sad
     return jnp.where((status == Status.CONVERGED) & is_saddle, int(Status.SADDLE), status)
 
 
-def count(status: Int[Array, " B"]) -> dict[str, int]:
-    """Number of points per status name."""
+def count(status: Int[Array | np.ndarray, "*B"]) -> dict[str, int]:
+    """Number of points per status name (any shape: a batch, or a basin map's grid)."""
     return {name: int(jnp.sum(status == code)) for code, name in enumerate(STATUS_NAMES)}
 
 

@@ -38,7 +38,7 @@ def along(field: Callable[[Theta], Theta], y: Theta) -> tuple[Float[Array, ""], 
     return jnp.sqrt(speed2), -optax.tree.vdot(f, jf) / jnp.maximum(speed2, jnp.finfo(speed2.dtype).tiny)
 
 
-def rule(speed: Array, curvature: Array, tol: Array, floor: Array) -> Bool[Array, ...]:
+def rule(speed: Array, curvature: Array, tol: Array, floor: Array) -> Bool[Array, "..."]:
     """The rule from its parts: ‖f‖ ≤ tol·R (that is ‖f‖³ ≤ tol·(−fᵀJf)) or ‖f‖ ≤ floor."""
     return (speed <= tol * curvature) | (speed <= floor)
 

@@ -57,7 +57,7 @@ class Chain(eqx.Module):
         k = _validate.int_at_least("k", k, 1)
         return cls.binary_order_k(np.asarray(jax.random.uniform(key, (2**k,), dtype=jnp.float64)))
 
-    def context(self, tokens: Int[Array, "... k"]) -> Int[Array, ...]:
+    def context(self, tokens: Int[Array, "... k"]) -> Int[Array, "..."]:
         """Context index of the last ``order`` tokens, oldest most significant."""
         weights = self.V ** jnp.arange(self.order - 1, -1, -1)
         return jnp.sum(tokens[..., -self.order :] * weights, axis=-1)

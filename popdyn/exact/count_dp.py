@@ -42,7 +42,8 @@ def count_grid(N: int) -> tuple[Array, Array, Array]:
     n = jnp.arange(1, N + 1)[:, None, None]
     x = jnp.arange(2)[None, :, None]
     s = jnp.arange(N + 1)[None, None, :]
-    return jnp.broadcast_arrays(n, x, s)
+    n, x, s = jnp.broadcast_arrays(n, x, s)
+    return n, x, s
 
 
 def occupancy_loss(chain: Chain, occupancy: Array, logits: Array) -> Float[Array, ""]:

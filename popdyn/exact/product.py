@@ -86,6 +86,7 @@ class ProductDistribution(eqx.Module):
                 check_probabilities(f"marginals[{k}]", probs[k, : sizes[k]], normalize=normalize) for k in range(d)
             ]
             probs = jnp.asarray(np.stack([np.pad(c, (0, V - c.size)) for c in checked]), dtype=keep_dtype(probs))
+        vals: Array | np.ndarray  # NumPy while checked, stored as JAX
         if values is None:
             vals = jnp.broadcast_to(jnp.arange(V), (d, V))
         elif not _is_row_list(values) and np.ndim(values) == 1:  # one alphabet shared by all coordinates
@@ -94,13 +95,13 @@ class ProductDistribution(eqx.Module):
                 raise ValueError(f"values has shape {vals.shape}: a shared alphabet must have V = {V} entries")
             vals = jnp.broadcast_to(jnp.asarray(vals, dtype=keep_dtype(vals)), (d, V))
         else:
-            vals, vsizes = _rows("values", values, 0)
+            rows, vsizes = _rows("values", values, 0)
             want = sizes if _is_row_list(values) else (V,) * d
             if vsizes != want:
                 raise ValueError(
                     f"values has coordinate sizes {list(vsizes)}: must match the marginals' sizes {list(want)}"
                 )
-            vals = jnp.asarray(vals, dtype=keep_dtype(vals))
+            vals = jnp.asarray(rows, dtype=keep_dtype(rows))
         self.marginals = probs
         self.values = vals
         self.sizes = sizes

@@ -8,18 +8,19 @@ the weights are array leaves of the table, so a new table of the same shapes reu
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeGuard
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int, PyTree
+from jaxtyping import Array, ArrayLike, Float, Int, PyTree
 
 SUM_TOL = 1e-12
 """Allowed |Σ w − 1| for float64 weights (lower-precision weights get n·eps of their dtype)."""
 
 
-def _is_traced(x) -> bool:
+def _is_traced(x) -> TypeGuard[jax.core.Tracer]:
     return isinstance(x, jax.core.Tracer)
 
 
@@ -123,7 +124,7 @@ class WeightedTable(eqx.Module):
     points: PyTree
     weights: Float[Array, " n"]
 
-    def __init__(self, points: PyTree, weights: Float[Array, " n"], *, normalize: bool = False):
+    def __init__(self, points: PyTree, weights: Float[ArrayLike, " n"], *, normalize: bool = False):
         leaves = jax.tree.leaves(points)
         if not leaves:
             raise ValueError("points is empty: must be an array (n, ...) or a pytree of such arrays")
@@ -165,7 +166,7 @@ class WeightedTable(eqx.Module):
         return cls(points, np.full(n, 1.0 / n))
 
     @classmethod
-    def from_counts(cls, points: PyTree, counts: Int[Array, " n"]) -> WeightedTable:
+    def from_counts(cls, points: PyTree, counts: Int[ArrayLike, " n"]) -> WeightedTable:
         """Point i with probability counts[i] / Σ counts (counts: non-negative integers, not all zero)."""
         try:
             c = np.asarray(counts, dtype=np.float64)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -39,7 +40,8 @@ def markov_fig1(n_basin: int = 128, progress: bool = True) -> Result:
     W, Ef = np.meshgrid(fine, fine)
     coarse = np.arange(-3.0, 3.0 + 1e-9, 0.2)
     Wc, Ec = np.meshgrid(coarse, coarse)
-    results, arrays = {}, {}
+    results: dict[str, Any] = {}
+    arrays: dict[str, dict[str, np.ndarray]] = {}
     for row, (p, q) in enumerate(FIG1_REGIMES):
         prob = Canonical(p, q)
         tag = "pq_lt_1" if p + q < 1 else "pq_gt_1"
@@ -236,7 +238,9 @@ def markov_fig3(
     opt = optax.adamw(lr, b1=0.9, b2=0.95, weight_decay=1e-3)
     traj = gradient_descent(model, theta, lr=lr, steps=steps, optimizer=opt, save_params=True, progress=progress)
     ts = np.asarray(traj.ts)
-    shares = {k: np.array([top_singular_share(M) for M in np.asarray(traj.params[k])]) for k in FIG3_PAPER}
+    params = traj.params
+    assert params is not None  # save_params=True records θ
+    shares = {k: np.array([top_singular_share(M) for M in np.asarray(params[k])]) for k in FIG3_PAPER}
     at = {k: {it: float(v[it]) for it in (1, 100, 200) if it < len(v)} for k, v in shares.items()}
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     ax, ax_l = fig.subplots(1, 2)

@@ -10,6 +10,8 @@ batch waits for its slowest member; fixed-step GD costs the same for every point
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -51,14 +53,15 @@ def markov_ewa(
     n_traj = _validate.int_at_least("n_traj", n_traj, 1)
     lr = _validate.positive("lr", lr)
     fig = Figure(figsize=(16, 8), layout="constrained")
-    results, arrays = {}, {}
+    results: dict[str, dict] = {}
+    arrays: dict[str, dict[str, np.ndarray]] = {}
     record = max(1, steps // 100)
     while steps % record:
         record -= 1
     for row, (p, q) in enumerate(EWA_REGIMES):
         prob = AttentionScalar(p, q, N=N)
         tag = "pq_lt_1" if p + q < 1 else "pq_gt_1"
-        res = {"p": p, "q": q, "slices": {}}
+        res: dict[str, Any] = {"p": p, "q": q, "slices": {}}
         for col, a0 in enumerate(EWA_SLICES):
             grid = Grid.square("w", "e", -3.0, 3.0, n, base={"a": a0, "b": 0.0})
             traj = gradient_descent(prob, grid.points(prob), lr=lr, steps=steps, record_every=steps, progress=progress)
@@ -104,6 +107,7 @@ def markov_ewa(
         traj = gradient_descent(prob, theta0, lr=lr, steps=steps, record_every=record, save_params=True)
         cls = loss_classes(_normalised_gap(prob, traj.final_loss))
         ax3 = fig.add_subplot(2, 4, 4 * row + 4, projection="3d")
+        assert traj.params is not None  # save_params=True records θ
         path = {k: np.asarray(v) for k, v in traj.params.items()}
         for i in range(n_traj):
             ax3.plot(path["w"][i], path["a"][i], path["e"][i], color=CLASS_COLOURS[cls[i]], lw=1)
@@ -134,11 +138,11 @@ def markov_ewa(
         f"markov-ewa: (e, w, a) attention-scalar model ([our choice], §2.4), N = {N}, exact GD η = {lr:g}, "
         f"{steps} steps"
     ]
-    for r in results.values():
-        for name, s in r["slices"].items():
+    for res in results.values():
+        for name, s in res["slices"].items():
             f = s["fractions"]
             lines.append(
-                f"  p = q = {r['p']}, {name}: global {100 * f['global']:.1f}%, unigram "
+                f"  p = q = {res['p']}, {name}: global {100 * f['global']:.1f}%, unigram "
                 f"{100 * f['unigram']:.1f}%, neither {100 * f['between']:.1f}%"
             )
     inputs = {

@@ -9,6 +9,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -81,7 +83,8 @@ def scan_snap_fig4(steps: int = 100, progress: bool = True) -> Result:
     snaps = (*FIG4_SNAPSHOTS, steps)
     fig = Figure(figsize=(18, 6), layout="constrained")
     axes = fig.subplots(2, len(snaps) + 1)
-    results, arrays = {}, {}
+    results: dict[str, Any] = {}
+    arrays: dict[str, dict[str, np.ndarray]] = {}
     tokens = np.arange(20)
     colours = np.where(tokens < 10, "#999999", "#377eb8")
     for row, (eta_y, eta_z) in enumerate(FIG4_PANELS):
@@ -190,7 +193,8 @@ def scan_snap_fig6(
     fig = Figure(figsize=(4.2 * len(queries), 7.5), layout="constrained")
     axes = fig.subplots(2, len(queries), squeeze=False)
     results: dict = {"per_K": {}}
-    diffs, not_falling, argmins = [], [], []  # not_falling: the (K, ratio) columns where entropy does not fall
+    diffs, argmins = [], []
+    not_falling: list[tuple[int, float]] = []  # the (K, ratio) columns where entropy does not fall
     for col, q in enumerate(queries):
         K = 2 * q
         mean, std = np.nanmean(ent[q], axis=-1), np.nanstd(ent[q], axis=-1)
@@ -286,7 +290,8 @@ def scan_snap_fig9(n_times: int = 400, progress: bool = True) -> Result:
     n_times = _validate.int_at_least("n_times", n_times, 2)
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     axes = fig.subplots(1, 2)
-    results, arrays = {}, {}
+    results: dict[str, Any] = {}
+    arrays: dict[str, dict[str, np.ndarray]] = {}
     for ax, (label, M, rates, t_max) in zip(axes, FIG9_PANELS, strict=False):
         t = np.linspace(0.0, t_max, n_times)
         panel = {}
@@ -312,7 +317,7 @@ def scan_snap_fig9(n_times: int = 400, progress: bool = True) -> Result:
     lines = ["scan-snap-fig9: B_n(t) of Eq. (129) at fixed ν, K = 1, C_0 = 1 ([our choice])"]
     for label, panel in results.items():
         b0 = [p["B_at_t0"] for p in panel.values()]
-        t0s = ", ".join(f"{p['t0']:.3g}" for p in panel.values())
-        lines.append(f"  {label}: t_0 = {t0s}; B(t_0) = {min(b0):.4f} … {max(b0):.4f}")
+        t0_text = ", ".join(f"{p['t0']:.3g}" for p in panel.values())
+        lines.append(f"  {label}: t_0 = {t0_text}; B(t_0) = {min(b0):.4f} … {max(b0):.4f}")
     inputs = {"figure": "scan-snap-fig9", "K": FIG9_K, "C0": FIG9_C0, "n_times": n_times}
     return Result(inputs, results, arrays, {"scan-snap-fig9": fig}, lines)

@@ -242,6 +242,7 @@ def _fig5_run(
     )
     A = traj.final["A"]
     support = prob.Qm > 0
+    assert traj.metrics is not None  # metrics= was given
     metrics = {k: np.asarray(v) for k, v in traj.metrics.items()} | {"steps": np.asarray(traj.ts)}
     return {
         "metrics": metrics,

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from matplotlib.figure import Figure
 
@@ -48,6 +50,7 @@ def _online_cosine(prob, lr: float, steps: int, seed: int) -> tuple[np.ndarray, 
         metrics=lambda th: {"cos": cosine(prob, th)},
         seed=seed,
     )
+    assert traj.metrics is not None  # metrics= was given
     return np.asarray(traj.ts), np.asarray(traj.metrics["cos"])
 
 
@@ -160,7 +163,8 @@ def teacher_heatmaps(
     del progress
     fig = Figure(figsize=(15, 5.5), layout="constrained")
     axes = fig.subplots(2, len(settings), squeeze=False)
-    results, arrays = {}, {}
+    results: dict[str, Any] = {}
+    arrays: dict[str, dict[str, np.ndarray]] = {}
     for j, (name, activation) in enumerate(settings):
         D, K = (sizes or PAPER_SIZES)[name]
         prob = build(name, D, K, activation)

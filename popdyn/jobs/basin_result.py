@@ -16,6 +16,8 @@ def basin_result(
 ) -> Result:
     """``Result(inputs, results)`` with the map's arrays under ``basins`` (the axes named ``axes``) and its
     figure; ``arrays`` adds job-specific arrays (e.g. closed-form labels)."""
+    if bm.grid is None:
+        raise ValueError("bm.grid is None: a basin-map job's result needs the map's grid")
     basins = {
         "labels": bm.labels,
         axes[0]: bm.grid.xs,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Sequence
+from typing import Any, cast
 
 import equinox as eqx
 import jax
@@ -140,7 +141,10 @@ def converge_scan_snap(
     η_Y/η_Z; n_common, n_distinct: common tokens and distinct tokens per class; rtol: the flow's relative
     tolerance (atol = rtol/100; hitting times are as accurate as the trajectory).
     """
-    K, n_common, n_distinct, M = _check_data(K, n_common, n_distinct, M, min_M=4, M_optional=False)  # x*: M−1 > e
+    # min_M=4 as x* needs M−1 > e; cast: with M_optional=False the M returned is an int, never None
+    K, n_common, n_distinct, M = cast(
+        tuple[int, int, int, int], _check_data(K, n_common, n_distinct, M, min_M=4, M_optional=False)
+    )
     eta_y = _validate.positive("eta_y", eta_y)
     if isinstance(ratios, (str, bytes)) or not hasattr(ratios, "__iter__") or len(ratios) == 0:
         raise ValueError(f"ratios={ratios!r} is invalid: must be a non-empty sequence of numbers > 0")
@@ -169,7 +173,7 @@ def converge_scan_snap(
     m = int(prob.query[0])  # the shared query
     common = np.flatnonzero((np.asarray(prob.probs) > 0).sum(axis=0) > 1)
     top = _top_distinct(prob)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for nu in sorted(ratios):
         rates = _BlockRates(jnp.asarray(eta_y), jnp.asarray(eta_y / nu))
         ht = hitting_times(prob, theta0, target, "flow", t1=4 * t0_slow, precondition=rates, rtol=rtol, atol=rtol / 100)

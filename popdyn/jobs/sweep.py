@@ -9,6 +9,7 @@ import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jax
 import numpy as np
@@ -73,7 +74,7 @@ def run_sweep(
         first = make(**{k: float(v) for k, v in grid[0].items()})
         inits = jax.vmap(first.init)(jax.random.split(jax.random.PRNGKey(_validate.seed("seed", seed)), n))
     names: list[str] = []
-    rows = []
+    rows: list[dict[str, Any]] = []
     structure, warned = None, False
     for i, values in enumerate(tqdm(grid, desc="sweep", disable=not progress)):
         prob = make(**{k: float(v) for k, v in values.items()})
@@ -264,7 +265,7 @@ def sweep_markov(
         progress=progress,
         checkpoint=checkpoint,
     )
-    predicted = []
+    predicted: list[dict[str, float] | None] = []
     for r in sw["rows"]:
         p, q = r["values"]["p"], r["values"]["q"]
         prob = Canonical(p, q)

@@ -5,6 +5,7 @@ partition, convergence against the local rate and step-size audits. Each validat
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -208,7 +209,7 @@ def stepsize_markov(p, q, e0=1.0, w0=0.5, lrs=(0.5, 2.0, 3.0), steps=400) -> Res
         audits.append(audit)
         losses.append(np.asarray(traj.loss))
         rows.append(
-            audit.summary()
+            cast(dict, audit.summary())  # θ0 is one point, so its summary is one dict (a list is for a batch)
             | {
                 "status": traj.status_names[int(traj.status)],
                 "final_loss": float(traj.loss[-1]),

@@ -25,10 +25,10 @@ def validate_lists(lists: Sequence[Sequence[int]], L: int) -> tuple[tuple[int, .
     """One list per token a ∈ [L], with distinct entries in [L] ending in a; ValueError otherwise."""
     if isinstance(lists, (str, bytes)) or not hasattr(lists, "__iter__"):
         raise ValueError(f"lists={lists!r} is invalid: must be a sequence of L={L} lists of integer tokens")
-    lists = tuple(_validate.int_sequence(f"lists[{a}]", lst) for a, lst in enumerate(lists))
-    if len(lists) != L:
-        raise ValueError(f"lists has {len(lists)} entries: must have one list per token, i.e. L={L}")
-    for a, lst in enumerate(lists):
+    checked = tuple(_validate.int_sequence(f"lists[{a}]", lst) for a, lst in enumerate(lists))
+    if len(checked) != L:
+        raise ValueError(f"lists has {len(checked)} entries: must have one list per token, i.e. L={L}")
+    for a, lst in enumerate(checked):
         if not lst:
             raise ValueError(f"lists[{a}]=() is invalid: a list must be non-empty and end in its token {a}")
         if lst[-1] != a:
@@ -37,7 +37,7 @@ def validate_lists(lists: Sequence[Sequence[int]], L: int) -> tuple[tuple[int, .
             raise ValueError(f"lists[{a}]={lst} is invalid: entries must be distinct")
         if min(lst) < 0 or max(lst) >= L:
             raise ValueError(f"lists[{a}]={lst} is invalid: tokens must lie in 0..{L - 1}")
-    return lists
+    return checked
 
 
 def validate_perm(perm: Sequence[int], L: int) -> tuple[int, ...]:
@@ -102,9 +102,9 @@ def rule_probabilities(L: int, n: int, m: int, distribution: str = "distinct") -
         out[-1] = comb(L - m, n - 1)
         return np.array(out, dtype=float) / total
     r = j - 1.0
-    out = (1 - r / L) ** n - 2 * (1 - (r + 1) / L) ** n + (1 - (r + 2) / L) ** n
-    out[-1] = (1 - (m - 1) / L) ** n - (1 - m / L) ** n
-    return out / (1 - (1 - 1 / L) ** n)
+    probs = (1 - r / L) ** n - 2 * (1 - (r + 1) / L) ** n + (1 - (r + 2) / L) ** n
+    probs[-1] = (1 - (m - 1) / L) ** n - (1 - m / L) ** n
+    return probs / (1 - (1 - 1 / L) ** n)
 
 
 def loss_weights(L: int, n: int, m: int, distribution: str = "distinct") -> np.ndarray:

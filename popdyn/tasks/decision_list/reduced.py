@@ -30,7 +30,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from popdyn import _validate
 from popdyn.tasks.decision_list.data import validate_lists, validate_sizes
@@ -168,13 +168,13 @@ def _matrix(W, lists) -> tuple[np.ndarray, tuple[tuple[int, ...], ...]]:
     return W, lists
 
 
-def is_column_structured(W: Float[Array, "L L"], lists) -> bool:
+def is_column_structured(W: Float[ArrayLike, "L L"], lists) -> bool:
     """True iff in every column a the distractor entries W[b, a], b ∉ L_a, are equal (to relative 1e-12)."""
     W, lists = _matrix(W, lists)
     return all(_column_split(W, lst)[2] for lst in lists)
 
 
-def columns_from_matrix(W: Float[Array, "L L"], lists) -> list[tuple[np.ndarray, float]]:
+def columns_from_matrix(W: Float[ArrayLike, "L L"], lists) -> list[tuple[np.ndarray, float]]:
     """For each column a: (w = W[L_a, a] in list order, ω = the shared distractor value; 0.0 if m = L).
 
     Raises ValueError if some column is not column-structured (docs/models/decision_lists.md §3 C).
@@ -193,7 +193,7 @@ def columns_from_matrix(W: Float[Array, "L L"], lists) -> list[tuple[np.ndarray,
 
 
 def structured_total_loss(
-    W: Float[Array, "L L"], lists, *, L: int, n: int, c: float, distribution: str = "distinct"
+    W: Float[ArrayLike, "L L"], lists, *, L: int, n: int, c: float, distribution: str = "distinct"
 ) -> Float[Array, ""]:
     """ℒ(W, cP) = Σ_a ℒ_a(column a) for a concrete column-structured W (§3 C, §1 Fact 3)."""
     L = _validate.int_at_least("L", L, 2)

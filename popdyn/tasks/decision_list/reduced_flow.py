@@ -88,6 +88,6 @@ class ReducedDecisionList(Problem):
             W = W.at[:, a].set(col)
         return W
 
-    def init(self, key: Array) -> Theta:
-        """W₀ = 0 (Theorem 1)."""
+    def init(self, key: Array | None) -> Theta:
+        """W₀ = 0 (Theorem 1); ``key`` is unused."""
         return {_key(m): jnp.zeros(m + (m < self.L)) for m in self.lengths}

@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.custom_derivatives import SymbolicZero
-from jaxtyping import Array, Float
+from jaxtyping import Array, Bool, Float
 
 from popdyn import _validate
 from popdyn.exact import binary_kernel, bisect, entropy_rate, unigram_loss
@@ -105,7 +105,7 @@ def _order_and_log_gap(p, q):
     return d_s > 0, d_s < 0, jnp.where(normal, direct, jnp.where(d_s == 0, 0.0, scaled))
 
 
-def _pis(p, q):
+def _pis(p, q) -> tuple[Array, Array]:
     """(π0, π1) = (q, p)/(p+q) (jnp), finite also for subnormal p, q (then from ``_scaled``, not differentiated)."""
     p, q = jnp.asarray(p), jnp.asarray(q)
     sub = _subnormal(p)[0] | _subnormal(q)[0]
@@ -196,9 +196,10 @@ def _profile_loss_jvp(primals, tangents):
 
 
 @eqx.filter_jit
-def _curves(prob: Canonical, w: Float[Array, " n"]) -> tuple[Array, Array, Array]:
+def _curves(prob: Canonical, w: Float[Array | np.ndarray, " n"]) -> tuple[Array, Array, Array]:
     """Γ*'s e, the separatrix's e and the local-minimum mask along ``w``: one small program for the figures and
     the separatrix search, compiled once for every (p, q) instead of op by op."""
+    w = jnp.asarray(w)  # already traced here (a no-op): NumPy ``w`` from the callers becomes a JAX array
     return prob.global_minimum_e(w), prob.separatrix_e(w), prob.is_local_min_w(w)
 
 
@@ -335,16 +336,16 @@ class Canonical(Problem):
         """
         return theta["e"] ** 2 - s(theta["w"])
 
-    def global_minimum_e(self, w: Float[Array, ...]) -> Float[Array, ...]:
+    def global_minimum_e(self, w: Float[Array, "..."]) -> Float[Array, "..."]:
         """The e ≥ 0 branch of Γ* = {c(w)e² = A*}; NaN where Γ* has no point at this w (§4.1)."""
         r = self.optimal_gap() / c(w)
         return jnp.where(r > 0, jnp.sqrt(jnp.where(r > 0, r, 1.0)), jnp.nan)
 
-    def is_local_min_w(self, w: Float[Array, ...]) -> Float[Array, ...]:
+    def is_local_min_w(self, w: float | Float[Array, "..."]) -> Bool[Array, "..."]:
         """True where (0, w) is a local minimum: (p+q−1)·c(w) > 0 (§4.1)."""
         return (self.p + self.q - 1.0) * c(w) > 0
 
-    def separatrix_e(self, w: Float[Array, ...]) -> Float[Array, ...]:
+    def separatrix_e(self, w: Float[Array, "..."]) -> Float[Array, "..."]:
         """e ≥ 0 on the level set E = E_sad for w < 0: sqrt(w² − ln|w| − (1+ln 2)/2); NaN elsewhere."""
         r = jnp.where(w < 0, s(w) + E_SADDLE, -1.0)
         return jnp.where(r >= 0, jnp.sqrt(jnp.where(r >= 0, r, 0.0)), jnp.nan)
@@ -374,7 +375,7 @@ class Canonical(Problem):
         tree = cKDTree(np.concatenate([half, half * [1.0, -1.0]]))
         return tree.query(pts, distance_upper_bound=within, workers=-1)[0].reshape(e0.shape)
 
-    def separatrix_w_range(self) -> tuple[float, float]:
+    def separatrix_w_range(self) -> tuple[float, float] | tuple[Array, Array]:
         """The separatrix branch that flows into the saddle: w < −1/√2 if p+q<1, −1/√2 < w < 0 if p+q>1
         (floats outside transformations, arrays inside)."""
         p, q = floats(self.p, self.q)
@@ -494,7 +495,7 @@ class Canonical(Problem):
 
         return {"global": global_, "local": local, "saddle": saddle}
 
-    def overlays(self, x_axis, y_axis, x_range):
+    def overlays(self, x_axis: str, y_axis: str, x_range: tuple[float, float]) -> list[Overlay]:
         """Γ* (dashed), local minima/maxima on e = 0, the saddle and the separatrix, on the (w, e) plane."""
         if (x_axis, y_axis) != ("w", "e"):
             return []

@@ -78,7 +78,7 @@ class Transformer(Problem):
     def _shapes(self) -> dict[str, tuple[int, ...]]:
         V, N, d = self.chain.V, self.N, self.d
         binary = V == 2
-        shapes = {
+        shapes: dict[str, tuple[int, ...]] = {
             "e" if binary else "E": (d,) if binary else (V, d),
             "pos": (N, d),
             "W_Q": (d, d),

@@ -33,7 +33,7 @@ def _masked_softmax(
     return jax.nn.softmax(s, axis=-1)
 
 
-def _cross_entropy(f: Float[Array, "... M"], Y: Float[Array, "M M"], label: Int[Array, ...]) -> Float[Array, ...]:
+def _cross_entropy(f: Float[Array, "... M"], Y: Float[Array, "M M"], label: Int[Array, "..."]) -> Float[Array, "..."]:
     """logsumexp(Yᵀf) − (Yᵀf)_label for ℓ2-normalised mixtures f."""
     logits = f @ Y
     return jax.nn.logsumexp(logits, axis=-1) - jnp.take_along_axis(logits, label[..., None], axis=-1)[..., 0]
@@ -103,7 +103,7 @@ class ScanSnap(Problem):
     def K(self) -> int:
         return self.probs.shape[0]
 
-    def init(self, key: Array) -> Theta:
+    def init(self, key: Array | None) -> Theta:
         """Y(0) = Z(0) = 0, the theorems' and Fig. 4's initialisation (§3, §6)."""
         del key
         zeros = jnp.zeros((self.M, self.M), self.probs.dtype)

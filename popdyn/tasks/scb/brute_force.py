@@ -25,8 +25,7 @@ def sequence_table(prob: SparseBigram) -> tuple[Int[Array, "S T1"], Float[Array,
             f"N^(T+1) = {N}^{T + 1} = {N ** (T + 1)} sequences is too many for brute force: "
             f"the limit is {MAX_SEQUENCES}"
         )
-    seqs = np.indices((N,) * (T + 1)).reshape(T + 1, -1).T
-    seqs = jnp.asarray(seqs)
+    seqs = jnp.asarray(np.indices((N,) * (T + 1)).reshape(T + 1, -1).T)
     return seqs, jnp.prod(prob.mu[seqs], axis=1)
 
 

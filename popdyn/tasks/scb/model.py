@@ -112,7 +112,7 @@ class SparseBigram(Problem):
         )
         return 0.5 + self.mu @ per_k
 
-    def init(self, key: Array) -> Theta:
+    def init(self, key: Array | None) -> Theta:
         """The uninformative start V0 = μ1ᵀ (predicts the unigram μ), A0 = 11ᵀ/T (uniform attention), §4;
         ``key`` is unused. Its loss is ½(1 − ‖μ‖²)."""
         del key
@@ -168,7 +168,7 @@ class SoftmaxBigram(Problem):
         """L(V, softmax(W)) with L the linear-attention population loss (§3)."""
         return self.linear.loss({"V": theta["V"], "A": self.attention(theta)})
 
-    def init(self, key: Array) -> Theta:
+    def init(self, key: Array | None) -> Theta:
         """V0 = μ1ᵀ and W0 = 0 (uniform attention 11ᵀ/T): the linear model's uninformative start; ``key`` unused."""
         V0 = self.linear.init(key)["V"]
         return {"V": V0, "W": jnp.zeros((self.linear.T, self.linear.N))}

@@ -96,7 +96,7 @@ class Reduced2D(_Reduced):
         g = self.velocity(theta)
         return {name: theta[name] + eta * g[name] for name in theta}
 
-    def init(self, key: Array) -> Theta:
+    def init(self, key: Array | None) -> Theta:
         """α = (0, 0): the uninformative start (μ1ᵀ, 11ᵀ/T); ``key`` unused."""
         del key
         return {"alpha_V": jnp.zeros(()), "alpha_A": jnp.zeros(())}
@@ -193,7 +193,7 @@ class Reduced4D(_Reduced):
             "beta_A": bA - eta * (self.c * aV**2 * bA + self.mu_sq * s_V * (s_V * s_A - 1.0)),
         }
 
-    def init(self, key: Array) -> Theta:
+    def init(self, key: Array | None) -> Theta:
         """The uninformative start (μ1ᵀ, 11ᵀ/T): (α_V, β_V, α_A, β_A) = (0, 1, 0, 1/T); ``key`` unused."""
         del key
         z = jnp.zeros(())

@@ -39,7 +39,7 @@ class Whitened(Problem):
     def loss(self, u: Theta) -> Float[Array, ""]:
         return self.prob.loss(self.theta(u))
 
-    def init(self, key) -> Theta:
+    def init(self, key: Array | None) -> Theta:
         """u = 0, i.e. θ = θ₀ (by default the uninformative start (μ1ᵀ, 11ᵀ/T)); ``key`` unused."""
         del key
         return jax.tree_util.tree_map(jnp.zeros_like, self.origin)

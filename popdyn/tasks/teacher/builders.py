@@ -100,9 +100,11 @@ def make_teacher(
     check_memory(8.0 * 16 * D * D, f"a teacher with D={D:,} tokens")  # S*, the attention and their working copies
     v_norm = None if v_norm is None else _validate.positive("v_norm", v_norm)
     validate_settings(activation, alpha, sigma_x, sigma_eps, zero_init)  # before V* is drawn
+    V: np.ndarray | Array
     if name == "sts":
         if M not in (None, d):
             raise ValueError(f"M={M!r} is invalid for sts: V* = I_d forces M = d = {d}")
+        K = validate_sizes(D, K)[1]
         S, V = token_selection(D, K), np.eye(d)
     else:
         if key is None:
@@ -114,6 +116,7 @@ def make_teacher(
         else:
             if M is None:
                 raise ValueError(f"M=None is invalid for name={name!r}: give the number of output channels M >= 1")
+            K = validate_sizes(D, K)[1]
             S = cnn_pooling(D, K) if name == "cnn" else cycle_gcn(D, K)
             V = random_V(key, M, d, v_norm)
     return BilinearTeacher(S, V, activation, alpha, sigma_x=sigma_x, sigma_eps=sigma_eps, zero_init=zero_init)

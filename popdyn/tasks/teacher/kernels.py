@@ -9,6 +9,7 @@ teacher) and at a = 0 or b = 0 (zero initialisation), where sqrt/arccos would gi
 from __future__ import annotations
 
 import math
+from typing import overload
 
 import jax
 import jax.numpy as jnp
@@ -21,6 +22,10 @@ Partials = tuple[Float[Array, "..."], Float[Array, "..."]]
 Scalar = float | Float[Array, ""]
 
 
+@overload
+def kappa(alpha: float) -> float: ...
+@overload
+def kappa(alpha: Float[Array, ""]) -> Float[Array, ""]: ...
 def kappa(alpha: Scalar) -> Scalar:
     """κ = (1 + α²)/2, so that E[σ(u)²] = κa² (§3.3)."""
     return 0.5 * (1.0 + alpha * alpha)
@@ -67,7 +72,7 @@ def _kfun_jvp(primals, tangents):
     return _kfun(a, b, c, alpha, ka0, kc0), Ka * da + Kb * db + Kc * dc + Kalpha * dalpha
 
 
-def limit_partials(b: Float[Array, ...], rho: Float[Array, ...], alpha: Scalar) -> Partials:
+def limit_partials(b: Float[Array, "..."], rho: Float[Array, "..."], alpha: Scalar) -> Partials:
     """(∂K/∂a, ∂K/∂c) in the limit a → 0 at fixed correlation ρ = c/(ab) (§3.5):
     ((1−α)² b sin θ/(2π), α + (1−α)²(π − θ)/(2π)), θ = arccos ρ (ρ clipped to [−1, 1])."""
     rho = jnp.clip(rho, -1.0, 1.0)
@@ -76,7 +81,7 @@ def limit_partials(b: Float[Array, ...], rho: Float[Array, ...], alpha: Scalar) 
     return g * b * sin, alpha + g * (math.pi - jnp.arctan2(sin, rho))
 
 
-def zero_partials(zero_init: str, b: Float[Array, ...], rho: Float[Array, ...], alpha: Scalar) -> Partials:
+def zero_partials(zero_init: str, b: Float[Array, "..."], rho: Float[Array, "..."], alpha: Scalar) -> Partials:
     """(∂K/∂a, ∂K/∂c) used where a = 0 (w_m = 0), per convention (§3.6) [our choice of names]:
 
     * "limit": the one-sided limit along the teacher, ``limit_partials(b, rho)`` with ρ the correlation the
@@ -95,8 +100,8 @@ def zero_partials(zero_init: str, b: Float[Array, ...], rho: Float[Array, ...], 
 
 
 def kfun(
-    a: Float[Array, ...], b: Float[Array, ...], c: Float[Array, ...], alpha: Scalar, zero: Partials | None = None
-) -> Float[Array, ...]:
+    a: Float[Array, "..."], b: Float[Array, "..."], c: Float[Array, "..."], alpha: Scalar, zero: Partials | None = None
+) -> Float[Array, "..."]:
     """K(a, b, c) = E[σ(u)σ(v)] = αc + (1−α)²(Q + (π − θ)c)/(2π) (§3.3); broadcasts over a, b, c.
 
     Partials (§3.5): ∂K/∂a = (1−α)²Q/(2πa), ∂K/∂b = (1−α)²Q/(2πb), ∂K/∂c = α + (1−α)²(π − θ)/(2π), all bounded.
@@ -112,14 +117,14 @@ def kfun(
 
 
 def entry_loss(
-    a: Float[Array, ...], b: Float[Array, ...], c: Float[Array, ...], alpha: Scalar, zero: Partials | None = None
-) -> Float[Array, ...]:
+    a: Float[Array, "..."], b: Float[Array, "..."], c: Float[Array, "..."], alpha: Scalar, zero: Partials | None = None
+) -> Float[Array, "..."]:
     """l(a, b, c) = ½(κa² + κb² − 2K(a, b, c)) = ½E(σ(u) − σ(v))² (§3.4), the loss of one output entry."""
     k = kappa(alpha)
     return 0.5 * (k * a * a + k * b * b - 2.0 * kfun(a, b, c, alpha, zero))
 
 
-def norm_toward(x: Float[Array, "... n"], u: Float[Array, "... n"]) -> Float[Array, ...]:
+def norm_toward(x: Float[Array, "... n"], u: Float[Array, "... n"]) -> Float[Array, "..."]:
     """‖x‖ over the last axis, with gradient x/‖x‖ where x ≠ 0 and the unit direction ``u`` where x = 0 (the
     one-sided derivative along u; used for a = σ‖w_m‖‖s_j‖ at w_m = 0, u = v*_m/‖v*_m‖, §3.6)."""
     return _norm_toward(x, u)

@@ -139,7 +139,7 @@ class BilinearTeacher(Problem):
         """S = softmax(A/√D) over axis 0: column i is the attention of output position i (§2)."""
         return jax.nn.softmax(theta["A"] / math.sqrt(self.D), axis=0)
 
-    def activate(self, z: Float[Array, ...]) -> Float[Array, ...]:
+    def activate(self, z: Float[Array, "..."]) -> Float[Array, "..."]:
         """σ(z) = max(z, αz) (§1)."""
         return jnp.maximum(z, self.alpha * z)
 
@@ -151,7 +151,7 @@ class BilinearTeacher(Problem):
         """f*(X) = σ(V* X S*) (noise-free)."""
         return self.activate(self.V_star @ X @ self.S_star)
 
-    def logits(self, delta: Float[Array, ""]) -> Float[Array, "D D"]:
+    def logits(self, delta: float | Float[Array, ""]) -> Float[Array, "D D"]:
         """A(Δ) = C2 on the support of S*, −C3 off it, C2 = (D−K)Δ/D, C3 = KΔ/D: zero column sums (§4.1)."""
         return delta * ((self.S_star > 0) - self.K / self.D)
 
@@ -183,7 +183,7 @@ class BilinearTeacher(Problem):
         calls (and eager vmaps of it) compile once instead of op by op."""
         return self.loss_at(theta["W"], self.attention(theta))
 
-    def init(self, key: Array) -> Theta:
+    def init(self, key: Array | None) -> Theta:
         """The paper's W = 0, A = 0 (S uniform, §2); ``key`` is unused."""
         del key
         return {"W": jnp.zeros((self.M, self.d)), "A": jnp.zeros((self.D, self.D))}

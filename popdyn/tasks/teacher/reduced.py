@@ -84,7 +84,7 @@ class TeacherReduced(Problem):
         """L_opt = ½MDσ_ε² (§2)."""
         return 0.5 * self.M * self.D * self.sigma_eps**2
 
-    def attention_values(self, delta: Float[Array, ...]) -> tuple[Float[Array, ...], Float[Array, ...]]:
+    def attention_values(self, delta: Float[Array, "..."]) -> tuple[Float[Array, "..."], Float[Array, "..."]]:
         """(p, q) = (1/(K + (D−K)e^{−x}), p e^{−x}), x = Δ/√D, in log form (no overflow for any Δ) (§4.1)."""
         x = delta / math.sqrt(self.D)
         log_p = -jnp.logaddexp(math.log(self.K), math.log(self.D - self.K) - x)
@@ -107,7 +107,7 @@ class TeacherReduced(Problem):
         ‖V*‖² = v and ‖∂A/∂Δ‖² = K(D−K) (§4.2)."""
         return {"C1": grad["C1"] / self.v, "Delta": grad["Delta"] / (self.K * (self.D - self.K))}
 
-    def init(self, key: Array) -> Theta:
+    def init(self, key: Array | None) -> Theta:
         """C1 = Δ = 0 (W = 0, A = 0); ``key`` is unused."""
         del key
         return {"C1": jnp.zeros(()), "Delta": jnp.zeros(())}
