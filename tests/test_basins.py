@@ -81,6 +81,7 @@ def test_flow_basin_map_agrees_with_theory(pq):
     assert np.max(np.abs(e[bm.labels == 1])) < 1e-3
 
 
+@pytest.mark.slow
 def test_unresolved_points_are_labelled_minus_one():
     """Points that blow up get label −1 (same compiled shape and settings as the acceptance map)."""
     prob = Canonical(0.1, 0.1)

@@ -109,6 +109,7 @@ def test_signal_stops_cleanly_and_keeps_finished_chunks(cli, name):
     assert all(p.startswith("chunk_") and p.endswith(".npz") for p in chunks[name][:-1])  # no temporary file
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(SIGNALS))
 def test_resumed_run_equals_the_uninterrupted_one_bit_for_bit(cli, name):
     base, *_, resumed = cli

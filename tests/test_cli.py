@@ -109,6 +109,7 @@ def test_bad_input_is_a_one_line_error(cli, name):
     assert list(base.iterdir()) == []  # no temporary folder left behind either
 
 
+@pytest.mark.slow
 def test_p_plus_q_equal_one_is_allowed_with_a_warning(cli):
     proc, out, base = cli[("good", "flat")]
     assert "Traceback" not in proc.stderr
@@ -144,6 +145,7 @@ def _check_ok(proc, out, base, files):
     return summary
 
 
+@pytest.mark.slow
 def test_basins_command_writes_results(cli):
     proc, out, base = cli[("good", "basins")]
     summary = _check_ok(proc, out, base, ["summary.json", "basins.npz", "basins.png"])
@@ -171,6 +173,7 @@ def test_basins_command_writes_results(cli):
         assert f == pytest.approx(np.mean(labels == k) if k >= 0 else np.mean(labels < 0), abs=1e-15)
 
 
+@pytest.mark.slow
 def test_converge_command_writes_results(cli):
     proc, out, base = cli[("good", "converge")]
     summary = _check_ok(proc, out, base, ["summary.json", "convergence.npz", "convergence.png"])
@@ -196,6 +199,7 @@ def test_same_inputs_and_seed_give_bit_identical_arrays(cli, tmp_path, run_cli):
     assert first["inputs"] == second["inputs"] and first["results"] == second["results"]
 
 
+@pytest.mark.slow
 def test_stepsize_command_writes_results(cli):
     proc, out, base = cli[("good", "stepsize")]
     summary = _check_ok(proc, out, base, ["summary.json", "stepsize.npz", "stepsize.png"])

@@ -80,6 +80,7 @@ def test_reduced_flow_is_the_full_W_flow(ref_run):
     assert np.all(slack[4][length == 2] < 0) and np.all(slack[5][length == 2] > 0)
 
 
+@pytest.mark.slow
 def test_cli_converge_summary(tmp_path, run_cli):
     out = tmp_path / "t1"
     proc = run_cli("converge", "decision-list", "--L", "10", "--n", "3", "--M", "3", "--c", "10", "--out", out)

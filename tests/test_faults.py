@@ -14,6 +14,7 @@ from popdyn.jobs.markov.commands import basins_markov, converge_markov
 from popdyn.tasks.markov import Canonical
 
 
+@pytest.mark.slow
 def test_a_landscape_scaled_to_1e_12_is_not_converged_at_the_start():
     """p = 1e-12: the gradient at (1, 1) is ~7e-12. No start may be called converged where it began, and the
     three theory attractors stay three (the end points are not turned into attractors of their own)."""
