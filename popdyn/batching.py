@@ -17,11 +17,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import PyTreeDef
+from jaxtyping import Array, PyTree, Shaped
 from tqdm.auto import tqdm
 
 from popdyn import _validate, distributed, sharding
 from popdyn.checkpoint import ChunkStore, fingerprint
-from popdyn.problem import Problem, Theta, check_problem
+from popdyn.problem import Problem, Theta, ThetaLike, check_problem
 
 _CHECKED: set = set()
 _WARNED_FLOAT32: list = []
@@ -54,7 +55,7 @@ def checked(prob: Problem) -> Problem:
     return prob
 
 
-def batch_size(prob: Problem, theta: Theta) -> int | None:
+def batch_size(prob: Problem, theta: ThetaLike) -> int | None:
     """Leading batch size of ``theta`` (None when it is a single point); ValueError on shape mismatch."""
     template = checked(prob).template()
     t_def: PyTreeDef  # annotated: jaxlib ships no stubs, so the inferred treedef type has no attributes for mypy
@@ -78,7 +79,7 @@ def batch_size(prob: Problem, theta: Theta) -> int | None:
     return sizes.pop()
 
 
-def as_batch(prob: Problem, theta: Theta) -> tuple[Theta, bool]:
+def as_batch(prob: Problem, theta: ThetaLike) -> tuple[Theta, bool]:
     """(theta with a leading batch axis, whether the input already had one), in the default float dtype."""
     n = batch_size(prob, theta)
     theta = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype=jnp.result_type(float)), theta)
@@ -129,7 +130,7 @@ def _nbytes(tree) -> float:
 
 def map_chunks(
     fn: Callable,
-    theta: Theta,
+    theta: PyTree[Shaped[Array, "n ..."]],
     chunk_size: int | None,
     *,
     progress: bool = False,
@@ -247,7 +248,7 @@ def _resume_everywhere(rows: list[int], expected, open_store: Callable | None, i
     return store, outs
 
 
-def scale_tree(prob: Problem, scales) -> Theta | None:
+def scale_tree(prob: Problem, scales) -> dict[str, float] | None:
     """Per-block multipliers as a full pytree: ``scales`` maps top-level keys of θ to positive floats
     (missing keys → 1). None stays None."""
     if scales is None:
@@ -264,7 +265,7 @@ def scale_tree(prob: Problem, scales) -> Theta | None:
     return {k: float(scales.get(k, 1.0)) for k in template}
 
 
-def apply_scales(grad: Theta, scales: Theta | None) -> Theta:
+def apply_scales(grad: Theta, scales: dict[str, float] | None) -> Theta:
     """Multiply each gradient block by its time scale / learning-rate multiplier."""
     if scales is None:
         return grad

@@ -18,9 +18,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, PyTree
+from jaxtyping import Array, ArrayLike, Float, PyTree, Real
 
 Theta: TypeAlias = PyTree[Float[Array, "..."]]
+"""A parameter pytree θ as the engine holds it: float JAX arrays."""
+ThetaLike: TypeAlias = PyTree[Real[ArrayLike, "..."]]
+"""θ (or a batch of θ) as a caller may give it: NumPy arrays and Python numbers too, converted to float arrays."""
 
 
 @dataclass(frozen=True)
@@ -48,7 +51,7 @@ class Problem(eqx.Module):
     """
 
     @abc.abstractmethod
-    def loss(self, theta: Theta) -> Float[Array, ""]:
+    def loss(self, theta: ThetaLike) -> Float[Array, ""]:
         """The exact population loss L(θ) for one (unbatched) parameter pytree."""
 
     @abc.abstractmethod
@@ -66,7 +69,7 @@ class Problem(eqx.Module):
         """Known critical sets, separatrices etc. on the (x_axis, y_axis) slice (default: none)."""
         return []
 
-    def template(self) -> Theta:
+    def template(self) -> PyTree[jax.ShapeDtypeStruct]:
         """Shapes and dtypes of one parameter pytree (no computation)."""
         return jax.eval_shape(lambda: self.init(jax.random.PRNGKey(0)))  # the key too is only traced
 
@@ -77,7 +80,7 @@ class Problem(eqx.Module):
     @staticmethod
     def from_loss(
         loss: Callable,
-        init: Callable[[Array], Theta] | Theta,
+        init: Callable[[Array], Theta] | ThetaLike,
         *,
         data: PyTree | None = None,
         init_scale: float = 1.0,
@@ -142,7 +145,7 @@ class FunctionProblem(Problem):
     residuals: tuple = eqx.field(static=True)
     overlay_fn: Callable | None = eqx.field(static=True)
 
-    def loss(self, theta: Theta) -> Float[Array, ""]:
+    def loss(self, theta: ThetaLike) -> Float[Array, ""]:
         """L(θ) = ``loss_fn(θ)`` or ``loss_fn(θ, data)``."""
         return self.loss_fn(theta) if self.data is None else self.loss_fn(theta, self.data)
 
@@ -195,7 +198,7 @@ def check_problem(prob: Problem) -> Problem:
     return prob
 
 
-def _check_scalar(what: str, fn: Callable, template: Theta) -> None:
+def _check_scalar(what: str, fn: Callable, template: PyTree[jax.ShapeDtypeStruct]) -> None:
     out = jax.eval_shape(fn, template)
     if not (hasattr(out, "shape") and out.shape == () and jnp.issubdtype(out.dtype, jnp.floating)):
         got = f"shape {out.shape}, dtype {out.dtype}" if hasattr(out, "shape") else type(out).__name__

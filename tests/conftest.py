@@ -1,10 +1,57 @@
-"""Shared test fixtures: the ``popdyn`` command line run in-process."""
+"""Shared test fixtures: the ``popdyn`` command line run in-process. Also: the jaxtyping annotations of the public
+API are checked at run time (beartype) in the tests."""
 
 from __future__ import annotations
 
+import importlib.util
+import os
+import sys
 from typing import NamedTuple
 
 import pytest
+
+# The public API's engine, which every model runs on (popdyn/__init__.py re-exports Problem and popdyn.analysis and
+# popdyn.dynamics; popdyn.exact is a public subpackage; popdyn.curvature and popdyn.batching hold what analysis
+# re-exports and what both run on): every function and equinox Module there has its jaxtyping annotations (dtypes
+# and shapes) checked by beartype on each call while the tests run, so an annotation that does not say what the
+# code does fails a test. The models (popdyn.tasks) and jobs (popdyn.jobs) are not checked.
+RUNTIME_CHECKED = (
+    "popdyn.problem",
+    "popdyn.batching",
+    "popdyn.curvature",
+    "popdyn.analysis",
+    "popdyn.dynamics",
+    "popdyn.exact",
+)
+
+# beartype comes with the test extra; POPDYN_RUNTIME_TYPES=0 turns the checks off (e.g. to time the tests without them)
+RUNTIME_TYPES = importlib.util.find_spec("beartype") is not None and os.environ.get("POPDYN_RUNTIME_TYPES") != "0"
+
+if RUNTIME_TYPES:
+    from jaxtyping import install_import_hook
+
+    # the hook rewrites modules as they are first imported: none of them may be imported yet
+    _early = sorted(m for m in sys.modules if m.startswith(RUNTIME_CHECKED))
+    if _early:
+        raise RuntimeError(f"{_early} imported before tests/conftest.py installed the jaxtyping import hook")
+    install_import_hook(RUNTIME_CHECKED, "beartype.beartype")
+
+
+@pytest.fixture(autouse=True)
+def _validation_unchecked(request):
+    """Run-time type checks are off in tests marked ``validation``: they give the library input it rejects, to test
+    its own checks (ValueError, naming the parameter), which a type check would otherwise pre-empt."""
+    if request.node.get_closest_marker("validation") is None or not RUNTIME_TYPES:
+        yield
+        return
+    from jaxtyping import config
+
+    before = config.jaxtyping_disable
+    config.update("jaxtyping_disable", True)
+    try:
+        yield
+    finally:
+        config.update("jaxtyping_disable", before)
 
 
 class CliRun(NamedTuple):

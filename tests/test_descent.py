@@ -91,6 +91,7 @@ def test_batch_statuses_and_frozen_divergence():
     assert np.hypot(float(last["e"] - 3.0 * g["e"]), float(last["w"] - 3.0 * g["w"])) > 1e4  # next step blows up
 
 
+@pytest.mark.validation
 def test_unbatched_in_unbatched_out_and_validation():
     prob = Canonical(0.1, 0.1)
     traj = popdyn.gradient_descent(prob, {"e": 0.5, "w": 0.2}, lr=0.5, steps=10)

@@ -449,6 +449,7 @@ X4 = np.arange(4.0)
         (lambda: GaussHermite(0, 2), r"d=0"),
     ],
 )
+@pytest.mark.validation
 def test_bad_input_names_the_parameter(make, match):
     with pytest.raises(ValueError, match=match):
         make()

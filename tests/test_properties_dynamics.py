@@ -67,6 +67,7 @@ GD_BAD = {
 }
 
 
+@pytest.mark.validation
 @settings(max_examples=examples(60))
 @given(option=st.sampled_from(sorted(GD_BAD)), data=st.data())
 def test_gradient_descent_options_are_validated(option, data):
@@ -109,6 +110,7 @@ FLOW_BAD = {
 }
 
 
+@pytest.mark.validation
 @settings(max_examples=examples(50))
 @given(option=st.sampled_from(sorted(FLOW_BAD)), data=st.data())
 def test_gradient_flow_options_are_validated(option, data):
@@ -127,6 +129,7 @@ def test_gradient_flow_options_are_validated(option, data):
 
 
 # ---- basin maps and grids -------------------------------------------------------------------------------
+@pytest.mark.validation
 @settings(max_examples=examples(40))
 @given(
     option=st.sampled_from(["grid", "method", "tol", "cluster_radius", "t1", "lr", "steps", "chunk_size"]),
@@ -164,6 +167,7 @@ def bad_range() -> st.SearchStrategy:
     )
 
 
+@pytest.mark.validation
 @settings(max_examples=examples(40))
 @given(option=st.sampled_from(["x", "y", "x_range", "y_range", "shape", "same"]), data=st.data())
 def test_grid_construction_is_validated(option, data):

@@ -44,6 +44,7 @@ BINARY = {
 
 
 # ---- invalid values -------------------------------------------------------------------------------------
+@pytest.mark.validation
 @settings(max_examples=examples(60))
 @given(ctor=st.sampled_from(sorted(BINARY)), which=st.sampled_from(["p", "q"]), bad=bad_open_unit(), good=UNIT)
 def test_binary_chain_probabilities_outside_open_unit_interval_are_named(ctor, which, bad, good):
@@ -142,6 +143,7 @@ def test_order_k_probabilities_are_validated(probs):
     raises_naming("probs", Chain.binary_order_k, probs)
 
 
+@pytest.mark.validation
 @settings(max_examples=examples(10))
 @given(k=bad_int(1))
 def test_order_k_random_chain_needs_k_at_least_one(k):

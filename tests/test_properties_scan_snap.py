@@ -9,6 +9,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from _props import (
     NON_FINITE,
     WRONG_TYPE,
@@ -149,6 +150,7 @@ def test_syn_medium_needs_a_positive_query_count(n_query):
     raises_naming("n_query", syn_medium, n_query)
 
 
+@pytest.mark.validation
 @settings(max_examples=examples(40))
 @given(option=st.sampled_from(["classes", "M", "T", "T_enumerable", "chunk", "batch"]), data=st.data())
 def test_scan_snap_options_are_validated(option, data):

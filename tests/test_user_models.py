@@ -87,6 +87,7 @@ def test_from_loss_with_a_pytree_theta_data_leaves_and_an_honoured_key():
         (dict(init=lambda key: jnp.zeros(3, dtype=jnp.int32)), "dtype int32"),
     ],
 )
+@pytest.mark.validation
 def test_the_contract_is_checked_where_a_problem_enters(bad, match):
     kwargs = dict(init=jnp.zeros(3)) | bad
     with pytest.raises(ValueError, match=match):
@@ -94,6 +95,7 @@ def test_the_contract_is_checked_where_a_problem_enters(bad, match):
 
 
 @pytest.mark.slow
+@pytest.mark.validation
 def test_a_plain_function_or_a_negative_residual_is_refused_with_a_clear_error():
     with pytest.raises(ValueError, match="from_loss"):
         popdyn.gradient_flow(lambda u: jnp.sum(u**2), jnp.ones(2))

@@ -21,6 +21,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.flatten_util import ravel_pytree
+from jaxtyping import ArrayLike, Float, PyTree
 
 from popdyn import _validate, dynamics
 from popdyn.analysis.cluster import cluster_points
@@ -29,7 +30,7 @@ from popdyn.batching import as_batch, check_chunk_size
 from popdyn.curvature import EXACT_MAX_DIM, extreme_eigenvalues, hessian_spectrum
 from popdyn.dynamics import Status, Trajectory, gradient_descent
 from popdyn.dynamics.status import RESOLVED, count
-from popdyn.problem import Problem, Theta
+from popdyn.problem import Problem, Theta, ThetaLike
 
 UNRESOLVED = "unresolved"
 
@@ -47,7 +48,7 @@ class BasinFractions:
     attractors: tuple[str, ...]
     times: np.ndarray
     status: np.ndarray
-    final: Theta
+    final: PyTree[Float[np.ndarray, "..."]]
 
     @property
     def n(self) -> int:
@@ -235,12 +236,12 @@ def _check(method, tol, cluster_radius, features, chunk_size) -> None:
 
 def basin_fractions(
     prob: Problem,
-    inits: Theta | int,
+    inits: ThetaLike | int,
     method: str = "flow",
     *,
     seed: int = 0,
     t1: float = 1e4,
-    lr: float = 0.1,
+    lr: float | Float[ArrayLike, " B"] = 0.1,
     steps: int = 2000,
     tol: float = 1e-3,
     use_theory: bool = True,

@@ -8,11 +8,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import PyTreeDef
+from jaxtyping import PyTree
 
 from popdyn import _validate
 from popdyn.analysis import coords
 from popdyn.batching import check_memory
-from popdyn.problem import Problem, Theta
+from popdyn.problem import Problem, Theta, ThetaLike
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,7 @@ class Grid:
     x_range: tuple[float, float]
     y_range: tuple[float, float]
     shape: tuple[int, int]
-    base: Theta | dict | None = field(default=None, compare=False)
+    base: ThetaLike | dict | None = field(default=None, compare=False)
 
     def __post_init__(self):
         object.__setattr__(self, "x_range", _validate.interval("x_range", self.x_range))
@@ -43,7 +44,7 @@ class Grid:
             raise ValueError(f"x={self.x!r} and y={self.y!r} must name different coordinates")
 
     @classmethod
-    def square(cls, x: str, y: str, lo: float, hi: float, n: int, base: dict | None = None) -> Grid:
+    def square(cls, x: str, y: str, lo: float, hi: float, n: int, base: ThetaLike | dict | None = None) -> Grid:
         """An n × n grid over [lo, hi]² (n even keeps the axes x = 0 and y = 0 off the grid)."""
         return cls(x, y, (lo, hi), (lo, hi), (n, n), base)
 
@@ -83,7 +84,7 @@ class Grid:
         return jax.tree_util.tree_unflatten(treedef, [jnp.asarray(b) for b in batch])
 
 
-def _base_values(template: Theta, base) -> list[tuple[int, str, object]]:
+def _base_values(template: PyTree[jax.ShapeDtypeStruct], base) -> list[tuple[int, str, object]]:
     """(leaf number, name, value) for each part of ``base`` given: a dict of some top-level keys of a dict θ,
     or a whole θ of the template's structure."""
     paths = [p for p, _ in jax.tree_util.tree_flatten_with_path(template)[0]]

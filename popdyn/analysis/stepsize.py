@@ -26,35 +26,36 @@ where λ_end < 2/η; past 2/η and not settled; the run diverged or hit NaN."""
 class StepSizeAudit:
     """Per initialisation (leading axis when batched): λ_max at each record time, its maximum and its value at the
     end, the first record time where it exceeds 1/η and 2/η (NaN: never), and how often the loss rose. ``lr`` is one
-    rate, or one per initialisation (a step-size sweep)."""
+    rate, or one per initialisation (a step-size sweep). For one (unbatched) run the per-initialisation values are
+    NumPy scalars or 0-d arrays."""
 
     lr: float | np.ndarray
     ts: np.ndarray
     lambda_max: np.ndarray
-    max_lambda: np.ndarray
-    lambda_end: np.ndarray
-    first_above_1_over_lr: np.ndarray
-    first_above_2_over_lr: np.ndarray
-    loss_rises: np.ndarray
-    status: np.ndarray
+    max_lambda: np.ndarray | np.number
+    lambda_end: np.ndarray | np.number
+    first_above_1_over_lr: np.ndarray | np.number
+    first_above_2_over_lr: np.ndarray | np.number
+    loss_rises: np.ndarray | np.number
+    status: np.ndarray | np.number
 
     @property
-    def monotone_safe(self) -> np.ndarray:
+    def monotone_safe(self) -> np.ndarray | np.bool_:
         """max_t λ_max ≤ 1/η: the step size condition η ≤ 1/λ_max held all along."""
         return self.max_lambda <= 1.0 / np.asarray(self.lr)
 
     @property
-    def flagged(self) -> np.ndarray:
+    def flagged(self) -> np.ndarray | np.bool_:
         """max_t λ_max > 2/η: past the stability edge at some recorded point."""
         return self.max_lambda > 2.0 / np.asarray(self.lr)
 
     @property
-    def diverged(self) -> np.ndarray:
+    def diverged(self) -> np.ndarray | np.bool_:
         """The run itself diverged or produced NaN."""
         return np.isin(self.status, (int(Status.DIVERGED), int(Status.NAN)))
 
     @property
-    def settled(self) -> np.ndarray:
+    def settled(self) -> np.ndarray | np.bool_:
         """The run ended at a minimum (converged, or converged late) with λ_max there below 2/η."""
         at_min = np.isin(self.status, [int(s) for s in AT_MINIMUM])
         return at_min & (self.lambda_end < 2.0 / np.asarray(self.lr))
@@ -86,7 +87,7 @@ class StepSizeAudit:
     def summary(self) -> dict | list[dict]:
         """The audit as plain numbers for ``summary.json``: a dict for one run, a list of dicts for a batch."""
         if np.ndim(self.max_lambda):
-            return [self._row(i) for i in range(len(self.max_lambda))]
+            return [self._row(i) for i in range(np.shape(self.max_lambda)[0])]
         return self._row(())
 
     def _row(self, i) -> dict:
@@ -95,15 +96,15 @@ class StepSizeAudit:
             lr = float(self.lr)
         return {
             "lr": lr,
-            "max_lambda": float(self.max_lambda[i]),
-            "lambda_end": float(self.lambda_end[i]),
+            "max_lambda": float(np.asarray(self.max_lambda)[i]),
+            "lambda_end": float(np.asarray(self.lambda_end)[i]),
             "one_over_lr": 1 / lr,
             "two_over_lr": 2 / lr,
-            "monotone_safe": bool(self.monotone_safe[i]),
-            "past_stability_edge": bool(self.flagged[i]),
+            "monotone_safe": bool(np.asarray(self.monotone_safe)[i]),
+            "past_stability_edge": bool(np.asarray(self.flagged)[i]),
             "verdict": VERDICTS[int(self.verdict_code[i])],
-            "first_step_above_2_over_lr": float(self.first_above_2_over_lr[i]),
-            "loss_rises": int(self.loss_rises[i]),
+            "first_step_above_2_over_lr": float(np.asarray(self.first_above_2_over_lr)[i]),
+            "loss_rises": int(np.asarray(self.loss_rises)[i]),
         }
 
     def verdict(self, i=()) -> str:

@@ -9,13 +9,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float, PyTree
 
 from popdyn import _validate, dynamics
 from popdyn.curvature import hessian_spectrum
 from popdyn.dynamics import Status, gradient_descent
 from popdyn.dynamics.status import count
-from popdyn.problem import Problem, Theta
+from popdyn.problem import Problem, Theta, ThetaLike
 
 
 class Distance(eqx.Module):
@@ -67,7 +67,7 @@ class HittingTimes:
 
     times: np.ndarray
     status: np.ndarray
-    final: Theta
+    final: PyTree[Float[np.ndarray, "..."]]
     time_unit: str
 
     @property
@@ -82,7 +82,7 @@ class HittingTimes:
 
 def hitting_times(
     prob: Problem,
-    theta0: Theta,
+    theta0: ThetaLike,
     target,
     method: str = "flow",
     *,
@@ -121,7 +121,7 @@ def hitting_times(
     )
 
 
-def hitting_time(ts: np.ndarray, dist: np.ndarray, eps: float) -> float:
+def hitting_time(ts: Float[ArrayLike, " T"], dist: Float[ArrayLike, " T"], eps: float) -> float:
     """First time after which ``dist`` stays ≤ eps, interpolated log-linearly between records;
     NaN if the last finite record is still above eps."""
     ts, dist = np.asarray(ts, float), np.asarray(dist, float)
@@ -138,7 +138,7 @@ def hitting_time(ts: np.ndarray, dist: np.ndarray, eps: float) -> float:
     return float(ts[i] + frac * (ts[i + 1] - ts[i]))
 
 
-def asymptotic_rate(ts: np.ndarray, dist: np.ndarray, hi: float, lo: float) -> float:
+def asymptotic_rate(ts: Float[ArrayLike, " T"], dist: Float[ArrayLike, " T"], hi: float, lo: float) -> float:
     """Least-squares rate r of dist ~ C·exp(−r t) over the records with lo < dist < hi (NaN if < 3)."""
     ts, dist = np.asarray(ts, float), np.asarray(dist, float)
     sel = np.isfinite(ts) & np.isfinite(dist) & (dist > lo) & (dist < hi)
@@ -148,7 +148,7 @@ def asymptotic_rate(ts: np.ndarray, dist: np.ndarray, hi: float, lo: float) -> f
     return float(-slope)
 
 
-def local_rate(prob: Problem, theta_limit: Theta, rel_tol: float = 1e-8) -> float:
+def local_rate(prob: Problem, theta_limit: ThetaLike, rel_tol: float = 1e-8) -> float:
     """Predicted rate of approach to a minimum: the smallest Hessian eigenvalue above rel_tol·λ_max
     (zero eigenvalues are directions along a manifold of minima, which the flow does not contract)."""
     ev = np.asarray(hessian_spectrum(prob, theta_limit))
@@ -157,7 +157,7 @@ def local_rate(prob: Problem, theta_limit: Theta, rel_tol: float = 1e-8) -> floa
 
 
 def first_passage(
-    prob: Problem, theta0: Theta, g, t1: float, *, n_grid: int = 4000, t_min: float | None = None, **flow_kwargs
+    prob: Problem, theta0: ThetaLike, g, t1: float, *, n_grid: int = 4000, t_min: float | None = None, **flow_kwargs
 ) -> tuple[np.ndarray, object]:
     """First times t at which each component of g(θ_t) > 0 along the gradient flow from θ0 (one point, or a
     batch on a leading axis).

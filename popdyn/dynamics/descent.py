@@ -28,7 +28,7 @@ from popdyn.dynamics import stopping
 from popdyn.dynamics.lanes import lane_width, run_lanes
 from popdyn.dynamics.status import Status
 from popdyn.dynamics.trajectory import Trajectory, finish, frozen_scales
-from popdyn.problem import Problem, Theta
+from popdyn.problem import Problem, Theta, ThetaLike
 
 
 def _optimizer(optimizer, lr: float) -> optax.GradientTransformation:
@@ -43,7 +43,7 @@ def _optimizer(optimizer, lr: float) -> optax.GradientTransformation:
 
 def gradient_descent(
     prob: Problem,
-    theta0: Theta,
+    theta0: ThetaLike,
     lr: float | Float[ArrayLike, " B"] = 0.1,
     steps: int = 1000,
     *,

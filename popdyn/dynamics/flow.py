@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import optimistix as optx
-from jaxtyping import Array, Float
+from jaxtyping import Array, ArrayLike, Float
 
 from popdyn import _validate
 from popdyn.batching import apply_scales, as_batch, check_chunk_size, map_chunks, scale_tree
@@ -27,12 +27,12 @@ from popdyn.dynamics import stopping
 from popdyn.dynamics.lanes import lane_width, run_lanes
 from popdyn.dynamics.status import Status, finite_tree
 from popdyn.dynamics.trajectory import Trajectory, finish, frozen_scales
-from popdyn.problem import Problem, Theta
+from popdyn.problem import Problem, Theta, ThetaLike
 
 SOLVERS = {"tsit5": diffrax.Tsit5, "kvaerno5": diffrax.Kvaerno5, "dopri8": diffrax.Dopri8}
 
 
-def record_times(t1: float, ts: int | Sequence[float] | None) -> np.ndarray:
+def record_times(t1: float, ts: int | Sequence[float] | Float[ArrayLike, " K"] | None) -> np.ndarray:
     """Record times: an int K gives 0 and K−1 log-spaced times in [1e-6·t1, t1]; a sequence is used as is."""
     if ts is None:
         return np.array([0.0, t1])
@@ -53,10 +53,10 @@ def _solver(solver):
 
 def gradient_flow(
     prob: Problem,
-    theta0: Theta,
+    theta0: ThetaLike,
     t1: float = 1e4,
     *,
-    ts: int | Sequence[float] | None = 64,
+    ts: int | Sequence[float] | Float[ArrayLike, " K"] | None = 64,
     save_params: bool = False,
     solver: str | diffrax.AbstractSolver = "tsit5",
     rtol: float = 1e-8,

@@ -16,7 +16,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Bool, Float, Int
+from jaxtyping import Array, ArrayLike, Bool, Float, Int
 
 from popdyn import _validate
 
@@ -61,7 +61,7 @@ class Histograms(eqx.Module):
         distinct: bool,
         chunk: int = 8192,
         limit: int = MAX_HISTOGRAMS,
-        token_probs: Sequence[float] | None = None,
+        token_probs: Sequence[float] | Float[ArrayLike, " L"] | None = None,
     ):
         chunk = _validate.int_at_least("chunk", chunk, 1)
         self.size = check_histograms(L, n, distinct, limit)

@@ -13,7 +13,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int, PyTree
+from jaxtyping import Array, Float, Int, PyTree, Real
 
 from popdyn.exact.tables import WeightedTable, _is_traced, check_probabilities, keep_dtype, weighted_sum
 
@@ -73,7 +73,7 @@ class ProductDistribution(eqx.Module):
     marginals are checked like probability vectors (``normalize=True`` rescales them instead)."""
 
     marginals: Float[Array, "d V"]
-    values: Float[Array, "d V"]
+    values: Real[Array, "d V"]  # integer indices 0..V−1 by default
     sizes: tuple[int, ...] = eqx.field(static=True)
 
     def __init__(self, marginals, values=None, *, normalize: bool = False):
@@ -123,13 +123,13 @@ class ProductDistribution(eqx.Module):
             strides, sizes = strides.astype(np.int32), sizes.astype(np.int32)
         return (idx[:, None] // strides[None, :]) % sizes[None, :]
 
-    def _batch(self, idx: Int[Array, " B"]) -> tuple[Float[Array, " B"], Float[Array, "B d"]]:
+    def _batch(self, idx: Int[Array, " B"]) -> tuple[Float[Array, " B"], Real[Array, "B d"]]:
         a = self._digits(idx)
         rows = jnp.arange(self.d)[None, :]
         return jnp.prod(self.marginals[rows, a], axis=1), self.values[rows, a]
 
     def expectation(
-        self, fn: Callable[[Float[Array, " d"]], PyTree], chunk: int | None = 4096, max_points: int = MAX_POINTS
+        self, fn: Callable[[Real[Array, " d"]], PyTree], chunk: int | None = 4096, max_points: int = MAX_POINTS
     ) -> PyTree:
         """Σ_a P(a) fn(x(a)) over all ∏ V_k points (fn gets the (d,) vector of values; scalar or pytree output),
         ``chunk`` points at a time inside one ``lax.scan``; ValueError when ∏ V_k > ``max_points``."""
@@ -147,7 +147,7 @@ class ProductDistribution(eqx.Module):
         w, x = self._batch(jnp.arange(total))
         return WeightedTable(x, w)
 
-    def sample(self, key: Array, n: int) -> Float[Array, "n d"]:
+    def sample(self, key: Array, n: int) -> Real[Array, "n d"]:
         """``n`` i.i.d. draws (n, d) of X, for Monte-Carlo checks."""
         if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 1:
             raise ValueError(f"n={n!r} is out of range: must be an integer >= 1")

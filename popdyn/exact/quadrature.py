@@ -15,7 +15,7 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, PyTree
+from jaxtyping import Array, ArrayLike, Float, PyTree
 
 from popdyn import _validate
 from popdyn.exact.tables import WeightedTable, _is_traced, weighted_sum
@@ -138,7 +138,7 @@ class GaussHermite(eqx.Module):
         """Weights w_i > 0 summing to 1, (n^d,) float64 NumPy."""
         return _rule(self.n_per_axis, self.d)[1]
 
-    def table(self, mean: Float[Array, " d"], cov: Float[Array, "d d"]) -> WeightedTable:
+    def table(self, mean: Float[ArrayLike, " d"], cov: Float[ArrayLike, "d d"]) -> WeightedTable:
         """The rule for N(mean, cov) as a WeightedTable of points μ + L z_i (rows) and weights w_i."""
         _check_gaussian(mean, cov, self.d)
         mean, cov = jnp.asarray(mean), jnp.asarray(cov)
@@ -150,8 +150,8 @@ class GaussHermite(eqx.Module):
     def expectation(
         self,
         fn: Callable[[Float[Array, " d"]], PyTree],
-        mean: Float[Array, " d"],
-        cov: Float[Array, "d d"],
+        mean: Float[ArrayLike, " d"],
+        cov: Float[ArrayLike, "d d"],
         chunk: int | None = None,
     ) -> PyTree:
         """Σ_i w_i fn(μ + L z_i) ≈ E[fn(X)], X ~ N(mean, cov); ``chunk`` nodes at a time inside a ``lax.scan``."""
@@ -170,9 +170,9 @@ class GaussHermite(eqx.Module):
 
 
 def gaussian_expectation(
-    fn: Callable[[Float[Array, " d"]], PyTree],
-    mean: Float[Array, " d"],
-    cov: Float[Array, "d d"],
+    fn: Callable[[Float[Array, " d"]], PyTree] | Callable[[Float[Array, ""]], PyTree],
+    mean: Float[ArrayLike, ""] | Float[ArrayLike, " d"],
+    cov: Float[ArrayLike, ""] | Float[ArrayLike, "d d"],
     degree: int,
     chunk: int | None = None,
     max_nodes: int = MAX_NODES,

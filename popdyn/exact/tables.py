@@ -7,7 +7,7 @@ the weights are array leaves of the table, so a new table of the same shapes reu
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TypeGuard
 
 import equinox as eqx
@@ -124,7 +124,7 @@ class WeightedTable(eqx.Module):
     points: PyTree
     weights: Float[Array, " n"]
 
-    def __init__(self, points: PyTree, weights: Float[ArrayLike, " n"], *, normalize: bool = False):
+    def __init__(self, points: PyTree, weights: Float[ArrayLike, " n"] | Sequence[float], *, normalize: bool = False):
         leaves = jax.tree.leaves(points)
         if not leaves:
             raise ValueError("points is empty: must be an array (n, ...) or a pytree of such arrays")
@@ -166,7 +166,7 @@ class WeightedTable(eqx.Module):
         return cls(points, np.full(n, 1.0 / n))
 
     @classmethod
-    def from_counts(cls, points: PyTree, counts: Int[ArrayLike, " n"]) -> WeightedTable:
+    def from_counts(cls, points: PyTree, counts: Int[ArrayLike, " n"] | Sequence[int]) -> WeightedTable:
         """Point i with probability counts[i] / Σ counts (counts: non-negative integers, not all zero)."""
         try:
             c = np.asarray(counts, dtype=np.float64)
