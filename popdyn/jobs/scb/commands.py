@@ -60,7 +60,7 @@ def converge_scb(
     traj = gradient_descent(
         red, red.init(None), lr=lr, steps=max_steps, precondition=red.precondition, save_params=True
     )
-    aV, aA = (np.asarray(traj.params[k]) for k in ("alpha_V", "alpha_A"))
+    aV, aA = (np.asarray(traj.params[k]) for k in ("alpha_V", "alpha_A"))  # type: ignore[index]  # save_params=True: traj.params holds θ
     dist = np.maximum(np.abs(1 - aV) * np.sqrt(info["c"]), np.abs(1 - aA) * np.sqrt(info["qbar"] - 1 / T))
     hit = np.flatnonzero(dist <= eps)
     total = int(hit[0]) if hit.size else None
@@ -190,7 +190,7 @@ def stepsize_scb(
     T: int = 50,
     Q: int = 2,
     seed: int = 0,
-    lrs: tuple[float, ...] | None = None,
+    lrs: tuple[float, ...] | list[float] | None = None,
     steps: int = 400,
     record_every: int = 20,
 ) -> Result:
@@ -218,7 +218,7 @@ def stepsize_scb(
         losses.append(np.asarray(traj.loss) - float(prob.L_star))
         final = white.theta(traj.final)
         rows.append(
-            audit.summary()
+            audit.summary()  # type: ignore[operator]  # one unbatched run: its summary is one dict
             | {
                 "status": traj.status_names[int(traj.status)],
                 "final_excess_loss": float(traj.loss[-1] - prob.L_star),

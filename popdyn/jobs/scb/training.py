@@ -109,11 +109,12 @@ def stage1(
         aV, aA = prob.signals(theta)
         return {"alpha_V": aV, "alpha_A": aA}
 
+    parts: list[np.ndarray]
     theta, parts, done = prob.init(None), [], 0
     while done < max_steps:
         n = min(chunk, max_steps - done)
         traj = gradient_descent(prob, theta, lr=lr, steps=n, precondition=pre, metrics=signals)
-        a = np.stack([np.asarray(traj.metrics["alpha_V"]), np.asarray(traj.metrics["alpha_A"])], axis=-1)
+        a = np.stack([np.asarray(traj.metrics["alpha_V"]), np.asarray(traj.metrics["alpha_A"])], axis=-1)  # type: ignore[index]  # metrics= was given, so traj.metrics is a dict
         parts.append(a if not parts else a[1:])  # a chunk's first record repeats the previous chunk's last
         hit = np.flatnonzero((a.min(axis=-1) if both else a.max(axis=-1)) >= threshold)
         if hit.size:
@@ -156,7 +157,7 @@ def stage2(
     }
     prox = L1Prox(lam) if method == "proximal" and any(lam.values()) else None
     if noise == "sampled":
-        hooks = {"gradient": SampledGradient(prob, _validate.int_at_least("batch", batch, 1), True)}
+        hooks: dict = {"gradient": SampledGradient(prob, _validate.int_at_least("batch", batch, 1), True)}
     else:
         if variance is None:
             variance = gradient_variance(prob, theta1, jax.random.PRNGKey(seed + 1))

@@ -45,7 +45,7 @@ def transfer(
         )
     eps = _validate.positive("eps", eps)
     threshold = stage1_threshold(target.N, Q)
-    out = {"threshold": threshold, "eps": eps}
+    out: dict[str, object] = {"threshold": threshold, "eps": eps}
     for name, theta0 in (("pretrained", {"V": source.P, "A": source.Qm}), ("scratch", target.init(None))):
         s = run_signals(target, theta0, lr=lr, steps=steps)
         out[name] = {

@@ -18,6 +18,7 @@ from popdyn.dynamics.status import RESOLVED, count
 from popdyn.io import Result
 from popdyn.jobs.teacher.rates import NO_STOP, audit_summary, rates
 from popdyn.plot import plot_basin_map, plot_step_size_audit
+from popdyn.problem import Problem
 from popdyn.tasks.teacher.builders import TEACHERS, DEFAULT_d, build
 from popdyn.tasks.teacher.model import BilinearTeacher
 
@@ -194,11 +195,11 @@ class ScaleSlice(Grid):
 
     directions: dict | None = field(default=None, compare=False)
 
-    def points(self, prob: BilinearTeacher) -> dict:
+    def points(self, prob: Problem) -> dict:
         """The batch of ny·nx initialisations, row-major (y slow, x fast), as ``Grid.points``."""
         X, Y = np.meshgrid(self.xs, self.ys)
         x, y = jnp.asarray(X.ravel())[:, None, None], jnp.asarray(Y.ravel())[:, None, None]
-        return {"W": x * self.directions["W"], "A": y * self.directions["A"]}
+        return {"W": x * self.directions["W"], "A": y * self.directions["A"]}  # type: ignore[index]  # a ScaleSlice is made with directions
 
 
 def _over(stat, values: np.ndarray, labels: np.ndarray, k: int) -> float | None:
@@ -259,9 +260,9 @@ def basins_teacher(
     prob = build(teacher, D, K, activation, alpha, d, M, seed)
     dirs = random_directions(prob, seed)
     if x is None:
-        g = ScaleSlice("W_scale", "A_scale", (lo, hi), (lo, hi), (grid, grid), directions=dirs)
+        g: Grid = ScaleSlice("W_scale", "A_scale", (lo, hi), (lo, hi), (grid, grid), directions=dirs)
     else:
-        g = Grid(x, y, (lo, hi), (lo, hi), (grid, grid), base=dirs)
+        g = Grid(x, y, (lo, hi), (lo, hi), (grid, grid), base=dirs)  # type: ignore[arg-type]  # y is given with x (checked above)
     starts = g.points(prob)  # checks the coordinate names before anything runs
     lr = 1.0 / prob.lambda_max_at_teacher() if lr is None else lr
 
@@ -304,7 +305,7 @@ def basins_teacher(
 
     scale = float(jnp.sqrt(prob.v)) + float(jnp.linalg.norm(prob.S_star))
     hit = labels == 0
-    results = {
+    results: dict = {
         "lr": lr,
         "lr_times_lambda_max_teacher": lr * prob.lambda_max_at_teacher(),
         "steps": steps,
@@ -424,7 +425,7 @@ def stepsize_teacher(
     ``SMALL_SIZES`` when neither is given. Runs go to the full budget (no early stop)."""
     D, K = _sizes(teacher, D, K)
     if lr is not None:
-        lrs = [_validate.positive("lr", v) for v in ([lr] if np.ndim(lr) == 0 else list(lr))]
+        lrs = [_validate.positive("lr", v) for v in ([lr] if np.ndim(lr) == 0 else list(lr))]  # type: ignore[arg-type]  # np.ndim(lr) > 0: a sequence
         if not lrs:
             raise ValueError(f"lr={lr!r} is invalid: give at least one learning rate")
     steps = _validate.int_at_least("steps", steps, 1)

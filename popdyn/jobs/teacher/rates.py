@@ -104,7 +104,7 @@ def full_model_check(prob: BilinearTeacher, red: TeacherReduced, lr: float, step
     ref = _reduced_run(red, lr, steps, every)
     proj = jax.vmap(lambda th: project(prob, th))(full.params)
     back = jax.vmap(lambda th: embed(prob, th))(proj)
-    off = max(float(jnp.max(jnp.abs(full.params[b] - back[b]))) for b in ("W", "A"))
+    off = max(float(jnp.max(jnp.abs(full.params[b] - back[b]))) for b in ("W", "A"))  # type: ignore[index]  # save_params=True: full.params holds θ
     return {
         "steps": steps,
         "max_abs_C1": float(jnp.max(jnp.abs(proj["C1"] - ref.params["C1"]))),
@@ -118,7 +118,7 @@ def audit_summary(audit: StepSizeAudit) -> dict:
     """One (unbatched) run's step-size audit as the teacher jobs report it (§6): the record steps and λ_max(θ_t)
     there, and ``StepSizeAudit.summary()`` (max and end λ_max against 1/η and 2/η, the verdict, loss rises), with
     ``stable`` = never past 2/η. Shared by ``rates`` (``popdyn converge teacher``) and ``stepsize_teacher``."""
-    row = audit.summary()
+    row: dict = audit.summary()  # type: ignore[assignment]  # one unbatched run: its summary is one dict
     return {
         "steps": np.asarray(audit.ts),
         "lambda_max": np.asarray(audit.lambda_max),
@@ -128,7 +128,7 @@ def audit_summary(audit: StepSizeAudit) -> dict:
 
 
 def records_trajectory(
-    prob: BilinearTeacher, ts: np.ndarray, params: dict, loss: np.ndarray, status: str
+    prob: BilinearTeacher, ts: np.ndarray | jax.Array, params: dict, loss: np.ndarray | jax.Array, status: str
 ) -> Trajectory:
     """A one-run ``Trajectory`` of full-model records: (C1, Δ) records of the reduced map embedded exactly as
     (W, A) (``embed``), with their losses (the reduced loss is the full one) and the run's status, so that
