@@ -13,7 +13,7 @@ from jaxtyping import Array, ArrayLike, Float, PyTree
 
 from popdyn import _validate, dynamics
 from popdyn.curvature import hessian_spectrum
-from popdyn.dynamics import Status, gradient_descent
+from popdyn.dynamics import Status, Trajectory, gradient_descent
 from popdyn.dynamics.status import count
 from popdyn.problem import Problem, Theta, ThetaLike
 
@@ -158,7 +158,7 @@ def local_rate(prob: Problem, theta_limit: ThetaLike, rel_tol: float = 1e-8) -> 
 
 def first_passage(
     prob: Problem, theta0: ThetaLike, g, t1: float, *, n_grid: int = 4000, t_min: float | None = None, **flow_kwargs
-) -> tuple[np.ndarray, object]:
+) -> tuple[np.ndarray, Trajectory]:
     """First times t at which each component of g(θ_t) > 0 along the gradient flow from θ0 (one point, or a
     batch on a leading axis).
 
