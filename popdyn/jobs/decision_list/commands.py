@@ -41,7 +41,7 @@ def converge_decision_list(
     axes = np.atleast_1d(fig.subplots(1, M))
     arrays = {"ts": ts}
     for ax, m, col in zip(axes, prob.lengths, run.columns, strict=False):
-        x = np.asarray(traj.params[f"m{m}"])
+        x = np.asarray(traj.params[f"m{m}"])  # type: ignore[index]  # first_passage saves θ
         arrays[f"column_m{m}"] = x
         for i in range(m):
             ax.plot(ts[1:], x[1:, i], label=f"w_{i + 1} = W[a_{i + 1}, a]")
@@ -154,7 +154,7 @@ def basins_decision_list(
     t_zero, T = T[-1], T[:-1, 0].reshape(X.shape)
     ends = np.asarray(traj.final["m2"])
     labels = rule_order(ends[:-1], L).reshape(X.shape)
-    path = np.asarray(traj.params["m2"])[-1]
+    path = np.asarray(traj.params["m2"])[-1]  # type: ignore[index]  # first_passage saves θ
     px, py = path[:, 0] - path[:, 1], path[:, 2] / np.sqrt(L - 2) - path[:, 1]
     fractions = {name: float(np.mean(labels == k)) for k, name in enumerate(RULE_ORDERS)}
     fig = Figure(figsize=(12, 5.2), layout="constrained")
@@ -195,7 +195,7 @@ def basins_decision_list(
     fig.legend(fontsize=7, loc="outside right upper")
     status = count(traj.status[:-1])  # the grid's, without the origin
     reached = np.isfinite(T)
-    results = {
+    results: dict = {
         "L": L,
         "n": n,
         "c": c,
@@ -320,7 +320,7 @@ def stepsize_decision_list(
     )
     if not run.feasible:
         return Result(inputs, summary(run), lines=[head, f"  INFEASIBLE, not run: {run.reason}"])
-    spread = lambda_spread(run.lambda_max0_draws, lambda_max0_reference(L, n, M, run.c))
+    spread = lambda_spread(run.lambda_max0_draws, lambda_max0_reference(L, n, M, run.c))  # type: ignore[arg-type]  # a feasible run has all its records
     ts = np.asarray(run.ts)
     fig = Figure(figsize=(16, 3.8), layout="constrained")
     ax_l, ax_m, ax_lam, ax_v, ax_s = fig.subplots(1, 5, width_ratios=(1, 1, 1, 1, 0.8))
@@ -329,9 +329,9 @@ def stepsize_decision_list(
     ax_m.plot(ts, run.margins, "b.-")
     ax_m.axhline(0, color="k", lw=0.6)
     ax_m.set(xlabel="GD step", ylabel="min margin z_y − max z_k", title="perfect classification ⇔ margin > 0")
-    lambdas = np.array([np.nan if v is None else v for v in run.lambdas])
+    lambdas = np.array([np.nan if v is None else v for v in run.lambdas])  # type: ignore[union-attr]  # a feasible run has all its records
     ax_lam.plot(ts, lambdas, "m.-", label="λ_max(θ_t)")
-    ax_lam.axhline(1 / run.lr, color="k", ls="--", lw=1, label="1/η")
+    ax_lam.axhline(1 / run.lr, color="k", ls="--", lw=1, label="1/η")  # type: ignore[operator]  # a feasible run has all its records
     ax_lam.set(xlabel="GD step", yscale="log", title="step-size condition η ≤ 1/λ_max")
     ax_lam.legend(fontsize=7)
     ax_v.plot(ts, run.V_dev_max_entry, ".-", label="max entry")
@@ -352,7 +352,7 @@ def stepsize_decision_list(
 
     lines = [
         head,
-        f"  A ∈ ({run.A_range[0]:.5g}, {run.A_range[1]:.5g}), A = {run.A:.5g} (midpoint); "
+        f"  A ∈ ({run.A_range[0]:.5g}, {run.A_range[1]:.5g}), A = {run.A:.5g} (midpoint); "  # type: ignore[index]  # a feasible run has all its records
         f"λ_max(θ0) = {run.lambda_max0:.5g} (seed {seed}), η = {run.lr:.4g}",
         f"  λ_max(θ0) over {spread['n']} draws of V0 − cP (seeds {seed}..{seed + draws - 1}): min "
         f"{spread['min']:.5g}, median {spread['median']:.5g}, max {spread['max']:.5g}"
@@ -363,8 +363,8 @@ def stepsize_decision_list(
         + ("" if run.pc_within_T is None else f" (within the T-range: {run.pc_within_T})"),
         f"  max_t η·λ_max(θ_t) = {run.eta_times_max_lambda:.4g} over {run.steps} steps; descent lemma "
         f"held: {run.descent_inequality_held} (curvature seen by the steps: max β = "
-        f"{max(b for b in run.descent_beta if b is not None):.5g} vs 1/η = {1 / run.lr:.5g}); "
-        f"max ‖V_t − cP‖ = {max(run.V_dev_max_entry):.4g} "
+        f"{max(b for b in run.descent_beta if b is not None):.5g} vs 1/η = {1 / run.lr:.5g}); "  # type: ignore[union-attr, operator]  # a feasible run has all its records
+        f"max ‖V_t − cP‖ = {max(run.V_dev_max_entry):.4g} "  # type: ignore[arg-type]  # a feasible run has all its records
         f"(≤ ε: {run.V_within_eps})",
     ]
     arrays = {k: np.asarray(getattr(run, k)) for k in ("ts", "losses", "margins", "V_dev_max_entry", "V_dev_inf_norm")}

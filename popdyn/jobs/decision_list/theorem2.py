@@ -196,7 +196,7 @@ def theorem2_run(
     margins, losses, grad_norms, lambdas (λ_max per record, None where not audited: the figure's data); timings
     (seconds).
     """
-    if not jax.config.jax_enable_x64:
+    if not jax.config.jax_enable_x64:  # type: ignore[attr-defined]  # jax's Config sets its flags at run time
         raise RuntimeError(
             "theorem2_run needs float64: call jax.config.update('jax_enable_x64', True) first "
             "(c is 1e4 to 3e5, so float32 losses and margins are meaningless)"
@@ -305,10 +305,10 @@ def theorem2_run(
         2 * (l1 - l0 + eta * g * g) / (eta * g) ** 2 if g > 0 else None
         for l0, l1, g in zip(losses[:-1].tolist(), losses[1:].tolist(), gnorms[:-1].tolist(), strict=False)
     ]
-    dev = np.asarray(traj.params["V"])[keep] - c * prob.P
+    dev = np.asarray(traj.params["V"])[keep] - c * prob.P  # type: ignore[index]  # save_params=True: params hold θ
     dev_max, dev_inf = np.abs(dev).max(axis=(1, 2)), np.abs(dev).sum(axis=2).max(axis=1)
 
-    lambdas = [lam0] + [None] * steps  # None: not audited
+    lambdas: list = [lam0] + [None] * steps  # None: not audited
     if audit and steps >= 1:
         t0 = time.perf_counter()
         aud = step_size_audit(prob, _slice(traj, 1, steps + 1), eta)
