@@ -16,7 +16,7 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float
 
 from popdyn.batching import as_batch, unbatch
-from popdyn.problem import Problem, Theta
+from popdyn.problem import Problem, Theta, ThetaLike
 
 EXACT_MAX_DIM = 512
 """``method="auto"`` forms the full Hessian up to this many parameters, else uses Lanczos."""
@@ -27,7 +27,7 @@ def _flat_loss(prob: Problem, theta: Theta):
     return (lambda x: prob.loss(unravel(x))), flat
 
 
-def hessian_matrix(prob: Problem, theta: Theta) -> Float[Array, "n n"]:
+def hessian_matrix(prob: Problem, theta: ThetaLike) -> Float[Array, "n n"]:
     """∇²L at one θ on the flattened parameters, symmetrised: (H + Hᵀ)/2."""
     f, x = _flat_loss(prob, theta)
     H = jax.hessian(f)(x)
@@ -43,13 +43,13 @@ def _spectra(prob: Problem, batch: Theta) -> Array:
     return jax.vmap(lambda t: _spectrum_one(prob, t))(batch)
 
 
-def hessian_spectrum(prob: Problem, theta: Theta) -> Float[Array, "*B n"]:
+def hessian_spectrum(prob: Problem, theta: ThetaLike) -> Float[Array, "*B n"]:
     """All Hessian eigenvalues, ascending; θ may carry a batch axis."""
     batch, batched = as_batch(prob, theta)
     return unbatch(_spectra(prob, batch), batched)
 
 
-def lanczos_extremes(prob: Problem, theta: Theta, iters: int = 64, seed: int = 0) -> tuple[Array, Array]:
+def lanczos_extremes(prob: Problem, theta: ThetaLike, iters: int = 64, seed: int = 0) -> tuple[Array, Array]:
     """(λ_min, λ_max) Ritz estimates after ``iters`` Lanczos steps with full reorthogonalisation.
 
     With iters ≥ n the Krylov space is the whole space and the values are exact to rounding.
@@ -91,7 +91,7 @@ def lanczos_extremes(prob: Problem, theta: Theta, iters: int = 64, seed: int = 0
     return ritz[0], ritz[-1]
 
 
-def extreme_eigenvalues(prob: Problem, theta: Theta, method: str = "auto", iters: int = 64) -> tuple[Array, Array]:
+def extreme_eigenvalues(prob: Problem, theta: ThetaLike, method: str = "auto", iters: int = 64) -> tuple[Array, Array]:
     """(λ_min, λ_max) of ∇²L, signed; θ may carry a batch axis.
 
     ``method``: "exact" (eigvalsh of the full Hessian), "lanczos", or "auto" (exact up to
@@ -114,11 +114,11 @@ def _extremes(prob: Problem, batch: Theta, method: str, iters: int) -> tuple[Arr
     return jax.vmap(lambda t: lanczos_extremes(prob, t, iters=iters))(batch)
 
 
-def lambda_max(prob: Problem, theta: Theta, method: str = "auto", iters: int = 64) -> Array:
+def lambda_max(prob: Problem, theta: ThetaLike, method: str = "auto", iters: int = 64) -> Array:
     """Largest algebraic eigenvalue of the Hessian of the exact loss at θ (batched or not)."""
     return extreme_eigenvalues(prob, theta, method, iters)[1]
 
 
-def lambda_min(prob: Problem, theta: Theta, method: str = "auto", iters: int = 64) -> Array:
+def lambda_min(prob: Problem, theta: ThetaLike, method: str = "auto", iters: int = 64) -> Array:
     """Smallest algebraic eigenvalue (negative at a strict saddle)."""
     return extreme_eigenvalues(prob, theta, method, iters)[0]
