@@ -173,14 +173,14 @@ def write_results(
         with _signals_deferred():
             if not out.exists() or (out.is_dir() and not any(out.iterdir())):
                 os.replace(tmp, out)  # one atomic step
-                return [out / name for name in names]
-            if (out / "summary.json").is_file():  # an earlier run's outputs: replaced as a whole
-                for old in out.iterdir():
-                    if old.name not in names and old.suffix in OUTPUT_SUFFIXES and old.is_file():
-                        old.unlink()
-            for name in names:
-                os.replace(tmp / name, out / name)
-            return [out / name for name in names]
+            else:
+                if (out / "summary.json").is_file():  # an earlier run's outputs: replaced as a whole
+                    for old in out.iterdir():
+                        if old.name not in names and old.suffix in OUTPUT_SUFFIXES and old.is_file():
+                            old.unlink()
+                for name in names:
+                    os.replace(tmp / name, out / name)
+    return [out / name for name in names]
 
 
 @contextmanager
@@ -198,7 +198,7 @@ def _signals_deferred():
         yield
     finally:
         for s, handler in previous.items():
-            signal.signal(s, handler)
+            signal.signal(s, signal.SIG_DFL if handler is None else handler)  # None: set outside Python
         for signum in pending[:1]:
             signal.raise_signal(signum)
 
