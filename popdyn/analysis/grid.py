@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.tree_util import PyTreeDef
 from jaxtyping import PyTree
@@ -81,7 +80,7 @@ class Grid:
             i, idx = coords.resolve(template, axis)
             index: tuple[slice | int, ...] = (slice(None), *idx)
             batch[i][index] = vals
-        return jax.tree_util.tree_unflatten(treedef, [jnp.asarray(b) for b in batch])
+        return jax.tree_util.tree_unflatten(treedef, [jax.device_put(b) for b in batch])  # no compiled copy
 
 
 def _base_values(template: PyTree[jax.ShapeDtypeStruct], base) -> list[tuple[int, str, object]]:

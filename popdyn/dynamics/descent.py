@@ -137,7 +137,7 @@ def gradient_descent(
         raise ValueError("optimizer is given: momentum and per-initialisation learning rates apply to plain GD only")
     opt = None if optimizer is None else _optimizer(optimizer, float(lrs[0]))
     lr_arr = jnp.asarray(lrs, dtype=jnp.result_type(float))
-    keys = jax.random.split(jax.random.PRNGKey(seed), n)
+    keys = _keys(seed, n, stochastic=gradient is not None or noise_levels != 0.0)
     gd = _GD(prob, opt, (precondition, prox, gradient, metrics, until), cfg)
     if lanes is not None:
         _validate.int_at_least("lanes", lanes, 1)
@@ -176,6 +176,15 @@ def _noise_levels(prob: Problem, noise) -> float | tuple:
         )
     levels = {k: _validate.positive(f"noise[{k!r}]", noise.get(k, 0.0), allow_zero=True) for k in template}
     return tuple(levels.items()) if any(levels.values()) else 0.0
+
+
+def _keys(seed: int, n: int, stochastic: bool):
+    """One PRNG key per initialisation, split from ``seed``; zeros of the same shape when no step draws from
+    them (no noise, no gradient hook): no program runs for keys nothing reads."""
+    if stochastic:
+        return jax.random.split(jax.random.PRNGKey(seed), n)
+    key = jax.eval_shape(jax.random.PRNGKey, 0)
+    return jax.device_put(np.zeros((n, *key.shape), key.dtype))
 
 
 def _learning_rates(lr, n: int, batched: bool) -> np.ndarray:

@@ -50,7 +50,8 @@ def refine_saddles(status: Int[Array, " B"], lam_min: Array, lam_max: Array, sad
 
 def count(status: Int[Array | np.ndarray, "*B"]) -> dict[str, int]:
     """Number of points per status name (any shape: a batch, or a basin map's grid)."""
-    return {name: int(jnp.sum(status == code)) for code, name in enumerate(STATUS_NAMES)}
+    codes = np.asarray(status)  # on the host: counting runs no compiled program
+    return {name: int(np.sum(codes == code)) for code, name in enumerate(STATUS_NAMES)}
 
 
 def finite_tree(*leaves) -> Bool[Array, ""]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import equinox as eqx
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array, Float, Int
 
 from popdyn.batching import unbatch
@@ -52,15 +53,20 @@ def frozen_scales(scales: dict | None) -> tuple | None:
 
 
 @eqx.filter_jit
-def _losses(prob: Problem, batch: Theta) -> Float[Array, " B"]:
-    """L at every point of a batch, compiled once per problem and shape: eagerly, a loss built on ``lax.scan``
-    (histogram or sequence enumerations) would be traced and compiled again on every call."""
-    return jax.vmap(prob.loss)(batch)
-
-
-@eqx.filter_jit
-def _late(prob: Problem, batch: Theta, rtol: float, atol: float, saddle_tol: float) -> Array:
-    return jax.vmap(lambda t: stopping.converged_late(prob, t, rtol, atol, saddle_tol))(batch)
+def _classify(
+    prob: Problem, batch: Theta, status: Int[Array, " B"], tols: tuple[float, float, float], late: bool, saddles: bool
+) -> tuple[Int[Array, " B"], Float[Array, " B"]]:
+    """(The refined status, L at every end point) in one program per problem, shape and flags: MAX_STEPS points
+    passing the Newton test become CONVERGED_LATE (``late``), converged points with negative curvature SADDLE
+    (``saddles``). One compiled program instead of one per step keeps a warm command's start-up short."""
+    rtol, atol, saddle_tol = tols
+    if late:
+        ok = jax.vmap(lambda t: stopping.converged_late(prob, t, rtol, atol, saddle_tol))(batch)
+        status = jnp.where((status == Status.MAX_STEPS) & ok, int(Status.CONVERGED_LATE), status)
+    if saddles:
+        lo, hi = extreme_eigenvalues(prob, batch)
+        status = refine_saddles(status, lo, hi, saddle_tol)
+    return status, jax.vmap(prob.loss)(batch)
 
 
 def finish(
@@ -68,18 +74,13 @@ def finish(
 ) -> Trajectory:
     """Classify converged points by their Hessian (saddle vs minimum), points whose budget ran out by the Newton
     test (CONVERGED_LATE or still MAX_STEPS), and package a Trajectory."""
-    status = out["status"]
-    if bool(jnp.any(status == Status.MAX_STEPS)):
-        late = _late(prob, out["final"], rtol, atol, saddle_tol)
-        status = jnp.where((status == Status.MAX_STEPS) & late, int(Status.CONVERGED_LATE), status)
-    conv = status == Status.CONVERGED
-    if bool(jnp.any(conv)):
-        lo, hi = extreme_eigenvalues(prob, out["final"])
-        status = refine_saddles(status, lo, hi, saddle_tol)
+    status = np.asarray(out["status"], np.int32)
+    late, saddles = bool(np.any(status == Status.MAX_STEPS)), bool(np.any(status == Status.CONVERGED))
+    status, final_loss = _classify(prob, out["final"], status, (rtol, atol, saddle_tol), late, saddles)
     traj = Trajectory(
         final=out["final"],
-        final_loss=_losses(prob, out["final"]),
-        status=status.astype(jnp.int32),
+        final_loss=final_loss,
+        status=status,
         t_final=out["t_final"],
         ts=out["ts"],
         loss=out["loss"],

@@ -15,8 +15,9 @@ from jaxtyping import Array, Float
 
 
 def leaf(value: float) -> Float[Array, ""]:
-    """A validated number as a 0-d array of the default float dtype (float64 under x64)."""
-    return jnp.asarray(value, dtype=float)
+    """A validated number as a 0-d array of the default float dtype (float64 under x64); placed on the device
+    directly, as ``jnp.asarray`` would run a compiled copy for it."""
+    return jax.device_put(np.asarray(value, dtype=jnp.result_type(float)))
 
 
 def concrete(x):
