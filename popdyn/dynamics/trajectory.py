@@ -74,9 +74,11 @@ def finish(
 ) -> Trajectory:
     """Classify converged points by their Hessian (saddle vs minimum), points whose budget ran out by the Newton
     test (CONVERGED_LATE or still MAX_STEPS), and package a Trajectory."""
-    status = np.asarray(out["status"], np.int32)
-    late, saddles = bool(np.any(status == Status.MAX_STEPS)), bool(np.any(status == Status.CONVERGED))
-    status, final_loss = _classify(prob, out["final"], status, (rtol, atol, saddle_tol), late, saddles)
+    codes = np.asarray(out["status"])  # which tests are needed, decided on the host
+    late, saddles = bool(np.any(codes == Status.MAX_STEPS)), bool(np.any(codes == Status.CONVERGED))
+    status, final_loss = _classify(
+        prob, out["final"], jnp.asarray(out["status"], jnp.int32), (rtol, atol, saddle_tol), late, saddles
+    )
     traj = Trajectory(
         final=out["final"],
         final_loss=final_loss,
