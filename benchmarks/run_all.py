@@ -14,6 +14,7 @@ through)
     engine_overhead   the GD and flow engines against hand-written jitted kernels                   ~20 min
     lanes             lanes against one vmapped batch: executed and needed work                     ~5 min
     cli_startup       start-up of the command line with JAX's persistent compilation cache          ~1 min
+    basins_phases     a grid-1000 basin-map command split into its phases, cold and warm            ~30 s
 (times on 2 CPU cores; engine_overhead peaks at ~13 GB of memory, ``--skip engine_overhead`` leaves it out).
 
 What it does
@@ -76,6 +77,7 @@ BENCHMARKS = (
     "engine_overhead",
     "lanes",
     "cli_startup",
+    "basins_phases",
 )
 JSON_ONLY = ("engine_overhead",)  # writes its headline file (--json PATH), not a section of the results file
 TASKS = ("markov", "decision-list", "scan-snap", "scb", "teacher", "throughput", "engine-overhead")
