@@ -172,6 +172,45 @@ def test_vary_is_checked():
         parse_vary(["c=0:1:3", "c=0:1:3"])
 
 
+@pytest.mark.slow
+def test_a_task_sweep_is_its_basins_job_at_every_value():
+    """``sweep decision-list --vary c=…`` reports, at every c, the shares of the basins job run alone at that c."""
+    sweep, basins = REGISTRY[("sweep", "decision-list")], REGISTRY[("basins", "decision-list")]
+    res = sweep.function()(**sweep.keywords({"vary": ["c=0.5:2:2"], "grid": 4}, progress=False, checkpoint=None))
+    values = [pt["values"]["c"] for pt in res.results["points"]]
+    assert values == [0.5, 2.0]
+    for point in res.results["points"]:
+        alone = basins.function()(**basins.keywords({"grid": 4, "c": point["values"]["c"]}, False, None)).results
+        assert point["fractions"] == {k: v for k, v in alone["fractions"].items() if k != "unresolved"}
+        assert point["resolved_fraction"] == 1.0 - alone["fractions"].get("unresolved", 0.0)
+    assert res.results["points"][0]["fractions"] != res.results["points"][1]["fractions"]  # c moves the basins
+
+
+@pytest.mark.slow
+def test_a_task_sweep_over_a_rate_compiles_once(caplog):
+    """η_Z is an array leaf of the scan-snap basins job's problem, so every value reuses one compiled solver."""
+    from popdyn.jobs.sweep import sweep_task
+
+    with jax.log_compiles(), caplog.at_level(logging.WARNING, logger="jax"):
+        res = sweep_task("scan-snap", vary=["eta-z=0.05:0.2:2"], grid=3)
+    compiles = [r for r in caplog.records if "Finished XLA compilation of jit(_solve_batch)" in r.getMessage()]
+    assert len(compiles) == 1
+    assert [pt["values"]["eta_z"] for pt in res.results["points"]] == [0.05, 0.2]
+    assert all(pt["resolved_fraction"] == 1.0 for pt in res.results["points"])
+
+
+def test_a_task_sweep_refuses_what_it_cannot_sweep(run_cli, tmp_path):
+    from popdyn.jobs.sweep import sweep_task
+
+    with pytest.raises(ValueError, match=r"vary 'grid' is not an option to sweep for scb: one of N, T, Q, seed, t1"):
+        sweep_task("scb", vary=["grid=4:8:2"])
+    with pytest.raises(ValueError, match="N is an integer"):
+        sweep_task("scb", vary=["N=10:11:3"])
+    out = tmp_path / "o"
+    code, _, err = run_cli("sweep", "teacher", "--vary", "alpha=0:0.5:2", "--alpha", "0.1", "--out", str(out))
+    assert code == 2 and "--alpha is also swept with --vary: give it once" in err and not out.exists()
+
+
 def test_the_readme_command_table_is_the_registry():
     text = README.read_text(encoding="utf-8")
     section = re.search(r"^## Commands\s*$(.*?)(?=^## )", text, flags=re.M | re.S).group(1)

@@ -74,14 +74,20 @@ class Job:
     takes_progress: bool = False
     takes_checkpoint: bool = False
     fixed: dict = field(default_factory=dict)
+    forwards_to: str | None = None
+    """A command whose job of the same task gets the keywords this job's function takes as ``**options``."""
 
     def function(self) -> Callable:
         module, name = self.target.split(":")
         return getattr(importlib.import_module(module), name)
 
     def signature_params(self) -> set[str]:
-        """The keywords the job function accepts."""
-        return set(inspect.signature(self.function()).parameters)
+        """The keywords the job function accepts (with ``forwards_to``: also the options it passes on)."""
+        params = inspect.signature(self.function()).parameters
+        own = {n for n, p in params.items() if p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)}
+        if self.forwards_to is None:
+            return own
+        return own | (lookup(self.forwards_to, self.task).signature_params() - {"progress", "checkpoint"})
 
     def declared_params(self) -> set[str]:
         """The keywords the options, progress, checkpoint and fixed values supply."""
@@ -102,6 +108,10 @@ class Job:
                     f"--{o.dest.replace('_', '-')} applies only with --{o.when[0].replace('_', '-')} "
                     f"{o.when[1]} (here {values.get(o.when[0])!r}); leave it out"
                 )
+        for item in given.get("vary") or ():  # a swept option is not also given a value
+            name = str(item).partition("=")[0].replace("-", "_")
+            if name != "vary" and given.get(name) is not None:
+                raise ValueError(f"--{name.replace('_', '-')} is also swept with --vary: give it once")
         kw = dict(self.fixed)
         for o in self.options:
             kw.update(o.kwargs(values[o.dest]))
@@ -541,6 +551,41 @@ JOBS: tuple[Job, ...] = (
     ),
 )
 
+NOT_SWEPT = ("grid", "chunk", "records")
+"""Options of a basins job that set the map's resolution, not the problem or the dynamics: never swept."""
+
+
+def _task_sweep(basins: Job) -> Job:
+    """``popdyn sweep TASK``: the task's basins job over one or two of its numeric options (docs/jobs.md,
+    "Sweeps"); every other option of that job is taken as there."""
+    numeric = [o.flag for o in basins.options if o.type in (int, float) and o.nargs is None]
+    names = ", ".join(f.lstrip("-") for f in numeric if f.lstrip("-") not in NOT_SWEPT)
+    return Job(
+        "sweep",
+        basins.task,
+        f"{_SW}:sweep_task",
+        f"the basins job's fractions over a grid of one or two of its options ({names})",
+        _opts(
+            Option(
+                "--vary",
+                str,
+                None,
+                "an option to sweep, NAME=LO:HI:N (once or twice)",
+                nargs="+",
+                metavar="NAME=LO:HI:N",
+            )
+        )
+        + basins.options,
+        takes_progress=True,
+        takes_checkpoint=True,
+        fixed={"task": basins.task},
+        forwards_to="basins",
+    )
+
+
+JOBS += tuple(
+    _task_sweep(j) for j in JOBS if j.command == "basins" and j.task in ("decision-list", "scan-snap", "scb", "teacher")
+)
 REGISTRY: dict[tuple[str, str], Job] = {(j.command, j.task): j for j in JOBS}
 TASKS = ("markov", "decision-list", "scan-snap", "scb", "teacher")
 

@@ -10,6 +10,7 @@ unless a grid sets a coordinate. The loss is the exact T → ∞ population cros
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Sequence
@@ -427,24 +428,36 @@ def stepsize_scan_snap(
 
 
 # ---- basins: which distinct token wins the scan ---------------------------------------------------------------------
-def _winner_problem(prob: ScanSnap, cls: int, axes: tuple[str, str], tie: float) -> Problem:
-    """``prob``'s loss with one attractor per distinct token l of class ``cls``: "l wins", residual
+class _Winner(Problem):
+    """``prob``'s loss with one attractor per distinct token l of a class: "l wins", residual
     relu(max_{l'≠l} log c̃_l' − log c̃_l) (0 where l has the most attention among them, log c̃_l = log P(l|n) + z_ml),
-    and the Theorem 3 tie line y = ``tie`` on the ``axes`` slice."""
-    P = np.asarray(prob.probs)
-    dist = np.flatnonzero(distinct_mask(P)[cls])
-    logp, m = np.log(P[cls, dist]), int(prob.query[cls])
+    and the Theorem 3 tie line y = ``tie`` on the ``axes`` slice. Its numbers are leaves, so a new rate or data
+    value reuses the compiled solver."""
 
-    def residual(i: int):
-        def r(theta: Theta) -> Float[Array, ""]:
-            s = logp + theta["Z"][m, dist]
-            return jax.nn.relu(jnp.max(jnp.where(np.arange(len(dist)) == i, -jnp.inf, s)) - s[i])
+    prob: ScanSnap
+    logp: Float[Array, " D"]
+    tie: Float[Array, ""]
+    m: int = eqx.field(static=True)
+    dist: tuple[int, ...] = eqx.field(static=True)
+    axes: tuple[str, str] = eqx.field(static=True)
 
-        return r
+    def loss(self, theta: Theta) -> Float[Array, ""]:
+        return self.prob.loss(theta)
 
-    def overlays(x_axis: str, y_axis: str, x_range: tuple[float, float]) -> list[Overlay]:
-        if (x_axis, y_axis) != axes:
+    def init(self, key: Array) -> Theta:
+        return self.prob.init(key)
+
+    def attractors(self) -> dict:
+        return {f"token {tok} wins": functools.partial(self._residual, i) for i, tok in enumerate(self.dist)}
+
+    def _residual(self, i: int, theta: Theta) -> Float[Array, ""]:
+        s = self.logp + theta["Z"][self.m, np.asarray(self.dist)]
+        return jax.nn.relu(jnp.max(jnp.where(np.arange(len(self.dist)) == i, -jnp.inf, s)) - s[i])
+
+    def overlays(self, x_axis: str, y_axis: str, x_range: tuple[float, float]) -> list[Overlay]:
+        if (x_axis, y_axis) != self.axes:
             return []
+        tie = float(self.tie)
         return [
             Overlay(
                 "tie of c̃(0) (Theorem 3; exact at x = 0)",
@@ -456,12 +469,13 @@ def _winner_problem(prob: ScanSnap, cls: int, axes: tuple[str, str], tie: float)
             Overlay("", "points", (0.0,), (tie,), {"color": "k", "marker": "x", "s": 40}),
         ]
 
-    return Problem.from_loss(
-        lambda theta: prob.loss(theta),
-        lambda key: prob.init(key),
-        attractors={f"token {tok} wins": residual(i) for i, tok in enumerate(dist)},
-        overlays=overlays,
-    )
+
+def _winner_problem(prob: ScanSnap, cls: int, axes: tuple[str, str], tie: float) -> _Winner:
+    """The ``_Winner`` problem of class ``cls`` of ``prob``."""
+    P = np.asarray(prob.probs)
+    dist = np.flatnonzero(distinct_mask(P)[cls])
+    logp = jax.device_put(np.log(P[cls, dist]))
+    return _Winner(prob, logp, jax.device_put(np.asarray(tie)), int(prob.query[cls]), tuple(map(int, dist)), axes)
 
 
 def basins_scan_snap(
@@ -530,7 +544,7 @@ def basins_scan_snap(
         "flow",
         t1=t1,
         gtol=gtol,
-        time_scales={"Y": eta_y, "Z": eta_z},
+        precondition=_BlockRates(jnp.asarray(eta_y), jnp.asarray(eta_z)),  # a sweep over the rates compiles once
         chunk_size=chunk,
         progress=progress,
         checkpoint=checkpoint,

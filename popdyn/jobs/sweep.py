@@ -30,6 +30,7 @@ def parse_vary(vary) -> list[tuple[str, np.ndarray]]:
     axes = []
     for item in vary:
         name, sep, spec = str(item).partition("=")
+        name = name.replace("-", "_")  # an option's flag (eta-y) names its keyword (eta_y)
         parts = spec.split(":")
         if not sep or not name.isidentifier() or len(parts) != 3:
             raise ValueError(f"vary={item!r} is invalid: must be NAME=LO:HI:N, e.g. c=0.5:2:8")
@@ -43,6 +44,13 @@ def parse_vary(vary) -> list[tuple[str, np.ndarray]]:
     if len(axes) > 2 or len(set(names)) != len(names):
         raise ValueError(f"vary={list(vary)} is invalid: sweep one or two distinct parameters")
     return axes
+
+
+def _points(axes: list[tuple[str, np.ndarray]]) -> tuple[tuple[int, ...], list[dict[str, float]]]:
+    """(The grid's shape, its points as {name: value}, row-major with the last axis fastest)."""
+    shape = tuple(len(v) for _, v in axes)
+    mesh = np.array(np.meshgrid(*[v for _, v in axes], indexing="ij")).reshape(len(axes), -1).T
+    return shape, [{name: float(v) for (name, _), v in zip(axes, vals, strict=False)} for vals in mesh]
 
 
 def run_sweep(
@@ -64,20 +72,16 @@ def run_sweep(
     end points, from the same initialisations ``inits`` (a batch, or a number of draws of the first problem's
     init). Checkpoints: one folder per parameter point under ``checkpoint``."""
     _validate.choice("method", method, ("flow", "gd"))
-    shape = tuple(len(v) for _, v in axes)
-    grid = [
-        dict(zip([a[0] for a in axes], vals, strict=False))
-        for vals in np.array(np.meshgrid(*[v for _, v in axes], indexing="ij")).reshape(len(axes), -1).T
-    ]
+    shape, grid = _points(axes)
     if isinstance(inits, (int, np.integer)):
         n = _validate.int_at_least("n-init", inits, 1)
-        first = make(**{k: float(v) for k, v in grid[0].items()})
+        first = make(**grid[0])
         inits = jax.vmap(first.init)(jax.random.split(jax.random.PRNGKey(_validate.seed("seed", seed)), n))
     names: list[str] = []
     rows: list[dict[str, Any]] = []
     structure, warned = None, False
     for i, values in enumerate(tqdm(grid, desc="sweep", disable=not progress)):
-        prob = make(**{k: float(v) for k, v in values.items()})
+        prob = make(**values)
         if structure is None:
             structure = jax.tree_util.tree_structure(prob)
         elif jax.tree_util.tree_structure(prob) != structure and not warned:
@@ -98,7 +102,7 @@ def run_sweep(
         frac = bf.fractions_of_resolved
         rows.append(
             {
-                "values": {key: float(v) for key, v in values.items()},
+                "values": values,
                 "fractions": frac,
                 "stderr": {a: (float(np.sqrt(f * (1 - f) / k)) if k else float("nan")) for a, f in frac.items()},
                 "resolved_fraction": bf.resolved_fraction,
@@ -123,15 +127,19 @@ def run_sweep(
     }
 
 
+SUMMARIES = (
+    ("resolved", "resolved share"),
+    ("time_median", "median stopping time"),
+    ("lambda_max_median", "median λ_max at the end"),
+)
+"""Per-point arrays of a sweep beside its fractions (those it has), with their panel titles."""
+
+
 def plot_sweep(sw: dict, title: str, theory_line: Callable[[Figure, list], None] | None = None) -> Figure:
-    """One panel per attractor (its share of resolved runs) and panels for the median time and λ_max; heatmaps over
-    two parameters, curves over one."""
+    """One panel per attractor (its share of resolved runs) and panels for the resolved share, the median time and
+    λ_max where the sweep has them; heatmaps over two parameters, curves over one."""
     panels = [(f"fraction: {a}", sw["fractions"][a]) for a in sw["attractors"]]
-    panels += [
-        ("resolved share", sw["resolved"]),
-        ("median stopping time", sw["time_median"]),
-        ("median λ_max at the end", sw["lambda_max_median"]),
-    ]
+    panels += [(name, sw[key]) for key, name in SUMMARIES if key in sw]
     cols = min(3, len(panels))
     rows = -(-len(panels) // cols)
     fig = Figure(figsize=(4.2 * cols, 3.6 * rows), layout="constrained")
@@ -156,11 +164,7 @@ def plot_sweep(sw: dict, title: str, theory_line: Callable[[Figure, list], None]
 
 def _result(sw: dict, inputs: dict, title: str, extra: dict | None = None, theory_line=None) -> Result:
     arrays = {f"fraction_{a}": v for a, v in sw["fractions"].items()}
-    arrays |= {
-        "resolved": sw["resolved"],
-        "time_median": sw["time_median"],
-        "lambda_max_median": sw["lambda_max_median"],
-    } | {name: vals for name, vals in sw["axes"]}
+    arrays |= {key: sw[key] for key, _ in SUMMARIES if key in sw} | {name: vals for name, vals in sw["axes"]}
     res = Result(
         inputs,
         {"points": sw["rows"], "attractors": sw["attractors"], **(extra or {})},
@@ -294,3 +298,64 @@ def sweep_markov(
         **({"t1": t1} if method == "flow" else {"lr": lr, "steps": steps}),
     }
     return _result(sw, inputs, f"Markov (p, q), {method}, {grid}x{grid} starts", theory_line=line)
+
+
+def sweep_task(task: str, vary=None, progress: bool = False, checkpoint=None, **options) -> Result:
+    """``popdyn sweep TASK --vary NAME=LO:HI:N``: the task's basins job (docs/jobs.md) at every point of a grid of one
+    or two of its numeric options, its other options fixed: each attractor's share of the resolved starts, the
+    resolved share and, where the job reports it, the median time. A swept data number that is an array leaf of
+    the problem compiles once; a size (an integer option) changes the shapes and compiles once per value."""
+    from popdyn.jobs.registry import NOT_SWEPT, lookup
+
+    job = lookup("basins", task)
+    numeric = {o.dest: o for o in job.options if o.type in (int, float) and o.nargs is None}
+    axes = []
+    for name, vals in parse_vary(vary):
+        if name not in numeric or name in NOT_SWEPT:
+            allowed = ", ".join(n for n in numeric if n not in NOT_SWEPT)
+            raise ValueError(f"vary {name!r} is not an option to sweep for {task}: one of {allowed}")
+        if numeric[name].type is int and not np.allclose(vals, np.round(vals)):
+            raise ValueError(
+                f"vary {name}={list(vals)} is invalid: {name} is an integer, so LO:HI:N must give integers"
+            )
+        axes.append((name, np.round(vals) if numeric[name].type is int else vals))
+    shape, grid = _points(axes)
+    run = job.function()
+    rows: list[dict[str, Any]] = []
+    for i, point in enumerate(tqdm(grid, desc="sweep", disable=not progress)):
+        values = {name: numeric[name].type(v) for name, v in point.items()}  # an integer option as an int
+        kw = dict(options)
+        for name, v in values.items():
+            kw.update(numeric[name].kwargs(v))
+        if job.takes_progress:
+            kw["progress"] = False
+        if job.takes_checkpoint:
+            kw["checkpoint"] = None if checkpoint is None else os.fspath(Path(checkpoint) / f"point-{i:05d}")
+        out = run(**kw).results
+        resolved = 1.0 - out["fractions"].get(UNRESOLVED, 0.0)
+        share = {
+            a: (f / resolved if resolved > 0 else float("nan")) for a, f in out["fractions"].items() if a != UNRESOLVED
+        }
+        rows.append(
+            {"values": values, "fractions": share, "resolved_fraction": resolved, "time_median": out.get("median_time")}
+        )
+    names = list(dict.fromkeys(a for r in rows for a in r["fractions"]))
+    sw: dict[str, Any] = {
+        "axes": axes,
+        "shape": shape,
+        "rows": rows,
+        "attractors": names,
+        "fractions": {
+            a: np.array([r["fractions"].get(a, 0.0) if r["resolved_fraction"] > 0 else np.nan for r in rows]).reshape(
+                shape
+            )
+            for a in names
+        },
+        "resolved": np.array([r["resolved_fraction"] for r in rows]).reshape(shape),
+    }
+    if any(r["time_median"] is not None for r in rows):
+        sw["time_median"] = np.array([np.nan if r["time_median"] is None else r["time_median"] for r in rows]).reshape(
+            shape
+        )
+    inputs = {"task": task, "vary": list(vary), **{k: v for k, v in options.items()}}
+    return _result(sw, inputs, f"{task}: basins over {' × '.join(n for n, _ in axes)}")
