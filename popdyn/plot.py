@@ -62,13 +62,20 @@ def plot_basin_map(bm: BasinMap, prob: Problem | None = None, title: str = "") -
 
 
 def plot_step_size_audit(audits: list[StepSizeAudit], losses: list[np.ndarray], labels: list[str]) -> Figure:
-    """λ_max(θ_t) against 1/η and 2/η (top) and the loss (bottom), one curve per (unbatched) audited run."""
+    """λ_max(θ_t) against 1/η and 2/η (top; with momentum μ, (1 − √μ)²/η and 2(1 + μ)/η) and the loss (bottom),
+    one curve per (unbatched) audited run."""
     fig = Figure(figsize=(7, 6), layout="constrained")
     ax, ax_l = fig.subplots(2, 1, sharex=True)
     for audit, loss, name in zip(audits, losses, labels, strict=False):
         (line,) = ax.plot(audit.ts, audit.lambda_max, label=f"{name}: λ_max(θ_t)")
-        ax.axhline(2.0 / audit.lr, color=line.get_color(), ls="--", lw=1, label=f"2/η = {2 / audit.lr:.3g}")
-        ax.axhline(1.0 / audit.lr, color=line.get_color(), ls=":", lw=1, label=f"1/η = {1 / audit.lr:.3g}")
+        low_name, edge_name = ("1/η", "2/η") if not audit.momentum else ("(1−√μ)²/η", "2(1+μ)/η")
+        c = line.get_color()
+        ax.axhline(
+            audit.stability_threshold, color=c, ls="--", lw=1, label=f"{edge_name} = {audit.stability_threshold:.3g}"
+        )
+        ax.axhline(
+            audit.monotone_threshold, color=c, ls=":", lw=1, label=f"{low_name} = {audit.monotone_threshold:.3g}"
+        )
         ax_l.plot(audit.ts, loss, color=line.get_color(), label=name)
     lam = np.concatenate([np.ravel(a.lambda_max) for a in audits])
     finite = lam[np.isfinite(lam)]

@@ -128,6 +128,39 @@ def test_audit_rejects_missing_params_and_bad_lr(prob):
 
 
 # ---- hitting times and rates ------------------------------------------------------------------
+def _quadratic(curvature: float):
+    """L(x) = ½λx² in one coordinate: λ_max = λ everywhere."""
+    return popdyn.Problem.from_loss(
+        lambda t, d: 0.5 * d["lam"] * t["x"] ** 2, {"x": jnp.asarray(1.0)}, data={"lam": curvature}
+    )
+
+
+@pytest.mark.parametrize(
+    ("eta_lam", "mu", "verdict", "status"),
+    [
+        (0.2, 0.25, "held", Status.CONVERGED),  # ηλ ≤ (1 − √μ)² = 0.25: real roots, no oscillation
+        (0.5, 0.25, "between", Status.CONVERGED),  # complex roots: it oscillates, and converges
+        (3.0, 0.9, "between", Status.CONVERGED),  # past 2/η, yet below 2(1 + μ)/η = 3.8/η: stable
+        (3.9, 0.9, "diverged", Status.DIVERGED),  # past 2(1 + μ)/η
+    ],
+)
+def test_heavy_ball_thresholds_are_those_of_the_recursion(eta_lam, mu, verdict, status):
+    """With momentum μ the audit compares λ_max with (1 − √μ)²/η and 2(1 + μ)/η [derived, docs/dynamics.md]:
+    a heavy-ball run on ½λx² oscillates exactly above the first and diverges exactly above the second."""
+    prob = _quadratic(1.0)
+    traj = popdyn.gradient_descent(prob, {"x": jnp.asarray(1.0)}, lr=eta_lam, steps=600, momentum=mu, save_params=True)
+    audit = popdyn.step_size_audit(prob, traj, eta_lam, momentum=mu)
+    assert int(traj.status) == status
+    assert audit.summary()["verdict"] == verdict
+    assert (audit.loss_rises == 0) == (verdict == "held")
+    assert audit.monotone_threshold == pytest.approx((1 - math.sqrt(mu)) ** 2 / eta_lam)
+    assert audit.stability_threshold == pytest.approx(2 * (1 + mu) / eta_lam)
+    plain = popdyn.step_size_audit(prob, traj, eta_lam)  # read as plain GD, the stable 3.0 run would be "unstable"
+    assert bool(plain.flagged) == (eta_lam > 2)
+    row = audit.summary()
+    assert row["momentum"] == mu and row["stability_threshold"] == pytest.approx(2 * (1 + mu) / eta_lam)
+
+
 def test_hitting_time_on_exponential_decay():
     d0, r = 3.0, 0.7
     ts = np.linspace(0.0, 40.0, 4001)
@@ -181,3 +214,19 @@ def test_local_rate_at_local_minimum(p, q):
 def test_local_rate_is_nan_at_a_maximum():
     prob = Canonical(0.1, 0.1)
     assert math.isnan(local_rate(prob, {"e": jnp.asarray(0.0), "w": jnp.asarray(0.5)}))
+
+
+def test_stepsize_commands_take_the_momentum_they_audit(run_cli, tmp_path):
+    """``--momentum`` reaches both the run and its audit (thresholds recorded), and μ ≥ 1 is refused."""
+    import json
+
+    out = tmp_path / "o"
+    code, _, err = run_cli("stepsize", "markov", "--momentum", "0.5", "--lr", "0.5", "--steps", "50", "--out", str(out))
+    assert code == 0, err
+    summary = json.loads((out / "summary.json").read_text())
+    run = summary["results"]["runs"][0]
+    assert summary["inputs"]["momentum"] == 0.5 and run["momentum"] == 0.5
+    assert run["stability_threshold"] == pytest.approx(2 * 1.5 / 0.5)
+    assert run["monotone_threshold"] == pytest.approx((1 - math.sqrt(0.5)) ** 2 / 0.5)
+    code, _, err = run_cli("stepsize", "markov", "--momentum", "1", "--out", str(tmp_path / "bad"))
+    assert code == 2 and "momentum=1.0 is out of range" in err and not (tmp_path / "bad").exists()

@@ -1,7 +1,9 @@
 """Step-size audits: λ_max(∇²L(θ_t)) along a trajectory against the thresholds 1/η and 2/η.
 
 GD on a quadratic with curvature λ is monotone for η ≤ 1/λ and stable for η < 2/λ (the edge of
-stability); the audit reports where a run crosses either threshold and whether its loss rose.
+stability); the audit reports where a run crosses either threshold and whether its loss rose. With heavy-ball
+momentum μ the thresholds are λ ≤ (1 − √μ)²/η (real, positive roots: no oscillation) and λ < 2(1 + μ)/η
+(stable) [derived from the recursion x_{k+1} = x_k − ηλx_k + μ(x_k − x_{k−1}); docs/dynamics.md].
 """
 
 from __future__ import annotations
@@ -26,8 +28,9 @@ where λ_end < 2/η; past 2/η and not settled; the run diverged or hit NaN."""
 class StepSizeAudit:
     """Per initialisation (leading axis when batched): λ_max at each record time, its maximum and its value at the
     end, the first record time where it exceeds 1/η and 2/η (NaN: never), and how often the loss rose. ``lr`` is one
-    rate, or one per initialisation (a step-size sweep). For one (unbatched) run the per-initialisation values are
-    NumPy scalars or 0-d arrays."""
+    rate, or one per initialisation (a step-size sweep); ``momentum`` μ the heavy-ball momentum of the run, which
+    moves the two thresholds to (1 − √μ)²/η and 2(1 + μ)/η (the ``first_above_…`` fields are then the first
+    times above those). For one (unbatched) run the per-initialisation values are NumPy scalars or 0-d arrays."""
 
     lr: float | np.ndarray
     ts: np.ndarray
@@ -38,16 +41,27 @@ class StepSizeAudit:
     first_above_2_over_lr: np.ndarray | np.number
     loss_rises: np.ndarray | np.number
     status: np.ndarray | np.number
+    momentum: float = 0.0
+
+    @property
+    def monotone_threshold(self) -> np.ndarray | float:
+        """(1 − √μ)²/η: 1/η for plain GD."""
+        return thresholds(self.lr, self.momentum)[0]
+
+    @property
+    def stability_threshold(self) -> np.ndarray | float:
+        """2(1 + μ)/η: 2/η for plain GD."""
+        return thresholds(self.lr, self.momentum)[1]
 
     @property
     def monotone_safe(self) -> np.ndarray | np.bool_:
-        """max_t λ_max ≤ 1/η: the step size condition η ≤ 1/λ_max held all along."""
-        return self.max_lambda <= 1.0 / np.asarray(self.lr)
+        """max_t λ_max ≤ (1 − √μ)²/η: the step size condition (η ≤ 1/λ_max for plain GD) held all along."""
+        return self.max_lambda <= self.monotone_threshold
 
     @property
     def flagged(self) -> np.ndarray | np.bool_:
-        """max_t λ_max > 2/η: past the stability edge at some recorded point."""
-        return self.max_lambda > 2.0 / np.asarray(self.lr)
+        """max_t λ_max > 2(1 + μ)/η: past the stability edge at some recorded point."""
+        return self.max_lambda > self.stability_threshold
 
     @property
     def diverged(self) -> np.ndarray | np.bool_:
@@ -58,7 +72,7 @@ class StepSizeAudit:
     def settled(self) -> np.ndarray | np.bool_:
         """The run ended at a minimum (converged, or converged late) with λ_max there below 2/η."""
         at_min = np.isin(self.status, [int(s) for s in AT_MINIMUM])
-        return at_min & (self.lambda_end < 2.0 / np.asarray(self.lr))
+        return at_min & (self.lambda_end < self.stability_threshold)
 
     @property
     def verdict_code(self) -> np.ndarray:
@@ -77,7 +91,7 @@ class StepSizeAudit:
             **{
                 f.name: (
                     getattr(self, f.name)
-                    if f.name == "lr" and np.ndim(self.lr) == 0
+                    if f.name == "momentum" or (f.name == "lr" and np.ndim(self.lr) == 0)
                     else np.asarray(getattr(self, f.name))[i]
                 )
                 for f in fields(self)
@@ -94,12 +108,18 @@ class StepSizeAudit:
         lr = float(np.broadcast_to(self.lr, np.shape(self.max_lambda))[i])
         if not isinstance(self.lr, np.ndarray) or self.lr.ndim == 0:
             lr = float(self.lr)
+        low, edge = thresholds(lr, self.momentum)
         return {
             "lr": lr,
             "max_lambda": float(np.asarray(self.max_lambda)[i]),
             "lambda_end": float(np.asarray(self.lambda_end)[i]),
             "one_over_lr": 1 / lr,
             "two_over_lr": 2 / lr,
+            **(
+                {"momentum": self.momentum, "monotone_threshold": low, "stability_threshold": edge}
+                if self.momentum
+                else {}
+            ),
             "monotone_safe": bool(np.asarray(self.monotone_safe)[i]),
             "past_stability_edge": bool(np.asarray(self.flagged)[i]),
             "verdict": VERDICTS[int(self.verdict_code[i])],
@@ -108,20 +128,32 @@ class StepSizeAudit:
         }
 
     def verdict(self, i=()) -> str:
-        """Run ``i``'s audit in words (the only run when unbatched), with λ_max against 1/η and 2/η."""
+        """Run ``i``'s audit in words (the only run when unbatched), with λ_max against 1/η and 2/η (with momentum
+        μ: (1 − √μ)²/η and 2(1 + μ)/η)."""
         r = self._row(i)
+        low, edge = ("1/η", "2/η") if not self.momentum else ("(1−√μ)²/η", "2(1+μ)/η")
         words = {
-            "held": "η ≤ 1/λ_max held",
-            "between": "between 1/λ_max and 2/λ_max",
-            "edge of stability": f"edge of stability: λ_max crossed 2/η at t = {r['first_step_above_2_over_lr']:g}, "
-            f"then settled where λ_max = {r['lambda_end']:.4f} < 2/η",
-            "unstable": "PAST 2/η (unstable)",
-            "diverged": "PAST 2/η and diverged" if r["past_stability_edge"] else "diverged",
+            "held": f"λ_max ≤ {low} held",
+            "between": f"between {low} and {edge}",
+            "edge of stability": f"edge of stability: λ_max crossed {edge} at t = {r['first_step_above_2_over_lr']:g}, "
+            f"then settled where λ_max = {r['lambda_end']:.4f} < {edge}",
+            "unstable": f"PAST {edge} (unstable)",
+            "diverged": f"PAST {edge} and diverged" if r["past_stability_edge"] else "diverged",
         }
+        values = thresholds(r["lr"], self.momentum)
         return (
-            f"max λ_max = {r['max_lambda']:.4f}, at the end {r['lambda_end']:.4f} (1/η = {r['one_over_lr']:.3f}, "
-            f"2/η = {r['two_over_lr']:.3f}): {words[r['verdict']]}; loss rose {r['loss_rises']}×"
+            f"max λ_max = {r['max_lambda']:.4f}, at the end {r['lambda_end']:.4f} ({low} = {values[0]:.3f}, "
+            f"{edge} = {values[1]:.3f}{f', μ = {self.momentum:g}' if self.momentum else ''}): {words[r['verdict']]}; "
+            f"loss rose {r['loss_rises']}×"
         )
+
+
+def thresholds(lr, momentum: float = 0.0) -> tuple:
+    """((1 − √μ)²/η, 2(1 + μ)/η): the curvatures below which heavy-ball GD at rate η and momentum μ does not
+    oscillate, and is stable, on a quadratic; 1/η and 2/η for μ = 0."""
+    lr = np.asarray(lr, dtype=float)
+    low, edge = (1.0 - np.sqrt(momentum)) ** 2 / lr, 2.0 * (1.0 + momentum) / lr
+    return (float(low), float(edge)) if lr.ndim == 0 else (low, edge)
 
 
 def _first_time(ts: np.ndarray, above: np.ndarray) -> np.ndarray:
@@ -140,15 +172,18 @@ def _rates(lr, lead: tuple) -> float | np.ndarray:
     return arr
 
 
-def step_size_audit(prob: Problem, traj: Trajectory, lr, method: str = "auto") -> StepSizeAudit:
+def step_size_audit(prob: Problem, traj: Trajectory, lr, method: str = "auto", momentum: float = 0.0) -> StepSizeAudit:
     """Audit a trajectory recorded with ``save_params=True`` against the learning rate ``lr`` (one number, or one
-    per initialisation as ``gradient_descent`` sweeps them)."""
+    per initialisation as ``gradient_descent`` sweeps them) and the heavy-ball ``momentum`` it ran with."""
     if traj.params is None:
         raise ValueError("traj has no saved parameters: run gradient_descent/gradient_flow with save_params=True")
     ts = np.asarray(traj.ts)
     lead = ts.shape  # (*B, T)
     lr = _rates(lr, lead)
-    lr_b = np.asarray(lr)[..., None]
+    momentum = _validate.positive("momentum", momentum, allow_zero=True)
+    if not momentum < 1:
+        raise ValueError(f"momentum={momentum!r} is out of range: must lie in [0, 1)")
+    low, edge = (np.asarray(t)[..., None] for t in thresholds(lr, momentum))
     flat = jax.tree_util.tree_map(lambda x: x.reshape((-1, *x.shape[len(lead) :])), traj.params)
     lam = np.asarray(lambda_max(prob, flat, method=method)).reshape(lead)
     lam = np.where(np.isfinite(ts), lam, np.nan)
@@ -162,8 +197,9 @@ def step_size_audit(prob: Problem, traj: Trajectory, lr, method: str = "auto") -
         lambda_max=lam,
         max_lambda=np.max(safe, axis=-1),
         lambda_end=np.take_along_axis(lam, last[..., None], axis=-1)[..., 0],
-        first_above_1_over_lr=_first_time(ts, safe > 1.0 / lr_b),
-        first_above_2_over_lr=_first_time(ts, safe > 2.0 / lr_b),
+        first_above_1_over_lr=_first_time(ts, safe > low),
+        first_above_2_over_lr=_first_time(ts, safe > edge),
         loss_rises=rises,
         status=np.asarray(traj.status),
+        momentum=momentum,
     )

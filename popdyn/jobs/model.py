@@ -192,19 +192,21 @@ def converge_model(
     return res
 
 
-def stepsize_model(factory: str, param=(), lr=(0.1,), steps: int = 400, seed: int = 0) -> Result:
-    """GD from θ0 = prob.init(PRNGKey(seed)) at every η in ``lr`` in one batch, with λ_max(∇²L(θ_t)) audited
-    against 1/η and 2/η (``popdyn.step_size_audit``: held / edge of stability / unstable / diverged)."""
+def stepsize_model(factory: str, param=(), lr=(0.1,), steps: int = 400, seed: int = 0, momentum: float = 0.0) -> Result:
+    """GD from θ0 = prob.init(PRNGKey(seed)) at every η in ``lr`` in one batch (heavy-ball ``momentum`` μ), with
+    λ_max(∇²L(θ_t)) audited against 1/η and 2/η, or (1 − √μ)²/η and 2(1 + μ)/η with momentum
+    (``popdyn.step_size_audit``: held / edge of stability / unstable / diverged)."""
     prob = build(factory, param)
     lrs = np.array([_validate.positive("lr", v) for v in lr], dtype=float)
     steps = _validate.int_at_least("steps", steps, 1)
     theta0 = prob.init(jax.random.PRNGKey(_validate.seed("seed", seed)))
     batch = jax.tree_util.tree_map(lambda v: np.broadcast_to(np.asarray(v), (lrs.size, *np.shape(v))).copy(), theta0)
-    traj = gradient_descent(prob, batch, lr=lrs, steps=steps, save_params=True)
-    audit = step_size_audit(prob, traj, lrs)
+    traj = gradient_descent(prob, batch, lr=lrs, steps=steps, save_params=True, momentum=momentum)
+    audit = step_size_audit(prob, traj, lrs, momentum=momentum)
     runs = [audit.run(i) for i in range(lrs.size)]
     rows = audit.summary()
     inputs = {"task": factory, "param": list(param), "lr": lrs.tolist(), "steps": steps, "seed": seed}
+    inputs["momentum"] = momentum
     res = Result(
         inputs,
         {"runs": rows, "lambda_max_at_start": float(lambda_max(prob, theta0))},

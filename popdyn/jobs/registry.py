@@ -139,6 +139,9 @@ GRID_RANGE = Option(
 CHUNK = Option("--chunk", int, 16384, "initialisations per compiled chunk")
 METHOD = Option("--method", str, "flow", "dynamics", choices=("flow", "gd"))
 SEED = Option("--seed", int, 0, "random seed")
+AUDIT_MOMENTUM = Option(
+    "--momentum", float, 0.0, "heavy-ball momentum μ in [0, 1): thresholds (1 − √μ)²/η and 2(1 + μ)/η"
+)
 
 MARKOV = _opts(
     Option("--p", float, 0.1, "P(next=1 | current=0), in (0, 1)"),
@@ -239,6 +242,7 @@ JOBS: tuple[Job, ...] = (
             Option("--w0", float, 0.5, "initial w"),
             Option("--lr", float, (0.5, 2.0, 3.0), "learning rates", nargs="+", param="lrs"),
             Option("--steps", int, 400, "GD steps"),
+            AUDIT_MOMENTUM,
         ),
     ),
     Job(
@@ -454,6 +458,12 @@ JOBS: tuple[Job, ...] = (
             Option("--n-common", int, 10, "common tokens per class"),
             Option("--n-distinct", int, 10, "distinct tokens per class"),
             Option("--M", int, None, "vocabulary size (default: the tokens used)"),
+            Option(
+                "--momentum",
+                float,
+                0.0,
+                "heavy-ball momentum μ in [0, 1) (the paper's: 0.9): thresholds (1 − √μ)²/η and 2(1 + μ)/η",
+            ),
         ),
     ),
     Job(
@@ -520,7 +530,10 @@ JOBS: tuple[Job, ...] = (
         "λ_max along GD from prob.init against 1/η and 2/η",
         USER
         + _opts(
-            Option("--lr", float, (0.1,), "learning rates", nargs="+"), Option("--steps", int, 400, "GD steps"), SEED
+            Option("--lr", float, (0.1,), "learning rates", nargs="+"),
+            Option("--steps", int, 400, "GD steps"),
+            SEED,
+            AUDIT_MOMENTUM,
         ),
     ),
     Job(

@@ -195,8 +195,9 @@ def converge_markov(p, q, n_init=8, std=1.0, seed=0, eps=1e-6, t1=1e4) -> Result
 
 
 # ---- stepsize -------------------------------------------------------------------------------------
-def stepsize_markov(p, q, e0=1.0, w0=0.5, lrs=(0.5, 2.0, 3.0), steps=400) -> Result:
-    """GD from (e0, w0) at each η, with λ_max(∇²L(θ_t)) audited against 1/η and 2/η."""
+def stepsize_markov(p, q, e0=1.0, w0=0.5, lrs=(0.5, 2.0, 3.0), steps=400, momentum=0.0) -> Result:
+    """GD from (e0, w0) at each η (heavy-ball ``momentum`` μ), with λ_max(∇²L(θ_t)) audited against 1/η and 2/η
+    ((1 − √μ)²/η and 2(1 + μ)/η with momentum, ``step_size_audit``)."""
     e0, w0 = _validate.finite("e0", e0), _validate.finite("w0", w0)
     lrs = [_validate.positive("lr", lr) for lr in lrs]
     steps = _validate.int_at_least("steps", steps, 1)
@@ -204,8 +205,8 @@ def stepsize_markov(p, q, e0=1.0, w0=0.5, lrs=(0.5, 2.0, 3.0), steps=400) -> Res
     theta0 = {"e": jnp.asarray(e0), "w": jnp.asarray(w0)}
     audits, losses, rows = [], [], []
     for lr in lrs:
-        traj = gradient_descent(prob, theta0, lr=lr, steps=steps, save_params=True)
-        audit = step_size_audit(prob, traj, lr)
+        traj = gradient_descent(prob, theta0, lr=lr, steps=steps, save_params=True, momentum=momentum)
+        audit = step_size_audit(prob, traj, lr, momentum=momentum)
         audits.append(audit)
         losses.append(np.asarray(traj.loss))
         rows.append(
@@ -216,7 +217,7 @@ def stepsize_markov(p, q, e0=1.0, w0=0.5, lrs=(0.5, 2.0, 3.0), steps=400) -> Res
                 "entropy_rate": prob.entropy_rate(),
             }
         )
-    inputs = {"task": "markov", "p": p, "q": q, "e0": e0, "w0": w0, "lr": lrs, "steps": steps}
+    inputs = {"task": "markov", "p": p, "q": q, "e0": e0, "w0": w0, "lr": lrs, "steps": steps, "momentum": momentum}
     ts = np.stack([a.ts for a in audits])
     lam = np.stack([a.lambda_max for a in audits])
     res = Result(
