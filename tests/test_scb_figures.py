@@ -61,7 +61,7 @@ def test_fig5_proximal_keeps_the_signal_and_stays_closer_to_the_population():
     r = res.results
     assert min(r["stage1_alphas"]) >= 0.1 and r["lambda_A"] == 3 * r["sigma"]["A"]
     prob = SparseBigram(*random_instance(jax.random.PRNGKey(0), 10, 5000, 2))
-    theta1 = stage1(prob, 2, threshold=0.1, both=True, chunk=50)["theta"]
+    theta1 = stage1(prob, 2, threshold=0.1, both=True, chunk=50).theta
     drive = -prob.precondition(jax.grad(prob.loss)(theta1), project=True)["A"][prob.Qm > 0]
     assert abs(r["lambda_A"] / (FIG5_DRIVE_FRACTION * float(np.median(drive))) - 1) < 1e-3  # B is an integer
     prox, sgd = r["proximal"], r["sgd"]

@@ -3,12 +3,17 @@ noise and gradient variance, Δ recorded without storing θ. The acceptance itse
 recovers the truth where SGD with the same batch does not) is tested on ``popdyn reproduce scb-fig1``'s output
 in test_scb_figures.py: it runs exactly these stage-2 runs."""
 
+import dataclasses
+import json
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from popdyn.jobs.records import summary
 from popdyn.jobs.scb.training import (
+    Stage1Run,
     gradient_variance,
     normalise,
     population_reference,
@@ -31,23 +36,35 @@ def setting():
 
 def test_stage1_stops_at_the_threshold(setting):
     prob, s1 = setting
-    assert s1["threshold"] == stage1_threshold(10, 2) == 0.1
-    a = s1["alphas"]
-    k = s1["step"]
+    assert s1.threshold == stage1_threshold(10, 2) == 0.1
+    a = s1.alphas
+    k = s1.step
     assert a[k].max() >= 0.1 and np.all(a[:k].max(axis=-1) < 0.1)
     assert a[k, 0] > a[k, 1]  # the V signal crosses first (§10)
-    np.testing.assert_allclose(prob.signals(s1["theta"]), a[k], rtol=1e-14)
+    np.testing.assert_allclose(prob.signals(s1.theta), a[k], rtol=1e-14)
 
 
 def test_stage1_chunks_do_not_change_the_result(setting):
     """Chunked early stopping: 3 steps per compiled call gives the same step, signals and θ as 100."""
     prob, s1 = setting
     small = stage1(prob, Q=2, chunk=3)
-    assert small["step"] == s1["step"]
-    np.testing.assert_allclose(small["alphas"], s1["alphas"], rtol=1e-13, atol=1e-15)
+    assert small.step == s1.step
+    np.testing.assert_allclose(small.alphas, s1.alphas, rtol=1e-13, atol=1e-15)
     for b in ("V", "A"):
-        np.testing.assert_allclose(small["theta"][b], s1["theta"][b], rtol=1e-13, atol=1e-15)
-    assert stage1(prob, Q=2, max_steps=5, chunk=3)["step"] is None
+        np.testing.assert_allclose(small.theta[b], s1.theta[b], rtol=1e-13, atol=1e-15)
+    assert stage1(prob, Q=2, max_steps=5, chunk=3).step is None
+
+
+def test_stage1_record(setting):
+    """``stage1`` returns a frozen ``Stage1Run`` whose JSON part is the step and the threshold, without θ and
+    the signals."""
+    _, s1 = setting
+    assert isinstance(s1, Stage1Run)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        s1.step = 0
+    assert summary(s1) == {"step": s1.step, "threshold": 0.1}
+    json.dumps(summary(s1), allow_nan=False)
+    assert s1.alphas.shape == (s1.step + 1, 2) and s1.ts.shape == (s1.step + 1,)
 
 
 def test_surrogate_noise_and_normalise():
@@ -68,7 +85,7 @@ def test_gradient_variance_from_squared_norms_equals_direct_variance(setting):
     from popdyn.tasks.scb.sampling import per_sample_sq_norms
 
     prob, s1 = setting
-    theta = s1["theta"]
+    theta = s1.theta
     data = prob.sample(jax.random.PRNGKey(5), 4000)
     g = per_sample_gradients(prob, theta, data, project=True)
     sq = per_sample_sq_norms(prob, theta, data, project=True)
@@ -95,7 +112,7 @@ def test_with_reference_records_delta_without_storing_theta(setting):
     pair = WithReference(prob)
     paired = popdyn.gradient_descent(
         pair,
-        pair.pair(s1["theta"]),
+        pair.pair(s1.theta),
         lr=0.1,
         steps=200,
         record_every=20,
@@ -106,7 +123,7 @@ def test_with_reference_records_delta_without_storing_theta(setting):
     assert paired.params is None
     run = popdyn.gradient_descent(
         prob,
-        s1["theta"],
+        s1.theta,
         lr=0.1,
         steps=200,
         record_every=20,
@@ -114,9 +131,7 @@ def test_with_reference_records_delta_without_storing_theta(setting):
         precondition=preconditioner(prob),
         prox=L1Prox({"A": 0.002}),
     )
-    separate = trajectory_metrics(
-        prob, run, population_reference(prob, s1["theta"], lr=0.1, steps=200, record_every=20)
-    )
+    separate = trajectory_metrics(prob, run, population_reference(prob, s1.theta, lr=0.1, steps=200, record_every=20))
     for k, v in paired.metrics.items():
         np.testing.assert_allclose(v, separate[k], rtol=1e-10, atol=1e-14, err_msg=k)
     assert separate["delta_A_mu"][-1] > 1e-3  # the prox did move the state off the reference

@@ -3,12 +3,15 @@ KD(D−K)/4 for the four teachers and three activations, slopes, T*, the step-si
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
-from popdyn.jobs.teacher.rates import rates
+from popdyn.io import _jsonable
+from popdyn.jobs.records import summary
+from popdyn.jobs.teacher.rates import RatesRun, rates
 from popdyn.tasks.teacher.builders import PAPER_SIZES, build
 
 SMALL = {"cnn": (9, 3), "gcn": (9, 3), "sts": (9, 3), "gslp": (9, 1)}  # cnn, gcn, sts share one compilation
@@ -45,23 +48,55 @@ def test_rates_job(activation):
     with Exp(1) inputs otherwise)."""
     prob = build("gcn", 9, 3, activation)
     r = rates(prob, audit_points=4, ood_samples=500, horizon=3000, full_steps=300)
-    assert r["status"] == "max_steps" and r["horizon_over_onset"] >= 2990  # steps rounded to whole records
-    assert abs(r["late_constant"] / r["late_constant_predicted"] - 1) < 0.02
-    assert r["late_constant_predicted"] == prob.K * prob.D * (prob.D - prob.K) / 4
-    assert abs(r["slopes"]["excess"] + 1) < 0.02
+    assert r.status == "max_steps" and r.horizon_over_onset >= 2990  # steps rounded to whole records
+    assert abs(r.late_constant / r.late_constant_predicted - 1) < 0.02
+    assert r.late_constant_predicted == prob.K * prob.D * (prob.D - prob.K) / 4
+    assert abs(r.slopes["excess"] + 1) < 0.02
     for key in ("w_error", "s_error"):
-        assert abs(r["slopes"][key] + 0.5) < 0.02, (key, r["slopes"][key])
-        assert abs(r["constants_vs_derived"][key] - 1) < 0.03, (key, r["constants_vs_derived"][key])
-    a = r["audit"]
+        assert abs(r.slopes[key] + 0.5) < 0.02, (key, r.slopes[key])
+        assert abs(r.constants_vs_derived[key] - 1) < 0.03, (key, r.constants_vs_derived[key])
+    a = r.audit
     assert a["monotone_safe"] and a["max_lambda"] > 0.9 * a["one_over_lr"]
-    assert abs(r["lambda_max_teacher"] * r["lr"] - 1) < 1e-12
-    fm = r["full_model"]
+    assert abs(r.lambda_max_teacher * r.lr - 1) < 1e-12
+    fm = r.full_model
     assert max(fm["max_abs_C1"], fm["max_abs_Delta"], fm["max_off_manifold"]) < 1e-10
     assert fm["max_rel_loss"] < 1e-10
-    o = r["ood"]
+    o = r.ood
     assert o["exact"] == (activation == "linear")
     assert np.all(np.isfinite(o["excess"])) and o["excess"][-1] < 0.05 * o["excess"].max()
     assert abs(o["slope"] + 1) < 0.1
+
+
+@pytest.mark.slow
+def test_rates_record():
+    """``rates`` returns a frozen ``RatesRun`` whose JSON part is every field but the recorded ``curves``."""
+    r = rates(build("gcn", 9, 3, "linear"), steps=200, full_steps=20, audit_points=2)
+    assert isinstance(r, RatesRun)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.lr = 1.0
+    out = summary(r)
+    assert list(out) == [
+        "lr",
+        "steps",
+        "lambda_max_teacher",
+        "late_onset",
+        "horizon_over_onset",
+        "status",
+        "late_constant",
+        "late_constant_predicted",
+        "slopes",
+        "slopes_poster",
+        "constants_vs_derived",
+        "poster",
+        "T_star",
+        "half_step",
+        "half_over_T_star",
+        "audit",
+        "ood",
+        "full_model",
+    ]
+    json.dumps(_jsonable(out), allow_nan=False)
+    assert r.steps == 200 and len(r.curves["steps"]) > 2
 
 
 @pytest.mark.slow

@@ -9,6 +9,8 @@ large-N Gaussian-surrogate simulation.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import numpy as np
 from matplotlib.figure import Figure
@@ -49,15 +51,15 @@ def stage2_comparison(
     each against the noise-free reference trajectory at its own step size."""
     prob = SparseBigram(*random_instance(jax.random.PRNGKey(_validate.int_at_least("seed", seed, 0)), N, T, Q))
     s1 = stage1(prob, Q)
-    if s1["step"] is None:
-        raise ValueError(f"Q={Q}: stage 1 did not reach max(α) >= {s1['threshold']:.3g} within its step budget")
-    var = gradient_variance(prob, s1["theta"], jax.random.PRNGKey(seed + 1))
+    if s1.step is None:
+        raise ValueError(f"Q={Q}: stage 1 did not reach max(α) >= {s1.threshold:.3g} within its step budget")
+    var = gradient_variance(prob, s1.theta, jax.random.PRNGKey(seed + 1))
     runs = {}
     for key, _, lr in RUNS:
         method = "proximal" if key == "proximal" else "sgd"
         traj = stage2(
             prob,
-            s1["theta"],
+            s1.theta,
             method=method,
             noise=noise,
             lr=lr,
@@ -67,7 +69,7 @@ def stage2_comparison(
             seed=seed,
             record_every=record_every,
         )
-        ref = population_reference(prob, s1["theta"], lr=lr, steps=steps, record_every=record_every)
+        ref = population_reference(prob, s1.theta, lr=lr, steps=steps, record_every=record_every)
         m = trajectory_metrics(prob, traj, ref)
         runs[key] = {
             "lr": lr,
@@ -80,8 +82,8 @@ def stage2_comparison(
 
 def _summary(comp: dict) -> dict:
     out = {
-        "stage1_steps": comp["stage1"]["step"],
-        "threshold": comp["stage1"]["threshold"],
+        "stage1_steps": comp["stage1"].step,
+        "threshold": comp["stage1"].threshold,
         "gradient_variance": comp["variance"],
     }
     for key, r in comp["runs"].items():
@@ -145,7 +147,7 @@ def scb_fig1(
         ax.legend(fontsize=7)
     fig.suptitle(
         f"SCB Fig. 1: N={N}, T={T}, Q={Q}, batch {batch}, {noise} noise, after stage 1 "
-        f"({comp['stage1']['step']} exact steps)"
+        f"({comp['stage1'].step} exact steps)"
     )
     results = _summary(comp)
     lines = [
@@ -276,16 +278,16 @@ def scb_fig5(
     steps = _validate.int_at_least("steps", steps, 1)
     prob = SparseBigram(*random_instance(jax.random.PRNGKey(seed), N, T, Q))
     s1 = stage1(prob, Q, threshold=switch, both=True, chunk=50)
-    if s1["step"] is None:
+    if s1.step is None:
         raise ValueError(f"switch={switch}: stage 1 did not bring both signals to it within its step budget")
-    var = gradient_variance(prob, s1["theta"], jax.random.PRNGKey(seed + 1), samples=samples)
+    var = gradient_variance(prob, s1.theta, jax.random.PRNGKey(seed + 1), samples=samples)
     if batch is None:
-        batch, _ = fig5_batch(prob, s1["theta"], var["A"])
+        batch, _ = fig5_batch(prob, s1.theta, var["A"])
     sigma = surrogate_noise(var, batch)
     lam_A = FIG5_NOISE_SDS * sigma["A"]
     runs = {
-        "proximal": _fig5_run(prob, s1["theta"], sigma, lam_A, steps, seed, record_every),
-        "sgd": _fig5_run(prob, s1["theta"], sigma, None, steps, seed, record_every),
+        "proximal": _fig5_run(prob, s1.theta, sigma, lam_A, steps, seed, record_every),
+        "sgd": _fig5_run(prob, s1.theta, sigma, None, steps, seed, record_every),
     }
     fig = Figure(figsize=(11, 4), layout="constrained")
     ax_d, ax_a = fig.subplots(1, 2)
@@ -305,10 +307,10 @@ def scb_fig5(
         f"SCB Fig. 5: N={N}, T={T}, Q={Q}, Gaussian surrogate of batch {batch} "
         f"(σ_V={sigma['V']:.2g}, σ_A={sigma['A']:.2g}), λ_A = {lam_A:.2g}"
     )
-    results = {
-        "stage1_steps": s1["step"],
+    results: dict[str, Any] = {
+        "stage1_steps": s1.step,
         "switch": switch,
-        "stage1_alphas": [float(a) for a in s1["alphas"][-1]],
+        "stage1_alphas": [float(a) for a in s1.alphas[-1]],
         "gradient_variance": var,
         "sigma": sigma,
         "lambda_A": lam_A,
@@ -327,7 +329,7 @@ def scb_fig5(
             "status": r["status"],
         }
     lines = [
-        f"scb-fig5: N={N}, T={T}, Q={Q}, seed {seed}: stage 1 exact for {s1['step']} steps (to min(α) ≥ "
+        f"scb-fig5: N={N}, T={T}, Q={Q}, seed {seed}: stage 1 exact for {s1.step} steps (to min(α) ≥ "
         f"{switch:g}), then {steps} surrogate steps at η_2 = {ETA2}, batch {batch}, λ_A = {lam_A:.3g}"
     ]
     for key, label in (("proximal", "ℓ1-proximal"), ("sgd", "SGD")):

@@ -15,8 +15,9 @@ from matplotlib.figure import Figure
 
 from popdyn.dynamics import gradient_descent
 from popdyn.io import Result
-from popdyn.jobs.teacher.rates import default_steps, rates, reduced_records
+from popdyn.jobs.teacher.rates import RatesRun, default_steps, rates, reduced_records
 from popdyn.tasks.teacher.builders import PAPER_SIZES, build
+from popdyn.tasks.teacher.model import BilinearTeacher
 from popdyn.tasks.teacher.online import OnlineGradient, cosine
 from popdyn.tasks.teacher.reduced import TeacherReduced, embed
 
@@ -29,7 +30,9 @@ def _label(name: str, activation: str) -> str:
     return f"{name.upper()} {activation}"
 
 
-def _run_all(settings, sizes: dict | None, horizon: float, ood_samples: int) -> dict:
+def _run_all(
+    settings, sizes: dict | None, horizon: float, ood_samples: int
+) -> dict[tuple[str, str], tuple[BilinearTeacher, RatesRun]]:
     out = {}
     for name, activation in settings:
         D, K = (sizes or PAPER_SIZES)[name]
@@ -72,35 +75,35 @@ def teacher_rates(
     (ax_l, ax_c, ax_e), (ax_p, ax_o, ax_cos) = axes
     results = {}
     for (key, (prob, r)), colour in zip(runs.items(), [f"C{i}" for i in range(6)], strict=False):
-        c, lr = r["curves"], r["lr"]
+        c, lr = r.curves, r.lr
         t = lr * c["steps"]
         ok = t > 0
         label = _label(*key)
         ax_l.loglog(t[ok], c["excess"][ok], color=colour, label=label)
-        ax_l.loglog(t[ok], r["late_constant_predicted"] / t[ok], ":", color=colour, lw=0.8)
-        ax_c.semilogx(t[ok], t[ok] * c["excess"][ok] / r["late_constant_predicted"], color=colour, label=label)
+        ax_l.loglog(t[ok], r.late_constant_predicted / t[ok], ":", color=colour, lw=0.8)
+        ax_c.semilogx(t[ok], t[ok] * c["excess"][ok] / r.late_constant_predicted, color=colour, label=label)
         ax_e.loglog(t[ok], c["w_error"][ok], color=colour, label=f"{label}: ‖W−V*‖")
         ax_e.loglog(t[ok], c["s_error"][ok], "--", color=colour)
-        ax_p.semilogx(c["steps"][ok] / r["T_star"], 1.0 - c["eps"][ok], color=colour, label=label)
-        o = r["ood"]
+        ax_p.semilogx(c["steps"][ok] / r.T_star, 1.0 - c["eps"][ok], color=colour, label=label)
+        o = r.ood
         ax_o.loglog(lr * o["steps"], o["excess"], ".-", color=colour, label=label)
         results["_".join(key)] = {
             "D": prob.D,
             "K": prob.K,
             "v": float(prob.v),
             "lr": lr,
-            "steps": r["steps"],
-            "late_constant": r["late_constant"],
-            "late_constant_predicted": r["late_constant_predicted"],
-            "late_constant_ratio": r["late_constant"] / r["late_constant_predicted"],
-            "slopes": r["slopes"],
-            "half_over_T_star": r["half_over_T_star"],
-            "ood_slope": r["ood"]["slope"],
-            "ood_exact": r["ood"]["exact"],
-            "max_lambda_over_one_over_lr": r["audit"]["max_lambda"] * lr,
+            "steps": r.steps,
+            "late_constant": r.late_constant,
+            "late_constant_predicted": r.late_constant_predicted,
+            "late_constant_ratio": r.late_constant / r.late_constant_predicted,
+            "slopes": r.slopes,
+            "half_over_T_star": r.half_over_T_star,
+            "ood_slope": r.ood["slope"],
+            "ood_exact": r.ood["exact"],
+            "max_lambda_over_one_over_lr": r.audit["max_lambda"] * lr,
         }
     prob, r = runs[("cnn", "relu")]
-    ts, cos = _online_cosine(prob, r["lr"], online_steps, seed)
+    ts, cos = _online_cosine(prob, r.lr, online_steps, seed)
     ax_cos.semilogx(ts[1:], cos[1:], label=f"online SGD, batch {ONLINE_BATCH} (the paper's procedure)")
     ax_cos.axhline(1.0, color="k", ls="--", lw=1, label="exact population GD: cos = 1 for t > 0")
     results["online_cosine"] = {
@@ -127,14 +130,14 @@ def teacher_rates(
         "teacher-rates: six settings, exact GD from zero to ηT = "
         f"{horizon:g} × late onset; late constant ηT(L − L_opt) vs KD(D−K)/4, slopes, OOD"
     ]
-    for key, r in results.items():
-        if key == "online_cosine":
+    for name, row in results.items():
+        if name == "online_cosine":
             continue
         lines.append(
-            f"  {key:<12s} D={r['D']:<3d} K={r['K']}: constant ratio {r['late_constant_ratio']:.4f}, "
-            f"slopes loss {r['slopes']['excess']:.3f}, W {r['slopes']['w_error']:.3f}, "
-            f"S {r['slopes']['s_error']:.3f}; K·p = 1/2 at {r['half_over_T_star']:.2f} T*; OOD slope "
-            f"{r['ood_slope']:.3f}"
+            f"  {name:<12s} D={row['D']:<3d} K={row['K']}: constant ratio {row['late_constant_ratio']:.4f}, "
+            f"slopes loss {row['slopes']['excess']:.3f}, W {row['slopes']['w_error']:.3f}, "
+            f"S {row['slopes']['s_error']:.3f}; K·p = 1/2 at {row['half_over_T_star']:.2f} T*; OOD slope "
+            f"{row['ood_slope']:.3f}"
         )
     oc = results["online_cosine"]
     lines.append(f"  cosine(W, V*): exact = 1 for t > 0; online SGD (batch {ONLINE_BATCH}) ends at {oc['final']:.4f}")
@@ -150,7 +153,7 @@ def teacher_rates(
         "M": "4 (cnn, gcn), d (sts), 1 (gslp)",
         "lr": "1/λ_max at the teacher",
     }
-    arrays = {f"rates_{'_'.join(k)}": r["curves"] for k, (_, r) in runs.items()}
+    arrays = {f"rates_{'_'.join(k)}": r.curves for k, (_, r) in runs.items()}
     arrays["online_cosine"] = {"steps": ts, "cos": cos}
     return Result(inputs, results, arrays, {"teacher-rates": fig}, lines)
 

@@ -1,5 +1,5 @@
-"""Typed results of theorem runs (docs/jobs.md, "Outputs"): frozen dataclasses whose plain fields are the run's
-JSON summary and whose ``internal`` fields (trajectories, problems) are kept out of it."""
+"""Typed results of runs (docs/jobs.md, "Outputs"): frozen dataclasses whose plain fields are the run's JSON
+summary and whose ``internal`` fields (trajectories, problems, recorded arrays) are kept out of it."""
 
 from __future__ import annotations
 

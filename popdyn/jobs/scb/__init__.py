@@ -3,6 +3,7 @@ command-line jobs built on them (docs/jobs.md)."""
 
 from popdyn.jobs.scb.training import (
     SampledGradient,
+    Stage1Run,
     WithReference,
     gradient_variance,
     normalise,
@@ -19,6 +20,7 @@ from popdyn.jobs.scb.transfer import run_signals, transfer
 
 __all__ = [
     "SampledGradient",
+    "Stage1Run",
     "WithReference",
     "gradient_variance",
     "normalise",

@@ -64,14 +64,14 @@ def converge_scb(
     dist = np.maximum(np.abs(1 - aV) * np.sqrt(info["c"]), np.abs(1 - aA) * np.sqrt(info["qbar"] - 1 / T))
     hit = np.flatnonzero(dist <= eps)
     total = int(hit[0]) if hit.size else None
-    red_hit = np.flatnonzero(np.maximum(aV, aA) >= s1["threshold"])
+    red_hit = np.flatnonzero(np.maximum(aV, aA) >= s1.threshold)
     lam_slow, lam_fast = (float(v) for v in red.eigenvalues_at_minimum())
     lam_plus = (-1 / T + np.sqrt(1 / T**2 + 4 * info["c"] * (info["qbar"] - 1 / T))) / 2
     results = {
         **info,
-        "threshold": s1["threshold"],
-        "stage1_steps": s1["step"],
-        "stage1_alphas": None if s1["step"] is None else [float(v) for v in s1["alphas"][s1["step"]]],
+        "threshold": s1.threshold,
+        "stage1_steps": s1.step,
+        "stage1_alphas": None if s1.step is None else [float(v) for v in s1.alphas[s1.step]],
         "stage1_steps_reduced": int(red_hit[0]) if red_hit.size else None,
         "total_steps": total,
         "eps": eps,
@@ -82,16 +82,16 @@ def converge_scb(
         "monotone": lr <= 1 / lam_fast,
         "contraction_predicted": 1 - lr * lam_slow,
         "lambda_plus": float(lam_plus),
-        "stage1_steps_early_time": s1["threshold"] * T / lr,  # α_V ≈ t/T at early times (§4)
+        "stage1_steps_early_time": s1.threshold * T / lr,  # α_V ≈ t/T at early times (§4)
     }
     fig = Figure(figsize=(11, 4), layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
     steps = np.asarray(traj.ts)
     ax1.plot(steps, aV, label="α_V")
     ax1.plot(steps, aA, label="α_A")
-    ax1.axhline(s1["threshold"], color="k", ls=":", label=f"threshold {s1['threshold']:.3g}")
-    if s1["step"] is not None:
-        ax1.axvline(s1["step"], color="grey", ls="--", label=f"stage 1 ends: step {s1['step']}")
+    ax1.axhline(s1.threshold, color="k", ls=":", label=f"threshold {s1.threshold:.3g}")
+    if s1.step is not None:
+        ax1.axvline(s1.step, color="grey", ls="--", label=f"stage 1 ends: step {s1.step}")
     ax1.set(xscale="symlog", xlabel="step", ylabel="signal", title=f"signals (N={N}, T={T}, Q={Q}, η={lr:g})")
     ax1.legend(fontsize=7)
     ax2.semilogy(steps, np.maximum(dist, 1e-300))
@@ -99,7 +99,7 @@ def converge_scb(
     ax2.set(xscale="symlog", xlabel="step", ylabel="max(‖V−P‖_μ, ‖A−Qm‖_μ)", title="distance to the truth")
     lines = [
         f"converge scb: N={N}, T={T}, Q={Q}, seed {seed}, exact preconditioned projected GD η={lr:g}",
-        f"  stage 1 (max α ≥ {s1['threshold']:.3g}): step {s1['step']} (full matrices), "
+        f"  stage 1 (max α ≥ {s1.threshold:.3g}): step {s1.step} (full matrices), "
         f"{results['stage1_steps_reduced']} (2-D recursion); early-time α_V ≈ t/T gives θT/η = "
         f"{results['stage1_steps_early_time']:.1f}",
         f"  to ε = {eps:g}: {total if total is not None else f'not within {max_steps}'} steps; "
@@ -113,12 +113,10 @@ def converge_scb(
         "seed": seed,
         "lr": lr,
         "eps": eps,
-        "threshold": s1["threshold"],
+        "threshold": s1.threshold,
         "max_steps": max_steps,
     }
-    arrays = {
-        "converge": {"steps": steps, "alpha_V": aV, "alpha_A": aA, "distance": dist, "stage1_alphas": s1["alphas"]}
-    }
+    arrays = {"converge": {"steps": steps, "alpha_V": aV, "alpha_A": aA, "distance": dist, "stage1_alphas": s1.alphas}}
     return Result(inputs, results, arrays, {"converge": fig}, lines)
 
 

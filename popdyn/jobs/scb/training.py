@@ -9,6 +9,8 @@ normalisation where plain SGD with the same batch stays at ≈ 0.13).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -16,6 +18,7 @@ import numpy as np
 
 from popdyn import _validate
 from popdyn.dynamics import L1Prox, Trajectory, gradient_descent
+from popdyn.jobs.records import internal
 from popdyn.problem import Problem, Theta
 from popdyn.tasks.scb.model import SparseBigram
 from popdyn.tasks.scb.sampling import minibatch_gradient, per_sample_sq_norms
@@ -85,6 +88,20 @@ class SampledGradient(eqx.Module):
         return minibatch_gradient(self.prob, theta, self.prob.sample(key, self.batch), project=self.project)
 
 
+@dataclass(frozen=True)
+class Stage1Run:
+    """Stage 1 on the exact population process (docs/models/scb.md §5), as returned by ``stage1``: ``step``, the
+    first GD step t with max(α_V, α_A) ≥ ``threshold`` (min(α_V, α_A) with ``both``; None if not within the budget),
+    θ_t (``theta``, None likewise) and the signals (α_V, α_A) (``alphas``) at steps ``ts`` = 0, 1, ... up to it.
+    ``popdyn.jobs.records.summary(run)`` is its JSON part: ``theta``, ``alphas`` and ``ts`` stay out of it."""
+
+    step: int | None
+    threshold: float
+    theta: Theta | None = internal()
+    alphas: np.ndarray = internal()
+    ts: np.ndarray = internal()
+
+
 def stage1(
     prob: SparseBigram,
     Q: int,
@@ -94,12 +111,12 @@ def stage1(
     threshold: float | None = None,
     chunk: int = 100,
     both: bool = False,
-) -> dict:
+) -> Stage1Run:
     """Exact population preconditioned, projected GD from (μ1ᵀ, 11ᵀ/T) until max(α_V, α_A) ≥ ``threshold``
     (default 2/(QN); with ``both``, until min(α_V, α_A) ≥ ``threshold``): T_1 of Thm 3.1 without sampling
     noise. Runs ``chunk`` steps at a time (one compiled loop, reused) and stops at the first chunk that
     crosses; the signals are recorded as metrics, so θ is never stored along the run. Returns the step (None
-    if not within ``max_steps``), θ there, the signals."""
+    if not within ``max_steps``), θ there and the signals as a ``Stage1Run``."""
     threshold = stage1_threshold(prob.N, Q) if threshold is None else _validate.positive("threshold", threshold)
     max_steps = _validate.int_at_least("max_steps", max_steps, 1)
     chunk = min(_validate.int_at_least("chunk", chunk, 1), max_steps)
@@ -124,10 +141,10 @@ def stage1(
                     prob, theta, lr=lr, steps=int(hit[0]), record_every=int(hit[0]), precondition=pre
                 ).final
             alphas = np.concatenate(parts)[: step + 1]
-            return {"step": step, "theta": theta, "threshold": threshold, "alphas": alphas, "ts": np.arange(step + 1.0)}
+            return Stage1Run(step=step, threshold=threshold, theta=theta, alphas=alphas, ts=np.arange(step + 1.0))
         theta, done = traj.final, done + n
     alphas = np.concatenate(parts)
-    return {"step": None, "theta": None, "threshold": threshold, "alphas": alphas, "ts": np.arange(len(alphas) * 1.0)}
+    return Stage1Run(step=None, threshold=threshold, theta=None, alphas=alphas, ts=np.arange(len(alphas) * 1.0))
 
 
 def stage2(

@@ -9,6 +9,8 @@ reached with the exact two-scalar map, and the full model is run over the first 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -17,6 +19,7 @@ import numpy as np
 from popdyn import _validate
 from popdyn.analysis import StepSizeAudit, step_size_audit
 from popdyn.dynamics import STATUS_NAMES, Trajectory, gradient_descent
+from popdyn.jobs.records import internal
 from popdyn.tasks.teacher.model import BilinearTeacher
 from popdyn.tasks.teacher.ood import ood_excess_linear, ood_excess_mc
 from popdyn.tasks.teacher.reduced import TeacherReduced, embed, late_constant, project
@@ -156,6 +159,47 @@ def default_steps(red: TeacherReduced, lr: float, horizon: float = HORIZON) -> i
     return int(min(MAX_STEPS, max(10_000, math.ceil(_validate.positive("horizon", horizon) * onset / lr))))
 
 
+@dataclass(frozen=True)
+class RatesRun:
+    """One zero-initialisation run of a teacher against Theorem 3.1 (docs/models/teacher.md §5–§7), as returned by
+    ``rates``; ``popdyn.jobs.records.summary(run)`` is its JSON part, ``curves`` stays out of it.
+
+    * run: step η = ``lr`` (default 1/``lambda_max_teacher``, §6), ``steps`` GD steps, the engine's ``status``,
+      and ηT at the end over the late onset (D−K)⁴/(2κσ_x²vK) (``late_onset``, §5.2);
+    * late regime (§5.2): ``late_constant`` = ηT·(L − L_opt) at the end against KD(D−K)/4
+      (``late_constant_predicted``); ``slopes``: log-log slopes of L − L_opt, ‖W − V*‖, ‖S − S*‖ over the last
+      decade of ηT against the poster's (``slopes_poster``); ``constants_vs_derived``: each measured / §5.2's
+      asymptote at the end; ``poster``: the poster's Θ-forms;
+    * attention (§5.3): ``half_step``, the first step with K·p ≥ 1/2 (None if never), against
+      ``T_star`` = KD²/(η‖V*‖²), and their ratio ``half_over_T_star``;
+    * ``audit`` (§6): λ_max(θ_t) of the full Hessian at log-spaced records against 1/η and 2/η (``audit_summary``);
+    * ``ood`` (§7): the excess OOD loss at ~30 log-spaced steps, its standard errors (0 when ``exact``), its late
+      slope;
+    * ``full_model`` (§4): full-matrix GD over the first steps against the reduced map (``full_model_check``);
+    * ``curves``: the run's records (steps, L − L_opt, ‖W − V*‖, ‖S − S*‖, ε = 1 − K·p, C1, Δ).
+    """
+
+    lr: float
+    steps: int
+    lambda_max_teacher: float
+    late_onset: float
+    horizon_over_onset: float
+    status: str
+    late_constant: float
+    late_constant_predicted: float
+    slopes: dict[str, float]
+    slopes_poster: dict[str, float]
+    constants_vs_derived: dict[str, float]
+    poster: dict[str, str]
+    T_star: float
+    half_step: float | None
+    half_over_T_star: float | None
+    audit: dict[str, Any]
+    ood: dict[str, Any]
+    full_model: dict[str, float]
+    curves: dict[str, np.ndarray] = internal()
+
+
 def rates(
     prob: BilinearTeacher,
     lr: float | None = None,
@@ -165,19 +209,17 @@ def rates(
     audit_points: int = 12,
     seed: int = 0,
     horizon: float = HORIZON,
-) -> dict:
+) -> RatesRun:
     """The zero-initialisation run of ``prob`` at step ``lr`` (default 1/λ_max at the teacher, the binding
     condition of §6) for ``steps`` GD steps (default: to ηT = ``horizon`` × late onset, at most 5·10⁷; the
-    onset underestimates the transient when D − K is small, e.g. D = 9, K = 3 needs ~3000), with
+    onset underestimates the transient when D − K is small, e.g. D = 9, K = 3 needs ~3000), as a ``RatesRun``:
 
-    * the late constant ηT·(L − L_opt) at the end against KD(D−K)/4, and the fitted log-log slopes of L − L_opt,
-      ‖W − V*‖ and ‖S − S*‖ over the last decade of ηT, with §5.2's constants and the poster's forms;
-    * the step of K·p = 1/2 against T* = KD²/(η‖V*‖²) (records are fine over the first 30 T*);
-    * the step-size audit: ``step_size_audit`` (exact λ_max of the full Hessian) at ``audit_points`` log-spaced
-      records of the run, embedded exactly (``records_trajectory``), against 1/η and 2/η (``audit_summary``);
-    * the excess OOD loss over training (§7): exact for the identity with Exp(1)-like moments (mean 1, variance
-      1), Monte Carlo with Exp(1) inputs otherwise (``ood_samples`` draws, standard errors recorded);
-    * the full model over the first ``full_steps`` steps against the reduced map (``full_model_check``)."""
+    * records are fine over the first 30 T*, for the step of K·p = 1/2;
+    * the step-size audit is ``step_size_audit`` (exact λ_max of the full Hessian) at ``audit_points`` log-spaced
+      records of the run, embedded exactly (``records_trajectory``);
+    * the excess OOD loss (§7) is exact for the identity with Exp(1)-like moments (mean 1, variance 1), Monte
+      Carlo with Exp(1) inputs otherwise (``ood_samples`` draws from ``seed``);
+    * the full model is run over the first ``full_steps`` steps against the reduced map (``full_model_check``)."""
     red = TeacherReduced.from_teacher(prob)
     lam_teacher = prob.lambda_max_at_teacher()
     lr = 1.0 / lam_teacher if lr is None else _validate.positive("lr", lr)
@@ -215,32 +257,32 @@ def rates(
         ood, ood_se = (np.array([float(e[j]) for e in est]) for j in (0, 1))
     t_ood = lr * ts[ood_idx]
     late_ood = t_ood >= t_ood[-1] / 10
-    return {
-        "lr": lr,
-        "steps": steps,
-        "lambda_max_teacher": lam_teacher,
-        "late_onset": onset,
-        "horizon_over_onset": float(t[-1] / onset),
-        "status": status,
-        "late_constant": float(t[-1] * excess[-1]),
-        "late_constant_predicted": late_constant(red.D, red.K),
-        "slopes": slopes,
-        "slopes_poster": SLOPES,
-        "constants_vs_derived": constants,
-        "poster": POSTER,
-        "T_star": t_star,
-        "half_step": t_half,
-        "half_over_T_star": None if t_half is None else t_half / t_star,
-        "audit": audit,
-        "ood": {
+    return RatesRun(
+        lr=lr,
+        steps=steps,
+        lambda_max_teacher=lam_teacher,
+        late_onset=onset,
+        horizon_over_onset=float(t[-1] / onset),
+        status=status,
+        late_constant=float(t[-1] * excess[-1]),
+        late_constant_predicted=late_constant(red.D, red.K),
+        slopes=slopes,
+        slopes_poster=SLOPES,
+        constants_vs_derived=constants,
+        poster=POSTER,
+        T_star=t_star,
+        half_step=t_half,
+        half_over_T_star=None if t_half is None else t_half / t_star,
+        audit=audit,
+        ood={
             "steps": ts[ood_idx],
             "excess": ood,
             "se": ood_se,
             "slope": _fit_slope(t_ood[late_ood], ood[late_ood]) if late_ood.sum() >= 2 else None,
             "exact": float(prob.alpha) == 1.0,
         },
-        "full_model": full_model_check(prob, red, lr, min(full_steps, steps)),
-        "curves": {
+        full_model=full_model_check(prob, red, lr, min(full_steps, steps)),
+        curves={
             "steps": ts,
             "excess": excess,
             "w_error": errors["w_error"],
@@ -249,4 +291,4 @@ def rates(
             "C1": params["C1"],
             "Delta": params["Delta"],
         },
-    }
+    )
