@@ -427,6 +427,7 @@ JOBS: tuple[Job, ...] = (
             Option("--lr", float, None, "learning rates (default (1, 1.5, 2.5)/λ_max at the teacher)", nargs="+"),
             Option("--steps", int, 5000, "GD steps"),
             Option("--records", int, 40, "audit points"),
+            AUDIT_MOMENTUM,
         ),
     ),
     # ---- scan and snap

@@ -412,8 +412,10 @@ def stepsize_teacher(
     lr: float | Sequence[float] | None = None,
     steps: int = 5000,
     records: int = 40,
+    momentum: float = 0.0,
 ) -> Result:
-    """Full-matrix GD from the paper's W = 0, A = 0 at one or more step sizes η (one batched run), with
+    """Full-matrix GD (heavy-ball ``momentum`` μ: thresholds (1 − √μ)²/η and 2(1 + μ)/η instead of 1/η and 2/η)
+    from the paper's W = 0, A = 0 at one or more step sizes η (one batched run), with
     λ_max(∇²L(θ_t)) at ``records`` evenly spaced records against 1/η (monotone descent on a quadratic) and 2/η
     (stability), by ``step_size_audit``, next to λ_max at the teacher κσ_x² max(D/K, v/(K²D)) (§6; docs/jobs.md).
 
@@ -439,9 +441,16 @@ def stepsize_teacher(
     n = len(lrs)
     theta0 = jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v, (n, *v.shape)), prob.init(None))
     traj = gradient_descent(
-        prob, theta0, lr=np.array(lrs), steps=steps, record_every=every, save_params=True, gtol=NO_STOP
+        prob,
+        theta0,
+        lr=np.array(lrs),
+        steps=steps,
+        record_every=every,
+        save_params=True,
+        gtol=NO_STOP,
+        momentum=momentum,
     )
-    audit = step_size_audit(prob, traj, np.array(lrs))
+    audit = step_size_audit(prob, traj, np.array(lrs), momentum=momentum)
     runs = [audit.run(i) for i in range(n)]
     L_opt, losses = float(prob.L_opt), np.asarray(traj.loss)
     rows = [
@@ -465,6 +474,7 @@ def stepsize_teacher(
         "lr": lrs,
         "steps": steps,
         "records": records,
+        "momentum": momentum,
         "init": "W = 0, A = 0 (zero_init='limit')",
     }
     results = {"lambda_max_teacher": lam_t, "L_opt": L_opt, "record_every": every, "runs": table}
