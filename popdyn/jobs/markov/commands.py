@@ -7,6 +7,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 from typing import cast
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -110,11 +111,17 @@ def basins_markov(
     return res
 
 
+@eqx.filter_jit
+def _predicted_basins(prob: Canonical, theta: dict) -> jax.Array:
+    """The closed-form label of every point: p and q enter as arguments, so one program serves every (p, q)."""
+    return jax.vmap(prob.predicted_basin)(theta)
+
+
 def _closed_form_basins(prob: Canonical, grid: Grid) -> tuple[np.ndarray, np.ndarray]:
     """(the closed-form basin label of every grid point (§4.4), whether it lies farther than 0.05 from the
     separatrix): points closer are left out of the agreement (docs/basins.md, "Agreement with a closed form")."""
     theta = grid.points(prob)
-    predicted = np.asarray(jax.jit(jax.vmap(prob.predicted_basin))(theta)).reshape(grid.shape)
+    predicted = np.asarray(_predicted_basins(prob, theta)).reshape(grid.shape)
     return predicted, np.asarray(prob.separatrix_distance(theta)).reshape(grid.shape) > 0.05
 
 
