@@ -24,7 +24,7 @@ BAD = {  # name: (argv, text naming the parameter in the error line)
     "grid": (["basins", "markov", "--grid", "1"], "grid"),
     "range": (["basins", "markov", "--range", "3", "-3"], "range"),
     "task": (["basins", "teacherz"], "teacherz"),
-    "no-job": (["sweep", "decision-list"], "task='decision-list' has no sweep job"),
+    "sweep-without-vary": (["sweep", "decision-list"], "vary is missing"),
     "lr": (["stepsize", "markov", "--lr", "-1"], "lr"),
     "eps": (["converge", "markov", "--eps", "0"], "eps"),
 }
