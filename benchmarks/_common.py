@@ -128,6 +128,14 @@ def finish_section(lines: list[str], info: dict) -> str:
     return "\n".join([*lines, "", "Machine:", "", *(f"- {k}: {v}" for k, v in info.items()), ""])
 
 
+def popdyn_env(cache: str) -> dict[str, str]:
+    """This process's environment for a ``popdyn`` subprocess run from the repository: JAX's persistent
+    compilation cache in ``cache`` (or ``off``) and the repository on the import path."""
+    env = dict(os.environ, POPDYN_CACHE_DIR=cache)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
 def parser(doc: str):
     """An argument parser whose description is the benchmark docstring's first paragraph."""
     import argparse

@@ -21,14 +21,13 @@ How to run (from the repository root)
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from benchmarks._common import REPO, finish_section, make_headline, parser, publish, run_header
+from benchmarks._common import REPO, finish_section, make_headline, parser, popdyn_env, publish, run_header
 
 SCRIPT = "basins_phases"
 HEADING = "## Basin map at grid 1000: time per phase"
@@ -68,12 +67,10 @@ sys.exit(code)
 
 def run_once(job: list[str], cache: str, tmp: str, tag: str) -> dict[str, float]:
     """Phase times of one run of ``popdyn JOB`` as a fresh process, with its wall time from spawn to exit."""
-    env = dict(os.environ, POPDYN_CACHE_DIR=cache)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     marks = Path(tmp) / f"{tag}.json"
     spawned = time.time()
     argv = [sys.executable, "-c", CHILD, repr(spawned), str(marks), *job, "--out", f"{tmp}/{tag}"]
-    subprocess.run(argv, env=env, cwd=tmp, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(argv, env=popdyn_env(cache), cwd=tmp, check=True, stdout=subprocess.DEVNULL)
     wall = time.time() - spawned
     phases = json.loads(marks.read_text())
     beside = {k: phases.pop(k) for k in list(phases) if "beside" in k}

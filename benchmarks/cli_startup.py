@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks._common import REPO, finish_section, make_headline, parser, publish, run_header
+from benchmarks._common import REPO, finish_section, make_headline, parser, popdyn_env, publish, run_header
 
 SCRIPT = "cli_startup"
 HEADING = "## Command-line start-up"
@@ -32,10 +32,14 @@ HEADING = "## Command-line start-up"
 
 def timed(argv: list[str], cache: str, cwd: str) -> float:
     """Seconds from start to exit of ``python -m popdyn.cli ARGV`` with POPDYN_CACHE_DIR=cache."""
-    env = dict(os.environ, POPDYN_CACHE_DIR=cache)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "popdyn.cli", *argv], env=env, cwd=cwd, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "popdyn.cli", *argv],
+        env=popdyn_env(cache),
+        cwd=cwd,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return time.perf_counter() - t0
 
 
