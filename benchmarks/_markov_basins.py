@@ -1,7 +1,7 @@
 """The basin maps of the canonical Markov (e, w) model shared by ``benchmarks.basins_markov`` and
 ``benchmarks.throughput``: the grid and tolerances, ``timed_basin_map`` (wall seconds and the seconds JAX spent
 tracing and compiling within them) and the baseline, a Python loop of ``scipy.integrate.solve_ivp`` on the profiled
-vector field written in NumPy from the closed forms (spec markov.md §2.2, §3.2). float64 is switched on by
+vector field written in NumPy from the closed forms (docs/models/markov.md §2.2, §3.2). float64 is switched on by
 ``benchmarks._common``, which both benchmarks import."""
 
 from __future__ import annotations
@@ -55,10 +55,10 @@ def timed_basin_map(prob, grid, method, **kw):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Baseline: scipy solve_ivp on the closed-form profiled vector field (spec §2.2, §3.2)
+# Baseline: scipy solve_ivp on the closed-form profiled vector field (docs/models/markov.md §2.2, §3.2)
 # ---------------------------------------------------------------------------------------------------------------
 class NumpyCanonical:
-    """The profiled (e, w) flow of spec §3.2 in plain NumPy, as a researcher would write it."""
+    """The profiled (e, w) flow of docs/models/markov.md §3.2 in plain NumPy, as a researcher would write it."""
 
     def __init__(self, p: float, q: float):
         self.p, self.q = p, q

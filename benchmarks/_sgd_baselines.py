@@ -21,8 +21,9 @@ from popdyn.tasks.teacher import BilinearTeacher
 # Scan and Snap: the authors' model and training loop
 # ---------------------------------------------------------------------------------------------------------------
 class NumpyScanSnap:
-    """The Y/Z model of Scan and Snap (spec §2, the authors' ``Model2``) with sampling, forward and backward pass in
-    plain NumPy, as a researcher without autodiff would write it. Sequences: ``T − 1`` contextual tokens."""
+    """The Y/Z model of Scan and Snap (docs/models/scan_snap.md §2, the authors' ``Model2``) with sampling, forward
+    and backward pass in plain NumPy, as a researcher without autodiff would write it. Sequences: ``T − 1``
+    contextual tokens."""
 
     def __init__(self, classes: Classes, T: int):
         self.probs, self.query, self.label = classes.probs, classes.query, classes.label
@@ -108,7 +109,7 @@ def scan_snap_grad_check(prob: ScanSnap, model: NumpyScanSnap, batch: int, seed:
 # ---------------------------------------------------------------------------------------------------------------
 class NumpyTeacher:
     """Teacher data and the position-only student σ(W X S), S = column-softmax(A/√D), with sampling, forward and
-    backward pass in plain NumPy (spec §1–§2), as a researcher without autodiff would write them."""
+    backward pass in plain NumPy (docs/models/teacher.md §1–§2), as a researcher without autodiff would write them."""
 
     def __init__(self, prob: BilinearTeacher):
         self.S_star, self.V_star = np.asarray(prob.S_star), np.asarray(prob.V_star)

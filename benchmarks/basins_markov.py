@@ -1,4 +1,5 @@
-"""Benchmark: basin-of-attraction maps of the canonical Markov (e, w) model (spec markov.md §2.2, §3.2, §4.4).
+"""Benchmark: basin-of-attraction maps of the canonical Markov (e, w) model
+(docs/models/markov.md §2.2, §3.2, §4.4).
 
 What it measures
 ----------------
@@ -15,7 +16,7 @@ What it measures
 
 2. The baseline a researcher would write today: a Python loop of ``scipy.integrate.solve_ivp`` (RK45, same
    rtol/atol, t_span (0, 1e4), terminal event ‖f(y)‖ − (atol + rtol‖y‖) = 0, i.e. the same steady-state rule)
-   with the profiled-loss vector field written in NumPy from the closed forms of spec §3.2:
+   with the profiled-loss vector field written in NumPy from the closed forms of §3.2:
    ∂L/∂e = 2e c(w) ℓ'(A), ∂L/∂w = 4|w| e² ℓ'(A), ℓ'(A) = π1(σ(f1*) − (1−q)), A = c(w)e², c(w) = 1 + 2w|w|,
    f0* = ln u (§2.2), f1* = f0* + A. It runs on a random subset (fixed seed) of the largest grid's
    initialisations; its end points are labelled (global if |c(w)e² − A*| < 1e-3, local if |e| < 1e-3 at a local
@@ -230,7 +231,7 @@ def render(results: list[dict], info: dict, args, command: str, date: str, total
         "in that call. µs/point and speed-up use *compute*; "
         "the last column uses the cold wall. Baseline: Python loop of `scipy.integrate.solve_ivp` (RK45, same "
         "rtol/atol, t_span (0, 1e4), terminal event on the same steady-state rule) on the NumPy closed-form "
-        "profiled field of spec §3.2, over a random subset of the largest grid."
+        "profiled field of docs/models/markov.md §3.2, over a random subset of the largest grid."
     )
     out.append("")
     out.append(

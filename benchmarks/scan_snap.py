@@ -1,11 +1,12 @@
-"""Benchmark: Scan and Snap (spec scan_snap.md) — popdyn's exact population loss and gradient against Monte Carlo at
-equal precision, and the authors' sampled-SGD training loop (written in NumPy) against popdyn's exact GD, in one run.
+"""Benchmark: Scan and Snap (docs/models/scan_snap.md) — popdyn's exact population loss and gradient against Monte
+Carlo at equal precision, and the authors' sampled-SGD training loop (written in NumPy) against popdyn's exact GD, in
+one run.
 
 What it measures (float64 throughout, default JAX backend = the CPU here)
 ------------------------------------------------------------------------
 The problem is ``ScanSnap(syn_small(), T=T)`` (Syn-Small of Fig. 4: K = 2 classes, M = 34 tokens, 20 tokens in each
 class's support; ``--medium N`` uses ``syn_medium(N)`` instead). At finite T the exact loss is the expectation over
-the count vectors of the T−1 contextual tokens, C(s+T−2, T−1) multisets per class of support size s (spec §1,
+the count vectors of the T−1 contextual tokens, C(s+T−2, T−1) multisets per class of support size s (§1,
 [derived]); it is the only version of the loss that a Monte-Carlo average of sampled sequences estimates without
 bias, so the exact-vs-MC part runs at a small T (default 6: 42,504 count vectors per class; --quick 4: 1,540).
 
@@ -24,7 +25,7 @@ bias, so the exact-vs-MC part runs at a small T (default 6: 42,504 count vectors
    part 3 (a) after 10 steps (Fig. 4's left panel, loss already ~100× lower).
 
 3. The paper's training loop as the baseline for whole runs: the authors train with SGD on freshly sampled batches
-   (batch 128, momentum 0.9, η_Y = η_Z = 1, Y(0) = Z(0) = 0, 100 iterations for Fig. 4, spec §6–§7). The script has
+   (batch 128, momentum 0.9, η_Y = η_Z = 1, Y(0) = Z(0) = 0, 100 iterations for Fig. 4, §6–§7). The script has
    that loop in plain NumPy — sampling, forward pass and a hand-written backward pass of the Y/Z model (checked
    against JAX autodiff on one batch) — and times it against ``popdyn.gradient_descent`` (exact heavy-ball GD, same
    lr, momentum and time scales; cold = first call with compilation, warm = an identical second call) for the same

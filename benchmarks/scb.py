@@ -1,4 +1,4 @@
-"""Benchmark: sparse contextual bigrams (spec scb.md §3, §5, §7 "Sizes for Fig 5") — one exact population step
+"""Benchmark: sparse contextual bigrams (docs/models/scb.md §3, §5, §7: Fig. 5's sizes) — one exact population step
 against the sampled minibatch step a researcher would otherwise run, in the same process.
 
 What it measures (float64, default JAX backend = the CPU here)

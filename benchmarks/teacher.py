@@ -1,12 +1,13 @@
-"""Benchmark: bilinear teachers (spec teacher.md) — popdyn's exact Gaussian population loss and gradient against Monte
-Carlo at equal precision, and the paper's online SGD (written in NumPy) against popdyn's exact GD, in one run.
+"""Benchmark: bilinear teachers (docs/models/teacher.md) — popdyn's exact Gaussian population loss and gradient
+against Monte Carlo at equal precision, and the paper's online SGD (written in NumPy) against popdyn's exact GD, in one
+run.
 
 What it measures (float64 throughout, default JAX backend = the CPU here)
 ------------------------------------------------------------------------
 The problem is ``popdyn.tasks.teacher.builders.build(--teacher, activation=--activation)``: by default the CNN +
 average-pooling teacher at the paper's synthetic size (D = 36 positions, K = 4, d = 4 features, M = 4 channels,
 V* with N(0, 1) entries from PRNGKey(0)) with ReLU, σ_x = 1, σ_ε = 0. The loss ½E‖Y − σ(WXS)‖²_F over Gaussian X
-is exact in closed form (arc-cosine kernels, spec §3).
+is exact in closed form (arc-cosine kernels, §3).
 
 1. Exact loss + gradient: ``jax.jit(jax.value_and_grad(prob.loss))``, AOT compile timed apart, warm = median of
    --repeats calls (each ``block_until_ready``).
@@ -20,16 +21,16 @@ is exact in closed form (arc-cosine kernels, spec §3).
    where the gradient is small).
 
 3. The paper's training procedure as the baseline for whole runs: online GD with a fresh Gaussian batch every step
-   (spec §8; batch --batch = 64 and --steps = 4000 as in popdyn's teacher-rates figure, the paper's are unknown),
+   (§8; batch --batch = 64 and --steps = 4000 as in popdyn's teacher-rates figure, the paper's are unknown),
    written in plain NumPy — sampling, forward pass and a hand-written backward pass through the column softmax
    (checked against JAX autodiff on one batch) — timed against ``popdyn.gradient_descent`` on the exact loss (cold =
    first call with compilation, warm = an identical second call) for the same steps and step size η (default
    1/λ_max at the teacher, ``lambda_max_at_teacher``). Both start from W = 0.01·V*, A = 0 [our choice]: at W = 0
-   exactly the first step depends on the convention for σ'(0) (spec §3.6; with ReLU and σ'(0) = 0 SGD never moves),
+   exactly the first step depends on the convention for σ'(0) (§3.6; with ReLU and σ'(0) = 0 SGD never moves),
    and popdyn's default convention is the δ → 0+ limit of W = δV*. For information, popdyn's in-JAX version of the
    same SGD (``gradient_descent(gradient=OnlineGradient(prob, batch))``) is timed as well. The deviation of the
    NumPy runs (--sgd-seeds seeds) from the exact trajectory: ‖θ_SGD − θ_GD‖/‖θ_GD‖ (θ = (W, A)), the exact excess
-   loss L − L_opt at both, and cos(W, V*) (exactly 1 along exact GD from W ∥ V*, spec §8).
+   loss L − L_opt at both, and cos(W, V*) (exactly 1 along exact GD from W ∥ V*, §8).
 
 4. Check: the exact loss and gradient against the pilot's Monte-Carlo means (within 4 standard errors, PASS/FAIL).
 

@@ -138,7 +138,7 @@ def _chain_matrix(rng, L, lists):
 
 
 @pytest.mark.parametrize("n", [2, 3, 4, 5, 7])
-def test_iid_matches_the_spec_gap_rule(n):
+def test_iid_matches_the_gap_rule(n):
     """§4, D_iid: W[a_j,a] − W[a_i,a] > log(n−1) if i = m else log(n−2) for j < i, and W[a_j,a] − W[b,a] > log(n−1)
     if j = m else log(n−2) for each distractor b (log 0 = −inf)."""
     L, M = 6, 4

@@ -1,4 +1,4 @@
-"""Structured reduction (docs/models/decision_lists.md §3 C) against the spec's reference values and brute force."""
+"""Structured reduction (docs/models/decision_lists.md §3 C) against its reference value and brute force."""
 
 import math
 
@@ -39,7 +39,7 @@ def _random_params(lists, seed):
     return [(jnp.asarray(rng.normal(size=len(lst))), jnp.asarray(rng.normal())) for lst in lists]
 
 
-def test_spec_reference_value_and_gradient():
+def test_reference_value_and_gradient():
     w, omega = jnp.array([0.3, -0.2, 0.5]), jnp.array(-0.1)
     loss, (gw, gomega) = jax.value_and_grad(column_loss, argnums=(0, 1))(w, omega, L=10, n=3, c=10.0)
     assert abs(float(loss) - 0.096103657597) < 1e-11

@@ -120,7 +120,7 @@ def test_infeasible_instance_draws_nothing(monkeypatch):
 
 
 @pytest.mark.slow
-def test_spec_sanity_run_value_lies_within_the_spread():
+def test_sanity_run_value_lies_within_the_spread():
     """(23, 20, 1): §6's λ_max(θ₀) = 1.20e3 (one unknown draw) against 10 draws at seed 0 (measured: 997–1249,
     median 1097): within the spread, and the seed-0 draw alone (1249.3) is 4% above it."""
     res = stepsize_decision_list(23, 20, 1, seed=0, steps=1, draws=10)

@@ -1,4 +1,4 @@
-"""Theorem 1 (docs/models/decision_lists.md §5): T* from the reduced flow against the spec's reference values,
+"""Theorem 1 (docs/models/decision_lists.md §5): T* from the reduced flow against the reference values of §5,
 the bound, the full-W flow and the full model's perfect-classification margin."""
 
 import json

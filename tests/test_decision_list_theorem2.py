@@ -1,10 +1,10 @@
 """Theorem 2 run exactly by gradient descent (docs/models/decision_lists.md §6): the sanity-run table, infeasible
 instances reported as such, and the reported checks against the recorded numbers.
 
-The spec's table comes from one unknown random draw of (lists, π, V₀ − cP); ours is seed 0. Measured spread over
+The table of §6 comes from one unknown random draw of (lists, π, V₀ − cP); ours is seed 0. Measured spread over
 draws (seed s: lists, π from s, noise from PRNGKey(s)):
 
-* (23, 20, 1): ℒ0 over seeds 0–39 lies in [3.010, 3.030] (mean 3.018, sd 0.005), so the spec's 3.029 is a plausible
+* (23, 20, 1): ℒ0 over seeds 0–39 lies in [3.010, 3.030] (mean 3.018, sd 0.005), so §6's 3.029 is a plausible
   draw; λ_max(θ₀) = 1249.3, 1073.6, 1116.8 for seeds 0, 1, 2 (786.1 at V₀ = cP exactly).
 * (32, 29, 2): ℒ0 over seeds 0–39 lies in [3.316, 3.533] (mean 3.410, sd 0.054); λ_max(θ₀)/1e5 for seeds 0–12 =
   2.003, 1.951, 1.832, 1.796, 1.738, 1.658, 1.559, 1.655, 2.261, 1.744, 2.058, 1.898, 2.059 (1.098 at V₀ = cP).
@@ -43,15 +43,15 @@ def test_23_20_1_sanity_run(run23):
     assert out.delta == 1.0 and out.m == 1
     assert abs(out.c - 12249) < 1
     assert round(out.eps, 2) == 3.33
-    assert abs(out.L0 - 3.029) < 0.03  # seed 0: 3.0190; the spec's 3.029 is within our draws' range
+    assert abs(out.L0 - 3.029) < 0.03  # seed 0: 3.0190; §6's 3.029 is within our draws' range
     assert abs(out.lambda_max0 / 1.20e3 - 1) < 0.05  # seed 0: 1249.3
     assert out.first_pc_step == 1  # "PC reached after 1 step"
     assert out.margins[0] <= 0 < out.margins[1]
     assert out.pc_within_T and out.first_pc_le_T_lo
-    assert out.V_dev_max_entry[1] <= out.eps  # spec: max|V_1 − cP| = 1.66 ≤ ε = 3.33
+    assert out.V_dev_max_entry[1] <= out.eps  # §6: max|V_1 − cP| = 1.66 ≤ ε = 3.33
     assert out.V_dev_max_entry[1] <= out.eps / 2 + out.lr  # |∂ℒ/∂V| ≤ 1 entrywise (§6)
     assert out.V_within_eps
-    assert out.lambda_at_hit < 1e-3 * out.lambda_max0  # the curvature collapses at the hit (spec: 0.56)
+    assert out.lambda_at_hit < 1e-3 * out.lambda_max0  # the curvature collapses at the hit (§6: 0.56)
     assert out.step_size_held  # η·λ_max(θ_t) ≤ 1 at every recorded θ_t
 
 
@@ -64,7 +64,7 @@ def test_23_20_1_ranges_recomputed_from_measured_L0(run23):
     assert out.A == pytest.approx(sum(out.A_range) / 2, rel=1e-15)
     assert out.lr == 1 / out.lambda_max0
     assert out.T_range == list(theorem2_T_range(L0, 1, out.A, out.lr, eps))
-    assert 1900 < out.T_range[0] < out.T_range[1] < 2100  # spec (λ = 1.20e3): [1877, 2000]
+    assert 1900 < out.T_range[0] < out.T_range[1] < 2100  # §6 (λ = 1.20e3): [1877, 2000]
 
 
 @pytest.mark.slow
@@ -109,7 +109,7 @@ def test_reported_checks_match_recorded_numbers(run23):
 def test_32_29_2_sanity_run(run32):
     out = run32
     assert out.feasible and out.delta == pytest.approx(3 / 31, rel=1e-15) and out.m == 2
-    assert round(out.c, -3) == 293_000  # spec: 2.93e5
+    assert round(out.c, -3) == 293_000  # §6: 2.93e5
     assert abs(out.L0 - 3.362) < 0.03  # seed 0: 3.3722
     assert out.first_pc_step == 1 and out.pc_within_T and out.first_pc_le_T_lo
     assert out.V_dev_max_entry[1] <= out.eps and out.V_within_eps
@@ -123,10 +123,10 @@ def test_32_29_2_sanity_run(run32):
 @pytest.mark.slow
 @pytest.mark.xfail(
     strict=True,
-    reason="λ_max(θ₀) varies by ~10% over draws (1.56e5–2.26e5, seeds 0–12); the "
-    "spec's 1.80e5 is one unknown draw and seed 0 gives 2.003e5 (+11.3%)",
+    reason="λ_max(θ₀) varies by ~10% over draws (1.56e5–2.26e5, seeds 0–12); "
+    "§6's 1.80e5 is one unknown draw and seed 0 gives 2.003e5 (+11.3%)",
 )
-def test_32_29_2_lambda_max0_within_5_percent_of_spec(run32):
+def test_32_29_2_lambda_max0_within_5_percent_of_the_reference(run32):
     assert abs(run32.lambda_max0 / 1.80e5 - 1) < 0.05
 
 

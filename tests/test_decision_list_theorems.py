@@ -1,4 +1,4 @@
-"""Theorem constants (docs/models/decision_lists.md §5, §6) against the spec's tables, enumeration and brute force."""
+"""Theorem constants (docs/models/decision_lists.md §5, §6) against their tables, enumeration and brute force."""
 
 import itertools
 import math

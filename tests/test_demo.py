@@ -1,4 +1,5 @@
-"""``popdyn demo`` end to end (small grid): every part written, numbers consistent with the spec."""
+"""``popdyn demo`` end to end (small grid): every part written, numbers consistent with the closed
+forms of docs/models/markov.md (§4.4 basins, §4.6 local rates and step sizes)."""
 
 import json
 import subprocess

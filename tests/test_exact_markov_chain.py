@@ -1,7 +1,7 @@
 """Exact statistics of finite first-order Markov chains (docs/models/markov.md §1.1, §1.2, Appendix) and
 the bracketed root finder ``popdyn.exact.bisect``.
 
-Reference values come from three independent sources: the spec's Appendix table (6 decimals), the
+Reference values come from three independent sources: the Appendix table of docs/models/markov.md (6 decimals), the
 closed forms of §1.1/§1.2 evaluated here in numpy, and brute-force enumeration of sequences.
 """
 

@@ -22,12 +22,12 @@ LIMITS = [  # docs/models/markov.md §4.4: (p, q, e0, w0) -> (e_inf, w_inf)
 
 @pytest.mark.slow
 @pytest.mark.parametrize("p,q,e0,w0,e_inf,w_inf", LIMITS)
-def test_flow_reaches_spec_limits(p, q, e0, w0, e_inf, w_inf):
+def test_flow_reaches_the_tabulated_limits(p, q, e0, w0, e_inf, w_inf):
     prob = Canonical(p, q)
     theta0 = {"e": jnp.asarray(e0), "w": jnp.asarray(w0)}
     traj = popdyn.gradient_flow(prob, theta0, t1=1e5, rtol=1e-10, atol=1e-12, gtol=1e-11, ts=200, save_params=True)
     assert int(traj.status) == Status.CONVERGED
-    # the spec gives 6 decimals; the flow itself must hit the closed-form limit to 1e-5 (acceptance)
+    # the table of §4.4 gives 6 decimals; the flow itself must hit the closed-form limit to 1e-5 (acceptance)
     assert abs(float(traj.final["e"]) - e_inf) < 1e-5 + 5e-7
     assert abs(float(traj.final["w"]) - w_inf) < 1e-5 + 5e-7
     lim = prob.predicted_limit(theta0)

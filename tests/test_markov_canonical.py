@@ -1,7 +1,7 @@
 """The canonical (e, w) / (e, w, b) model of binary Markov data (docs/models/markov.md §2.2, §3.2, §4, Appendix).
 
-Every reference is one of: the spec's tables (checked to their printed precision), the closed forms
-of §3.2/§4 re-implemented here in numpy, or brute-force enumeration / Monte-Carlo sampling of the
+Every reference is one of: the tables of §4.4, §4.6 and the Appendix (checked to their printed precision), the
+closed forms of §3.2/§4 re-implemented here in numpy, or brute-force enumeration / Monte-Carlo sampling of the
 data distribution. θ is {"e", "w"} (bias profiled) or {"e", "w", "b"} (bias trained).
 """
 
@@ -77,7 +77,7 @@ def loss3_np(p, q, e, w, b):
 
 
 def f0_star_np(p, q, A):
-    """f0* = ln u of §2.2, in the numerically stable branch the spec prescribes."""
+    """f0* = ln u of §2.2, in the numerically stable branch §2.2 prescribes."""
     A = np.asarray(A, dtype=np.float64)
     K = np.exp(A)
     root = np.sqrt((p - q) ** 2 + 4 * p * q * K)

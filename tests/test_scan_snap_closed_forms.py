@@ -225,7 +225,7 @@ def test_h_matches_ode_and_its_derivative(snap_solutions):
 
 def test_Gamma_closed_form_equals_integral_of_gamma(snap_solutions):
     for (K, M, eta_y, eta_z, _), ts, ys in snap_solutions:
-        # spec acceptance is 1e-6; the integrator resolves it to ~1e-11, so 1e-9 keeps a 100× margin
+        # acceptance is 1e-6; the integrator resolves it to ~1e-11, so 1e-9 keeps a 100× margin
         np.testing.assert_allclose(Gamma(ts, K, M, eta_y, eta_z), ys[:, 1], rtol=1e-9, atol=0)
         dG = jax.vmap(jax.grad(Gamma), (0,) + (None,) * 4)(ts, K, M, eta_y, eta_z)
         np.testing.assert_allclose(dG, eta_z * gamma(ts, K, M, eta_y), rtol=1e-13, atol=1e-300)

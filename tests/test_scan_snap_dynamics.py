@@ -1,5 +1,5 @@
 """Scan and Snap dynamics: Lemmas 5–6 on one class, the Theorem 3 scan invariant (exact under Eq. (10),
-within the spec's η_Z/η_Y-dependent spread under joint training), Theorem 2's signs, per-block rates and
+within §5's η_Z/η_Y-dependent spread under joint training), Theorem 2's signs, per-block rates and
 momentum (docs/models/scan_snap.md §3–§5)."""
 
 import jax
@@ -81,17 +81,17 @@ def test_scan_invariant_is_exact_under_the_reduced_dynamics():
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "eta_z, steps, spec",
+    "eta_z, steps, ref",
     [
         (0.01, 60_000, (0.96, 1.02)),
         (0.05, 16_000, (0.88, 1.08)),
         (0.2, 4_000, (0.72, 1.20)),
     ],
 )
-def test_scan_invariant_spread_under_joint_training(eta_z, steps, spec):
+def test_scan_invariant_spread_under_joint_training(eta_z, steps, ref):
     """Syn-Small, η_Y = 1, Euler step 0.5, joint GD from 0 (§5, Caveat): min/max of I_l/mean I_l.
 
-    The spec reports 2 decimals for a "Syn-Small-like" setup; exact GD on Syn-Small gives [0.9603, 1.0242],
+    §5 reports 2 decimals for a "Syn-Small-like" setup; exact GD on Syn-Small gives [0.9603, 1.0242],
     [0.8730, 1.0784], [0.7136, 1.1927]: within one unit of the last reported digit (0.01) of each bound.
     """
     prob = ScanSnap(syn_small())
@@ -100,7 +100,7 @@ def test_scan_invariant_spread_under_joint_training(eta_z, steps, spec):
         prob, theta0, lr=0.5, steps=steps, record_every=steps, time_scales={"Y": 1.0, "Z": eta_z}
     )
     lo, hi = np.asarray(invariant_spread(prob, tr.final, theta0))[0]
-    assert abs(lo - spec[0]) <= 0.01 and abs(hi - spec[1]) <= 0.01, (lo, hi)
+    assert abs(lo - ref[0]) <= 0.01 and abs(hi - ref[1]) <= 0.01, (lo, hi)
     dz = np.asarray(logit_change(prob, tr.final, theta0))[0]
     assert np.all(np.diff(dz[10:20]) > 0) and np.all(dz[10:20] > 0)  # distinct up, more with larger P(l|n)
     assert np.all(dz[:10] < 0)  # common down

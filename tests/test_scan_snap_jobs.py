@@ -36,7 +36,7 @@ def test_converge_hits_the_closed_form_t0_and_overlap_brackets_it():
     xs, t0 = closed["x_star"], closed["t0"]
     assert np.exp(xs) == pytest.approx((M - 1) * xs, rel=1e-12) and xs > np.log(M)  # Lemma 8's larger root
     assert M * float(h(t0 / K, M, eta_y)) == pytest.approx(xs, rel=1e-12)  # Lemma 6: M h(t₀/K) = x*
-    # the spec's sharp t₀ = 2K x*/η_Y differs from the exact crossing by K(2x* + 1)/(Mη_Y) exactly
+    # §5's sharp t₀ = 2K x*/η_Y differs from the exact crossing by K(2x* + 1)/(Mη_Y) exactly
     assert closed["t0_sharp"] - t0 == pytest.approx(K * (2 * xs + 1) / (M * eta_y), rel=1e-9)
     assert closed["t0_leading"] == pytest.approx(2 * K * np.log(M) / eta_y, rel=1e-14)
     assert closed["rho0"] == 0.0
@@ -84,7 +84,7 @@ def test_decoder_log_odds_is_M_h_along_the_closed_form():
 
 @pytest.mark.slow
 def test_converge_worked_case():
-    """The spec's worked case K = 10, M = 1000, η_Y = 0.5 (about 25 s): the closed forms, the measured t₀ of
+    """The worked case of §5, K = 10, M = 1000, η_Y = 0.5 (about 25 s): the closed forms, the measured t₀ of
     orthogonal classes, and the bracket with one common token."""
     K, M, eta_y = 10, 1000, 0.5
     orth = converge_scan_snap(K=K, M=M, eta_y=eta_y, ratios=(10.0,), n_common=0)
@@ -103,21 +103,21 @@ def test_converge_worked_case():
 # ---- stepsize ------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_stepsize_against_the_hessian_at_zero_and_lemma5():
-    """λ_max(θ_0) of the audit against the Hessian at 0 (the spec's Y–Y block; exact with disjoint supports), the
+    """λ_max(θ_0) of the audit against the Hessian at 0 (§5's Y–Y block; exact with disjoint supports), the
     recorded GD loss against Lemma 5, and λ_max falling along the run."""
     lrs, steps, M = (1.0, 5.0, 20.0), 20, 17  # 2M² > 512: the engine's end-point checks take the Lanczos path
     res = stepsize_scan_snap(lrs=lrs, steps=steps, record_every=2, K=2, n_common=0, n_distinct=4, M=M)
     classes = shared_query_classes(2, 0, 4, M)
     prob = ScanSnap(classes)
-    # the spec's Y–Y block at θ = 0, Σ_n π_n (f_n f_nᵀ) ⊗ (I − 11ᵀ/M)/M, against autodiff
+    # §5's Y–Y block at θ = 0, Σ_n π_n (f_n f_nᵀ) ⊗ (I − 11ᵀ/M)/M, against autodiff
     H_YY = jax.jit(jax.hessian(lambda Y: prob.loss({"Y": Y, "Z": jnp.zeros((M, M))})))(jnp.zeros((M, M)))
     f = np.asarray(prob.features(prob.init(None)))
     G = f.T @ (classes.weights[:, None] * f)
-    spec_block = np.kron(G, np.eye(M) - np.ones((M, M)) / M) / M
-    np.testing.assert_allclose(np.asarray(H_YY).reshape(M * M, M * M), spec_block, atol=1e-14)
+    yy_block = np.kron(G, np.eye(M) - np.ones((M, M)) / M) / M
+    np.testing.assert_allclose(np.asarray(H_YY).reshape(M * M, M * M), yy_block, atol=1e-14)
     zero = res.results["hessian_at_zero"]
     assert zero == hessian_at_zero(classes)
-    assert zero["lambda_Y_block"] == pytest.approx(np.linalg.eigvalsh(spec_block)[-1], rel=1e-12)
+    assert zero["lambda_Y_block"] == pytest.approx(np.linalg.eigvalsh(yy_block)[-1], rel=1e-12)
     dense = np.linalg.eigvalsh(np.asarray(jax.jit(lambda t: hessian_matrix(prob, t))(prob.init(None))))
     assert zero["lambda_max"] == pytest.approx(dense[-1], rel=1e-10)  # the derived closed form, exact Hessian
     K = classes.K

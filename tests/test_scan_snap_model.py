@@ -184,7 +184,7 @@ def test_builders_match_the_authors_layout():
         med = syn_medium(n_query)
         assert (med.M, med.K) == (M, 2 * n_query)
         assert np.all(np.bincount(med.query)[med.query] == 2)  # two next tokens per query
-    # the reference entropy of the spec: P restricted to one class's distinct tokens, renormalised
+    # the reference entropy of §6: P restricted to one class's distinct tokens, renormalised
     p = small.probs[0, 10:20] / small.probs[0, 10:20].sum()
     assert -np.sum(p * np.log(p)) == pytest.approx(2.1513, abs=5e-5)
 

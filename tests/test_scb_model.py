@@ -1,7 +1,7 @@
 """SCB: the closed-form population loss against brute force and Monte Carlo, the gradient and Hessian formulas,
 the canonical tiny instance and input validation (docs/models/scb.md §1–§5, §10).
 
-References: the spec's §10 numbers as exact fractions, brute-force enumeration of all N^(T+1) sequences, exact
+References: the reference numbers of §10 as exact fractions, brute-force enumeration of all N^(T+1) sequences, exact
 draws of the generative model, and the §3/§4 formulas re-implemented here.
 """
 

@@ -2,7 +2,7 @@
 preconditioned GD, their fixed points, eigenvalues and contraction (docs/models/scb.md §4, §10).
 
 References: the full model of test_scb_model (itself checked against brute force), embedded and iterated
-with θ ← θ − η·precondition(∇L); the spec's quadratic for the eigenvalues and its saddle formula.
+with θ ← θ − η·precondition(∇L); the quadratic of §4 for the eigenvalues and its saddle formula.
 """
 
 from __future__ import annotations

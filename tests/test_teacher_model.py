@@ -4,7 +4,8 @@ differences elsewhere), the zero-initialisation conventions, λ_max at the teach
 (docs/models/teacher.md §1–§3, §6, §10).
 
 References: draws of the model (Monte Carlo, tolerance 4 standard errors computed from the draws), central finite
-differences, the spec's closed forms (L(0), the linear factorisation, the first step from zero, λ_max).
+differences, the closed forms of §3.4 (L(0), the linear factorisation), §3.6 (the first step from zero) and §6
+(λ_max).
 """
 
 from __future__ import annotations

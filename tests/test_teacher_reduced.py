@@ -3,7 +3,7 @@ the first step from zero, the linear closed forms, full-matrix GD against reduce
 §4.1), identical curves across teachers, and the late-time constants (docs/models/teacher.md §3.6, §4, §5.2, §10).
 
 References: the full model of test_teacher_model (itself checked against Monte Carlo), embedded and iterated with
-popdyn.gradient_descent; the spec's closed forms (first step, linear case, late constant).
+popdyn.gradient_descent; the closed forms of §3.6 (first step), §4.2 (linear case) and §5.2 (late constant).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Benchmark: decision lists (spec decision_lists.md §3, §5, §6) — popdyn's exact paths against the baselines a
+"""Benchmark: decision lists (docs/models/decision_lists.md §3, §5, §6) — popdyn's exact paths against the baselines a
 researcher would otherwise write, in the same run.
 
 What it measures (float64 throughout, default JAX backend = the CPU here)
@@ -39,20 +39,20 @@ What it measures (float64 throughout, default JAX backend = the CPU here)
       errors of the pilot mean, and ≥ 99% of the gradient coordinates too.
 
 2. Theorem 1's T* (§5): ``theorem1_run(L, n, M, c)`` (the reduced flow on (w, u = √(L−m)·ω), Tsit5
-   rtol 1e-10, + ``first_passage`` on 4000 log-spaced records) against the spec's baseline: for each list length
-   m the reduced ODE dw_i/dt = −∂ℒ_m/∂w_i, dω/dt = −(1/(L−m))·∂ℒ_m/∂ω with ℒ_m = ``column_loss`` (jitted JAX
-   gradient as the right-hand side) integrated by ``scipy.integrate.solve_ivp(method="LSODA", rtol=1e-9,
-   atol=1e-12, dense_output=True)`` over the same horizon t1, T* located by bisection (to relative 1e-12) on the
-   PC condition w_1 > … > w_m > ω (exact for distinct tokens with n ≥ 3, L ≥ n+M−1, §4) through the dense
-   output. A tighter reference (DOP853, rtol 1e-13, atol 1e-15, integrated to 1.5·T*) arbitrates the
-   difference. Cases: (10, 3, 3, c = 10) and (20, 5, 3, c = 20) (spec reference values) and (30, 8, 3) at
+   rtol 1e-10, + ``first_passage`` on 4000 log-spaced records) against the baseline a researcher would use: for
+   each list length m the reduced ODE dw_i/dt = −∂ℒ_m/∂w_i, dω/dt = −(1/(L−m))·∂ℒ_m/∂ω with ℒ_m = ``column_loss``
+   (jitted JAX gradient as the right-hand side) integrated by ``scipy.integrate.solve_ivp(method="LSODA",
+   rtol=1e-9, atol=1e-12, dense_output=True)`` over the same horizon t1, T* located by bisection (to relative
+   1e-12) on the PC condition w_1 > … > w_m > ω (exact for distinct tokens with n ≥ 3, L ≥ n+M−1, §4) through the
+   dense output. A tighter reference (DOP853, rtol 1e-13, atol 1e-15, integrated to 1.5·T*) arbitrates the
+   difference. Cases: (10, 3, 3, c = 10) and (20, 5, 3, c = 20) (reference values of §5) and (30, 8, 3) at
    the theorem's c = 4n·log L/δ. Cold = first call in the process (compile included); warm = median of 5.
 
 3. Theorem 2's λ_max(θ₀) over random draws (§6): for (L, n, m) = (32, 29, 2) and (23, 20, 1), θ₀ built exactly as
    ``theorem2_run`` does (``theorem2_instance``; ``DecisionList(L, n, random_lists(L, m, seed),
    random_perm(L, seed), c=c, init_eps=ε)``; ``prob.init(PRNGKey(seed))``: W₀ = 0, V₀ = cP + U(−ε/2, ε/2)) for
    seeds 0..--t2-seeds−1, λ_max by ``popdyn.lambda_max(prob, θ₀, iters=--lanczos-iters)`` (Lanczos on exact
-   Hessian-vector products; 2L² > 512 parameters). Reports min/median/max, where the spec's value falls, and
+   Hessian-vector products; 2L² > 512 parameters). Reports min/median/max, where §6's sanity-run value falls, and
    λ_max at V₀ = cP exactly (seed-0 lists). Each seed has its own lists, which are static in the compiled
    function, so every seed's time includes a compile; the V₀ = cP call reuses seed 0's and is warm.
    Baseline cross-check for seed 0: ``scipy.sparse.linalg.eigsh(k=1, which="LA", tol=1e-10)`` on a

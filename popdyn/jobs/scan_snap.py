@@ -44,7 +44,7 @@ from popdyn.tasks.scan_snap import (
 from popdyn.tasks.scan_snap.data import distinct_mask
 
 WORKED_CASE = {"K": 10, "M": 1000, "eta_y": 0.5}
-"""The spec's worked test case for t₀ (§5, Theorem 4): K = 10, M = 1000, η_Y = 0.5."""
+"""The worked case for t₀ of §5 (Theorem 4): K = 10, M = 1000, η_Y = 0.5."""
 
 
 # ---- data and validation --------------------------------------------------------------------------------------------
@@ -131,11 +131,11 @@ def converge_scan_snap(
     x̄(θ_t) = x*, with x̄ the decoder's label log-odds (``decoder_log_odds``, = M h(t/K) along the closed form).
     The closed form treats the class features as orthogonal and frozen; common tokens give them an overlap
     ρ₀ = f_nᵀf_n' > 0, which Remark 1 turns into a slower rate (1−ρ₀)η_Y, and attention only lowers ρ (common
-    logits fall, Theorem 2(b)). The direction the spec suggests, and the job checks, is t₀ ≤ measured ≤
+    logits fall, Theorem 2(b)). The direction Remark 1 suggests, and the job checks, is t₀ ≤ measured ≤
     t₀/(1−ρ₀), measured falling towards t₀ as η_Z grows (smaller ν; attention de-overlaps the classes before the
     snap); with n_common = 0 the features are orthogonal, Z never moves and measured = t₀ for every ν.
 
-    The spec's worked case is K = 10, M = 1000, η_Y = 0.5 (``M=1000``; about 30 s on 2 cores, each flow step
+    The worked case of §5 is K = 10, M = 1000, η_Y = 0.5 (``M=1000``; about 30 s on 2 cores, each flow step
     moving 2M² numbers); the default M = 200 keeps the job fast (the compiled solver is shared by all ratios).
 
     K: classes; M: vocabulary size (≥ the tokens the classes use); eta_y: decoder rate η_Y; ratios: values of
@@ -302,7 +302,7 @@ def _converge_figure(rows: list[dict], closed: dict, K: int, M: int, eta_y: floa
 def hessian_at_zero(classes: Classes) -> dict:
     """Closed forms for ∇²L at θ = 0 (§5, "Step size"), f_n = P(·|n)/‖P(·|n)‖, π_n the class weights.
 
-    * [spec] The Y–Y block is Σ_n π_n (f_n f_nᵀ) ⊗ (I − 11ᵀ/M)/M, so λ_max(∇²L(0)) ≥ λ_max(Σ_n π_n f_n f_nᵀ)/M
+    * [§5] The Y–Y block is Σ_n π_n (f_n f_nᵀ) ⊗ (I − 11ᵀ/M)/M, so λ_max(∇²L(0)) ≥ λ_max(Σ_n π_n f_n f_nᵀ)/M
       (a principal block; Cauchy interlacing): ``lambda_Y_block``.
     * [derived] The Z–Z block is 0 and the Y–Z block sends δz_{ψ(n)} to Σ_n π_n J_n δz u_nᵀ, with
       J_n = (I − f_n f_nᵀ) diag(f_n) and u_n = 1/M − e_n (‖u_n‖² = 1 − 1/M). When the supports are disjoint
@@ -342,8 +342,8 @@ def stepsize_scan_snap(
     (docs/jobs.md); with heavy-ball ``momentum`` μ (the paper trains with μ = 0.9) against (1 − √μ)²/η and
     2(1 + μ)/η.
 
-    The spec states no step-size condition; what it does give is checked: λ_max(θ_0) against the Hessian at 0
-    (``hessian_at_zero``: the spec's Y–Y block bounds it below; with no common token its exact value
+    The paper states no step-size condition (§5); what §5 does give is checked: λ_max(θ_0) against the Hessian at 0
+    (``hessian_at_zero``: §5's Y–Y block bounds it below; with no common token its exact value
     max_n π_n max(1/M, √(1−1/M) σ_max(J_n)) [derived]) and, with no common token, the recorded loss against
     Lemma 5's exact GD solution (``lemma5_loss``). λ_max by Lanczos (64 steps, full reorthogonalisation).
 

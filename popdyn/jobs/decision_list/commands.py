@@ -305,8 +305,8 @@ def stepsize_decision_list(
     λ_max(θ₀) depends on the random perturbation V₀ − cP ~ U(−ε/2, ε/2), so it is measured at ``draws`` draws of
     it (seeds seed, seed + 1, …; lists and π fixed by ``seed``; the first is the run's θ₀) and reported as
     min/median/max, with §6's reference beside the spread: the sanity-run value at (23, 20, 1) and (32, 29, 2)
-    (one unknown draw each) and the order of magnitude c²/(L·n³) (within a factor of about 2). [our choice: the
-    spec gives one value per setting; only the perturbation is redrawn, since its draw is what V₀ adds to the
+    (one unknown draw each) and the order of magnitude c²/(L·n³) (within a factor of about 2). [our choice: §6
+    gives one value per setting; only the perturbation is redrawn, since its draw is what V₀ adds to the
     fixed instance.]"""
     from popdyn.jobs.decision_list.theorem2 import lambda_max0_reference, theorem2_run, validate_draws
 

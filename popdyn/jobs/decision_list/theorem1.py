@@ -61,7 +61,7 @@ def theorem1_run(
     """T* per list length m = 1..M against T₁ = 4M/(log L·γ) (both readings of γ, §5).
 
     δ, γ default to popdyn's definitions (§5, [our choice]); passing them overrides (e.g. δ = γ = 1, the
-    spec's counterexample). c defaults to the theorem's 4n·log L/δ. The horizon t1 defaults to 10× the
+    counterexample of §5). c defaults to the theorem's 4n·log L/δ. The horizon t1 defaults to 10× the
     larger bound. ``popdyn.jobs.records.summary(run)`` is its JSON part."""
     L, n, distribution = validate_sizes(L, n, distribution)
     M = _validate.int_at_least("M", M, 1)

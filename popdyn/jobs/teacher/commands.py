@@ -233,7 +233,7 @@ def basins_teacher(
     A start is labelled "teacher" when GD at ``lr`` reaches the teacher's loss level L ≤ L_opt + tol·(L(0) − L_opt)
     within ``steps`` steps (L(0): the loss at the paper's W = 0, A = 0), "other" when it became steady (converged
     or at a saddle, ``docs/basins.md``) above that level, and unresolved otherwise (still moving at the end of the
-    budget, diverged or NaN). [our choice: the spec analyses no random initialisation (§4.2, [unknown]), and the
+    budget, diverged or NaN). [our choice: the paper analyses no random initialisation (§4.2, [unknown]), and the
     teacher has no finite minimiser (S* needs Δ → ∞, §4.1), so its basin is judged by the loss level it reaches,
     by exact hitting times (``hitting_times``, the first step at the level); ``basin_map`` labels only steady end
     points, which the teacher's never are.]

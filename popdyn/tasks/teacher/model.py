@@ -201,7 +201,7 @@ class BilinearTeacher(Problem):
 
         There the Hessian is κ times the linear one, block-diagonal: the W block is σ_x²‖S*‖² = σ_x²D/K times the
         identity; the A block is σ_x²v JᵀJ, J the column-softmax Jacobian, whose norm² is 1/(K²D) for K ≥ 2 but 0 for
-        K = 1 (one-hot columns), where λ_max = κσ_x²D [derived; the spec's formula assumes K ≥ 2]."""
+        K = 1 (one-hot columns), where λ_max = κσ_x²D [derived; the two-term max of §6 assumes K ≥ 2]."""
         a_block = float(self.v) / (self.K**2 * self.D) if self.K >= 2 else 0.0
         return kappa(float(self.alpha)) * float(self.sigma_x) ** 2 * max(self.D / self.K, a_block)
 
