@@ -111,10 +111,7 @@ def run_sweep(
                 "lambda_max_median": float(np.nanmedian(lam)),
             }
         )
-    fractions = {
-        a: np.array([r["fractions"].get(a, 0.0) if r["resolved_fraction"] > 0 else np.nan for r in rows]).reshape(shape)
-        for a in names
-    }
+    fractions = _fraction_grids(rows, names, shape)
     return {
         "axes": axes,
         "shape": shape,
@@ -133,6 +130,14 @@ SUMMARIES = (
     ("lambda_max_median", "median λ_max at the end"),
 )
 """Per-point arrays of a sweep beside its fractions (those it has), with their panel titles."""
+
+
+def _fraction_grids(rows: list[dict], names: list[str], shape: tuple[int, ...]) -> dict[str, np.ndarray]:
+    """Per attractor, its share of the resolved runs at every point of the grid (NaN where none resolved)."""
+    return {
+        a: np.array([r["fractions"].get(a, 0.0) if r["resolved_fraction"] > 0 else np.nan for r in rows]).reshape(shape)
+        for a in names
+    }
 
 
 def plot_sweep(sw: dict, title: str, theory_line: Callable[[Figure, list], None] | None = None) -> Figure:
@@ -303,8 +308,8 @@ def sweep_markov(
 def sweep_task(task: str, vary=None, progress: bool = False, checkpoint=None, **options) -> Result:
     """``popdyn sweep TASK --vary NAME=LO:HI:N``: the task's basins job (docs/jobs.md) at every point of a grid of one
     or two of its numeric options, its other options fixed: each attractor's share of the resolved starts, the
-    resolved share and, where the job reports it, the median time. A swept data number that is an array leaf of
-    the problem compiles once; a size (an integer option) changes the shapes and compiles once per value."""
+    resolved share and, where the job reports it, the median time. A swept number that is an array leaf of the
+    problem compiles once; one that changes the problem's shapes (a size) compiles again for every value."""
     from popdyn.jobs.registry import NOT_SWEPT, lookup
 
     job = lookup("basins", task)
@@ -345,17 +350,11 @@ def sweep_task(task: str, vary=None, progress: bool = False, checkpoint=None, **
         "shape": shape,
         "rows": rows,
         "attractors": names,
-        "fractions": {
-            a: np.array([r["fractions"].get(a, 0.0) if r["resolved_fraction"] > 0 else np.nan for r in rows]).reshape(
-                shape
-            )
-            for a in names
-        },
+        "fractions": _fraction_grids(rows, names, shape),
         "resolved": np.array([r["resolved_fraction"] for r in rows]).reshape(shape),
     }
     if any(r["time_median"] is not None for r in rows):
-        sw["time_median"] = np.array([np.nan if r["time_median"] is None else r["time_median"] for r in rows]).reshape(
-            shape
-        )
-    inputs = {"task": task, "vary": list(vary), **{k: v for k, v in options.items()}}
+        times = [np.nan if r["time_median"] is None else r["time_median"] for r in rows]
+        sw["time_median"] = np.array(times).reshape(shape)
+    inputs = {"task": task, "vary": list(vary), **options}
     return _result(sw, inputs, f"{task}: basins over {' × '.join(n for n, _ in axes)}")
