@@ -148,6 +148,18 @@ def parser(doc: str):
     )
 
 
+def quick_or_full(doc: str, quick_help: str, argv: list[str] | None):
+    """Parsed ``--quick`` (with ``quick_help``) and ``--results PATH`` of a benchmark with no other options; the
+    results file defaults to benchmarks/RESULTS.md for a full run and to none for a quick one."""
+    ap = parser(doc)
+    ap.add_argument("--quick", action="store_true", help=f"{quick_help}; writes nothing unless --results")
+    ap.add_argument("--results", type=Path, default=None, help="default benchmarks/RESULTS.md; --quick: none")
+    args = ap.parse_args(argv)
+    if args.results is None and not args.quick:
+        args.results = REPO / "benchmarks" / "RESULTS.md"
+    return args
+
+
 def publish(section: str, heading: str, results: str | Path | None, headline: dict | None = None) -> None:
     """Print the section (without its machine block) and write it into ``results`` when given, together with the
     script's headline figures (``headline``, see ``make_headline``) in ``json_path(results, script)``."""

@@ -27,7 +27,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks._common import REPO, finish_section, make_headline, parser, popdyn_env, publish, run_header
+from benchmarks._common import finish_section, make_headline, popdyn_env, publish, quick_or_full, run_header
 
 SCRIPT = "basins_phases"
 HEADING = "## Basin map at grid 1000: time per phase"
@@ -79,12 +79,7 @@ def run_once(job: list[str], cache: str, tmp: str, tag: str) -> dict[str, float]
 
 
 def main(argv=None) -> int:
-    ap = parser(__doc__)
-    ap.add_argument("--quick", action="store_true", help="--grid 200; writes nothing unless --results")
-    ap.add_argument("--results", type=Path, default=None, help="default benchmarks/RESULTS.md; --quick: none")
-    args = ap.parse_args(argv)
-    if args.results is None and not args.quick:
-        args.results = REPO / "benchmarks" / "RESULTS.md"
+    args = quick_or_full(__doc__, "--grid 200", argv)
     command, date, info = run_header(SCRIPT, argv)
     job = ["basins", "markov", "--grid", "200" if args.quick else "1000", "--method", "gd", "--quiet"]
     t_start = time.perf_counter()

@@ -24,7 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks._common import REPO, finish_section, make_headline, parser, popdyn_env, publish, run_header
+from benchmarks._common import REPO, finish_section, make_headline, popdyn_env, publish, quick_or_full, run_header
 
 SCRIPT = "cli_startup"
 HEADING = "## Command-line start-up"
@@ -44,12 +44,7 @@ def timed(argv: list[str], cache: str, cwd: str) -> float:
 
 
 def main(argv=None) -> int:
-    ap = parser(__doc__)
-    ap.add_argument("--quick", action="store_true", help="--grid 16; writes nothing unless --results")
-    ap.add_argument("--results", type=Path, default=None, help="default benchmarks/RESULTS.md; --quick: none")
-    args = ap.parse_args(argv)
-    if args.results is None and not args.quick:
-        args.results = REPO / "benchmarks" / "RESULTS.md"
+    args = quick_or_full(__doc__, "--grid 16", argv)
     command, date, info = run_header(SCRIPT, argv)
     job = ["basins", "markov", "--grid", "16" if args.quick else "64", "--method", "gd", "--steps", "500", "--quiet"]
     t_start = time.perf_counter()
