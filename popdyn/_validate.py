@@ -23,6 +23,13 @@ def open_unit(name: str, value) -> float:
     return float(value)
 
 
+def half_open_unit(name: str, value) -> float:
+    """Require ``value`` in [0, 1) (a heavy-ball momentum, a leaky slope)."""
+    if not _is_number(value) or not (0.0 <= float(value) < 1.0):
+        raise ValueError(f"{name}={value!r} is out of range: must lie in [0, 1)")
+    return float(value)
+
+
 def positive(name: str, value, *, allow_zero: bool = False) -> float:
     """Require a finite ``value > 0`` (or ``>= 0`` with ``allow_zero``)."""
     ok = _is_number(value) and math.isfinite(float(value))

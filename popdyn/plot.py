@@ -68,7 +68,7 @@ def plot_step_size_audit(audits: list[StepSizeAudit], losses: list[np.ndarray], 
     ax, ax_l = fig.subplots(2, 1, sharex=True)
     for audit, loss, name in zip(audits, losses, labels, strict=False):
         (line,) = ax.plot(audit.ts, audit.lambda_max, label=f"{name}: λ_max(θ_t)")
-        low_name, edge_name = ("1/η", "2/η") if not audit.momentum else ("(1−√μ)²/η", "2(1+μ)/η")
+        low_name, edge_name = audit.threshold_names
         c = line.get_color()
         ax.axhline(
             audit.stability_threshold, color=c, ls="--", lw=1, label=f"{edge_name} = {audit.stability_threshold:.3g}"

@@ -54,6 +54,11 @@ class StepSizeAudit:
         return thresholds(self.lr, self.momentum)[1]
 
     @property
+    def threshold_names(self) -> tuple[str, str]:
+        """How the two thresholds are written: ("1/η", "2/η"), or with momentum ("(1−√μ)²/η", "2(1+μ)/η")."""
+        return ("1/η", "2/η") if not self.momentum else ("(1−√μ)²/η", "2(1+μ)/η")
+
+    @property
     def monotone_safe(self) -> np.ndarray | np.bool_:
         """max_t λ_max ≤ (1 − √μ)²/η: the step size condition (η ≤ 1/λ_max for plain GD) held all along."""
         return self.max_lambda <= self.monotone_threshold
@@ -131,7 +136,7 @@ class StepSizeAudit:
         """Run ``i``'s audit in words (the only run when unbatched), with λ_max against 1/η and 2/η (with momentum
         μ: (1 − √μ)²/η and 2(1 + μ)/η)."""
         r = self._row(i)
-        low, edge = ("1/η", "2/η") if not self.momentum else ("(1−√μ)²/η", "2(1+μ)/η")
+        low, edge = self.threshold_names
         words = {
             "held": f"λ_max ≤ {low} held",
             "between": f"between {low} and {edge}",
@@ -180,9 +185,7 @@ def step_size_audit(prob: Problem, traj: Trajectory, lr, method: str = "auto", m
     ts = np.asarray(traj.ts)
     lead = ts.shape  # (*B, T)
     lr = _rates(lr, lead)
-    momentum = _validate.positive("momentum", momentum, allow_zero=True)
-    if not momentum < 1:
-        raise ValueError(f"momentum={momentum!r} is out of range: must lie in [0, 1)")
+    momentum = _validate.half_open_unit("momentum", momentum)
     low, edge = (np.asarray(t)[..., None] for t in thresholds(lr, momentum))
     flat = jax.tree_util.tree_map(lambda x: x.reshape((-1, *x.shape[len(lead) :])), traj.params)
     lam = np.asarray(lambda_max(prob, flat, method=method)).reshape(lead)

@@ -102,9 +102,7 @@ def gradient_descent(
     diverged or at its target, and its lane takes the next point; its record at ``ts[1]`` is then that step.
     """
     steps = _validate.int_at_least("steps", steps, 1)
-    momentum = _validate.positive("momentum", momentum, allow_zero=True)
-    if not momentum < 1:
-        raise ValueError(f"momentum={momentum!r} is out of range: must lie in [0, 1)")
+    momentum = _validate.half_open_unit("momentum", momentum)
     k = _validate.int_at_least("record_every", record_every, 1)
     noise_levels = _noise_levels(prob, noise)
     seed = _validate.seed("seed", seed)

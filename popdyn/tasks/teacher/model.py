@@ -70,10 +70,7 @@ def resolve_alpha(activation: str, alpha) -> float:
         if alpha is not None:
             raise ValueError(f"alpha={alpha!r} is invalid for activation={activation!r}: only 'leaky' takes alpha")
         return 1.0 if activation == "linear" else 0.0
-    alpha = _validate.finite("alpha", DEFAULT_LEAKY_ALPHA if alpha is None else alpha)
-    if not 0.0 <= alpha < 1.0:
-        raise ValueError(f"alpha={alpha!r} is out of range: must lie in [0, 1)")
-    return alpha
+    return _validate.half_open_unit("alpha", DEFAULT_LEAKY_ALPHA if alpha is None else alpha)
 
 
 class BilinearTeacher(Problem):
