@@ -205,8 +205,14 @@ def stepsize_model(factory: str, param=(), lr=(0.1,), steps: int = 400, seed: in
     audit = step_size_audit(prob, traj, lrs, momentum=momentum)
     runs = [audit.run(i) for i in range(lrs.size)]
     rows = audit.summary()
-    inputs = {"task": factory, "param": list(param), "lr": lrs.tolist(), "steps": steps, "seed": seed}
-    inputs["momentum"] = momentum
+    inputs = {
+        "task": factory,
+        "param": list(param),
+        "lr": lrs.tolist(),
+        "steps": steps,
+        "seed": seed,
+        "momentum": momentum,
+    }
     res = Result(
         inputs,
         {"runs": rows, "lambda_max_at_start": float(lambda_max(prob, theta0))},

@@ -7,6 +7,7 @@ runs, so ``popdyn basins markov --help`` answers at once.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 from collections.abc import Callable
@@ -459,12 +460,7 @@ JOBS: tuple[Job, ...] = (
             Option("--n-common", int, 10, "common tokens per class"),
             Option("--n-distinct", int, 10, "distinct tokens per class"),
             Option("--M", int, None, "vocabulary size (default: the tokens used)"),
-            Option(
-                "--momentum",
-                float,
-                0.0,
-                "heavy-ball momentum μ in [0, 1) (the paper's: 0.9): thresholds (1 − √μ)²/η and 2(1 + μ)/η",
-            ),
+            dataclasses.replace(AUDIT_MOMENTUM, help=f"{AUDIT_MOMENTUM.help} (the paper's μ: 0.9)"),
         ),
     ),
     Job(
@@ -569,11 +565,15 @@ NOT_SWEPT = ("grid", "chunk", "records")
 """Options of a basins job that set the map's resolution, not the problem or the dynamics: never swept."""
 
 
+def sweepable(basins: Job) -> dict[str, Option]:
+    """The options a task sweep may vary, by keyword: the basins job's single numbers, less NOT_SWEPT."""
+    return {o.dest: o for o in basins.options if o.type in (int, float) and o.nargs is None and o.dest not in NOT_SWEPT}
+
+
 def _task_sweep(basins: Job) -> Job:
     """``popdyn sweep TASK``: the task's basins job over one or two of its numeric options (docs/jobs.md,
     "Sweeps"); every other option of that job is taken as there."""
-    numeric = [o.flag for o in basins.options if o.type in (int, float) and o.nargs is None]
-    names = ", ".join(f.lstrip("-") for f in numeric if f.lstrip("-") not in NOT_SWEPT)
+    names = ", ".join(o.flag.lstrip("-") for o in sweepable(basins).values())
     return Job(
         "sweep",
         basins.task,

@@ -53,6 +53,11 @@ def _points(axes: list[tuple[str, np.ndarray]]) -> tuple[tuple[int, ...], list[d
     return shape, [{name: float(v) for (name, _), v in zip(axes, vals, strict=False)} for vals in mesh]
 
 
+def _point_folder(checkpoint, i: int) -> str | None:
+    """The checkpoint folder of parameter point ``i`` under ``checkpoint`` (None: no checkpoint)."""
+    return None if checkpoint is None else os.fspath(Path(checkpoint) / f"point-{i:05d}")
+
+
 def run_sweep(
     make: Callable[..., Problem],
     axes: list[tuple[str, np.ndarray]],
@@ -93,8 +98,9 @@ def run_sweep(
                 '(docs/jobs.md, "Sweeps")',
                 stacklevel=2,
             )
-        ckpt = None if checkpoint is None else os.fspath(Path(checkpoint) / f"point-{i:05d}")
-        bf = basin_fractions(prob, inits, method, t1=t1, lr=lr, steps=steps, chunk_size=chunk, checkpoint=ckpt)
+        bf = basin_fractions(
+            prob, inits, method, t1=t1, lr=lr, steps=steps, chunk_size=chunk, checkpoint=_point_folder(checkpoint, i)
+        )
         ok = bf.labels >= 0
         lam = np.where(ok, np.asarray(lambda_max(prob, bf.final)), np.nan)  # one shape for every value
         names += [a for a in bf.attractors if a not in names]
@@ -310,15 +316,14 @@ def sweep_task(task: str, vary=None, progress: bool = False, checkpoint=None, **
     or two of its numeric options, its other options fixed: each attractor's share of the resolved starts, the
     resolved share and, where the job reports it, the median time. A swept number that is an array leaf of the
     problem compiles once; one that changes the problem's shapes (a size) compiles again for every value."""
-    from popdyn.jobs.registry import NOT_SWEPT, lookup
+    from popdyn.jobs.registry import lookup, sweepable
 
     job = lookup("basins", task)
-    numeric = {o.dest: o for o in job.options if o.type in (int, float) and o.nargs is None}
+    numeric = sweepable(job)
     axes = []
     for name, vals in parse_vary(vary):
-        if name not in numeric or name in NOT_SWEPT:
-            allowed = ", ".join(n for n in numeric if n not in NOT_SWEPT)
-            raise ValueError(f"vary {name!r} is not an option to sweep for {task}: one of {allowed}")
+        if name not in numeric:
+            raise ValueError(f"vary {name!r} is not an option to sweep for {task}: one of {', '.join(numeric)}")
         if numeric[name].type is int and not np.allclose(vals, np.round(vals)):
             raise ValueError(
                 f"vary {name}={list(vals)} is invalid: {name} is an integer, so LO:HI:N must give integers"
@@ -335,7 +340,7 @@ def sweep_task(task: str, vary=None, progress: bool = False, checkpoint=None, **
         if job.takes_progress:
             kw["progress"] = False
         if job.takes_checkpoint:
-            kw["checkpoint"] = None if checkpoint is None else os.fspath(Path(checkpoint) / f"point-{i:05d}")
+            kw["checkpoint"] = _point_folder(checkpoint, i)
         out = run(**kw).results
         resolved = 1.0 - out["fractions"].get(UNRESOLVED, 0.0)
         share = {
