@@ -145,6 +145,18 @@ def test_stepsize_against_the_hessian_at_zero_and_lemma5():
     assert [r["lr"] for r in over.results["runs"]] == list(lrs)
 
 
+def test_stepsize_with_momentum_leaves_lemma5_out():
+    """Lemma 5 solves plain GD: with momentum the job records the run and its audit thresholds, no Lemma 5 check,
+    and λ_max(θ_0) still equals the closed form."""
+    res = stepsize_scan_snap(lrs=(1.0,), steps=4, record_every=2, K=2, n_common=0, n_distinct=4, M=17, momentum=0.9)
+    (run,) = res.results["runs"]
+    assert res.inputs["momentum"] == 0.9 and run["momentum"] == 0.9
+    assert run["stability_threshold"] == pytest.approx(3.8) and "lemma5_loss_max_rel_error" not in run
+    assert set(res.results["checks"]) == {"start_at_least_Y_block", "start_matches_closed_form"}
+    assert all(res.results["checks"].values())
+    assert "Lemma 5" not in res.lines[-1] and "momentum 0.9" in res.lines[0]
+
+
 # ---- basins --------------------------------------------------------------------------------------
 @pytest.mark.slow
 def test_basins_follow_theorem3_on_the_zero_decoder_column(tmp_path):

@@ -427,7 +427,7 @@ def stepsize_scan_snap(
     closed = f"; closed form λ_max(0) = {zero['lambda_max']:.6f}" if disjoint else ""
     res.lines.append(f"  θ = 0: λ_max = {lam0[0]:.6f}, Y–Y block bound {zero['lambda_Y_block']:.6f}{closed}")
     for i, r in enumerate(rows):
-        extra = f"; loss vs Lemma 5 max rel. error {r['lemma5_loss_max_rel_error']:.1e}" if disjoint else ""
+        extra = f"; loss vs Lemma 5 max rel. error {r['lemma5_loss_max_rel_error']:.1e}" if lemma5 else ""
         res.lines.append(
             f"  η = {r['lr']:<6g} {audit.verdict(i)}; final loss {r['final_loss']:.6g}, {r['status']}{extra}"
         )
