@@ -250,3 +250,27 @@ def test_grid_rejects_bad_construction(make):
 def test_grid_points_rejects_bad_axes(prob, grid, match):
     with pytest.raises(ValueError, match=match):
         grid.points(prob)
+
+
+FLAT = popdyn.Problem.from_loss(lambda th: jnp.sum(th**2), init=jnp.zeros(3))
+MATRIX = popdyn.Problem.from_loss(lambda th: jnp.sum(th["W"] ** 2), init={"W": jnp.zeros((2, 2))})
+
+
+@pytest.mark.parametrize(
+    "prob, x, y",
+    [
+        (Canonical(0.1, 0.1), "e", "['e']"),
+        (MATRIX, "W[0,1]", "W[0, 1]"),
+        (MATRIX, "['W'][1,0]", "W[1,0]"),
+        (FLAT, "[0]", "theta[0]"),
+        (FLAT, "[2]", "[ 2 ]"),
+    ],
+)
+def test_two_names_of_one_coordinate_are_refused_as_the_same_axis(prob, x, y):
+    """Axis names are resolved to a leaf and an index before they are compared: two spellings of one coordinate
+    would make the 2-D map a line along the diagonal."""
+    grid = popdyn.Grid.square(x, y, -1.0, 1.0, 2)
+    with pytest.raises(ValueError, match="name the same coordinate of θ"):
+        grid.points(prob)
+    with pytest.raises(ValueError, match="name the same coordinate of θ"):
+        popdyn.basin_map(prob, grid)

@@ -55,6 +55,19 @@ class Grid:
     def ys(self) -> np.ndarray:
         return np.linspace(*self.y_range, self.shape[0])
 
+    def coordinates(self, prob: Problem) -> tuple[tuple[int, tuple[int, ...]], tuple[int, tuple[int, ...]]]:
+        """The axes x and y resolved on ``prob``'s θ (``popdyn.analysis.coords.resolve``): (leaf number, index into
+        that leaf) each. ValueError when both name the same entry of θ under two spellings (``"x"`` and
+        ``"['x']"``, ``"W[0,1]"`` and ``"W[0, 1]"``, ``"[0]"`` and ``"theta[0]"``): the slice would be a line."""
+        template = prob.template()
+        x_at, y_at = coords.resolve(template, self.x), coords.resolve(template, self.y)
+        if x_at == y_at:
+            raise ValueError(
+                f"x={self.x!r} and y={self.y!r} name the same coordinate of θ: a 2-D slice needs two different "
+                "coordinates"
+            )
+        return x_at, y_at
+
     def points(self, prob: Problem) -> Theta:
         """The batch of ny·nx initialisations, row-major (y slow, x fast)."""
         template = prob.template()
@@ -76,8 +89,7 @@ class Grid:
         X, Y = np.meshgrid(self.xs, self.ys)
         n = X.size
         batch = [np.broadcast_to(v, (n, *v.shape)).copy() for v in base]
-        for axis, vals in ((self.x, X.ravel()), (self.y, Y.ravel())):
-            i, idx = coords.resolve(template, axis)
+        for (i, idx), vals in zip(self.coordinates(prob), (X.ravel(), Y.ravel()), strict=True):
             index: tuple[slice | int, ...] = (slice(None), *idx)
             batch[i][index] = vals
         return jax.tree_util.tree_unflatten(treedef, [jax.device_put(b) for b in batch])  # no compiled copy
