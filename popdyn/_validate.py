@@ -100,14 +100,20 @@ def float_array(name: str, value) -> np.ndarray:
 
 
 def interval(name: str, value: Sequence[float]) -> tuple[float, float]:
-    """Require a finite, increasing pair ``(lo, hi)`` with ``lo < hi``."""
+    """Require a finite, increasing pair ``(lo, hi)`` with ``lo < hi`` and a finite width ``hi − lo`` (a wider one,
+    such as (−1e308, 1e308), would put NaN points between its ends)."""
     try:
         lo, hi = (float(v) for v in value)
     except (TypeError, ValueError):
         raise ValueError(f"{name}={value!r} is invalid: must be a pair (lo, hi) of numbers") from None
     if not (math.isfinite(lo) and math.isfinite(hi)) or lo >= hi:
         raise ValueError(f"{name}=({lo}, {hi}) is invalid: must be finite with lo < hi")
+    if not math.isfinite(hi - lo):
+        raise ValueError(f"{name}=({lo}, {hi}) is invalid: the width hi - lo overflows (must be <= {_FLOAT_MAX:.4g})")
     return lo, hi
+
+
+_FLOAT_MAX = float(np.finfo(np.float64).max)
 
 
 def choice(name: str, value, allowed: Sequence[str]) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import cast
@@ -111,24 +112,39 @@ def _theory_labels(prob: Problem, final, ok: np.ndarray, tol: float) -> tuple[np
             "floats >= 0 that vanish on the attractor"
         )
     R = np.where(np.isfinite(R), R, np.inf)
+    within = ok[:, None] & (R < tol)
+    both = within.sum(axis=-1) > 1
+    if both.any():
+        pair = [names[j] for j in np.flatnonzero(within[np.argmax(both)])[:2]]
+        warnings.warn(
+            f"{int(both.sum())} end point(s) lie within tol={tol:g} of two attractors ({pair[0]!r} and {pair[1]!r} "
+            "at the first): their residuals overlap there, so the label is ambiguous; each is given the attractor "
+            "of the smaller residual (on a tie, the first listed). Make the residuals vanish on disjoint sets",
+            stacklevel=4,
+        )
     best = np.argmin(R, axis=-1)
     hit = np.take_along_axis(R, best[:, None], axis=-1)[:, 0] < tol
     return np.where(ok & hit, best, -1), names
 
 
 def morse_index(prob: Problem, theta: Theta, saddle_tol: float = 1e-7) -> np.ndarray:
-    """Number of Hessian eigenvalues below −saddle_tol·max(1, |λ_max|) at each point of a batch (exact spectrum up
-    to ``EXACT_MAX_DIM`` parameters; above, 0 or 1 from Lanczos λ_min)."""
+    """Number of Hessian eigenvalues below −saddle_tol·ρ, ρ = max(|λ_min|, |λ_max|) (the saddle test of
+    ``popdyn.dynamics.status.negative``), at each point of a batch (exact spectrum up to ``EXACT_MAX_DIM``
+    parameters; above, 0 or 1 from Lanczos λ_min)."""
     batch, _ = as_batch(prob, theta)
     if prob.n_params() <= EXACT_MAX_DIM:
         ev = np.asarray(hessian_spectrum(prob, batch))
-        return np.sum(ev < -saddle_tol * np.maximum(1.0, np.abs(ev[:, -1:])), axis=-1)
+        return np.sum(np.asarray(negative(ev, ev[:, :1], ev[:, -1:], saddle_tol)), axis=-1)
     lo, hi = (np.asarray(v) for v in extreme_eigenvalues(prob, batch))
-    return (lo < -saddle_tol * np.maximum(1.0, np.abs(hi))).astype(int)
+    return np.asarray(negative(lo, lo, hi, saddle_tol)).astype(int)
 
 
-def _level_labels(prob: Problem, final, final_loss, todo: np.ndarray, start: int) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Label the points in ``todo`` by (Morse index, loss level): names "min L=…", "saddle(k) L=…"."""
+def _level_labels(
+    prob: Problem, final, final_loss, status: np.ndarray, todo: np.ndarray, start: int, scale: float
+) -> tuple[np.ndarray, tuple[str, ...]]:
+    """Label the points in ``todo`` by (kind, loss level): names "min L=…", "saddle(k) L=…" (k the Morse index;
+    "saddle(0)" for a saddle found by the higher-order probe), "degenerate L=…" (status DEGENERATE, never a min).
+    Levels closer than LEVEL_TOL·max(``scale``, |L|) are one (``scale``: the loss scale of the run's starts)."""
     labels = np.full(len(todo), -1)
     idx = np.flatnonzero(todo)
     if idx.size == 0:

@@ -6,10 +6,14 @@
 from __future__ import annotations
 
 import ast
+import cmath
 import importlib
+import importlib.util
 import inspect
+import math
 import os
 import sys
+import warnings
 from collections.abc import Callable
 
 import jax
@@ -18,20 +22,74 @@ import numpy as np
 from popdyn import _validate
 from popdyn.analysis import GradNormBelow, Grid, basin_map, hitting_times, lambda_max, step_size_audit
 from popdyn.analysis.coords import names as coordinate_names
+from popdyn.batching import check_memory
 from popdyn.dynamics import gradient_descent
 from popdyn.io import Result
 from popdyn.jobs.basin_result import basin_result
 from popdyn.plot import plot_step_size_audit, plot_times
-from popdyn.problem import Problem
+from popdyn.problem import Problem, Theta, check_problem
+
+LIBRARIES = frozenset({"jax", "jaxlib", "numpy", "equinox", "jaxtyping", "beartype"} | set(sys.stdlib_module_names))
+"""Top-level modules whose frames say nothing about whose code raised: an error raised there was caused by the
+nearest caller outside them."""
+
+
+def _raised_by_popdyn(err: BaseException) -> bool:
+    """Whether the innermost frame of ``err``'s traceback outside LIBRARIES (and past the frame that caught it) is
+    popdyn's: an error popdyn raised itself (its own ValueError, or a bug), not one of the user's code."""
+    owner = None
+    tb = err.__traceback__.tb_next if err.__traceback__ is not None else None
+    while tb is not None:
+        top = str(tb.tb_frame.f_globals.get("__name__", "")).split(".")[0]
+        owner = owner if top in LIBRARIES else top
+        tb = tb.tb_next
+    return owner == "popdyn"
+
+
+def call_user(what: str, fn: Callable, args: tuple = (), kwargs: dict | None = None, keep: tuple = ()):
+    """``fn(*args, **kwargs)``, a call into the user's code (importing their module, calling their factory, tracing
+    their loss). An error raised in their code becomes one ValueError ``{what} raised TYPE: message``; one that
+    popdyn raised (its own ValueError, or a bug with its traceback) passes unchanged, and so do those of the types
+    in ``keep``. A call that turns float64 off (``jax.config.update("jax_enable_x64", False)``) is refused, and
+    float64 turned back on.
+
+    Args:
+        what: the user's code in words, for the message (``factory='m:f' (called with …)``).
+        fn: the function to call, with ``args`` and ``kwargs``.
+        keep: exception types that pass unchanged (the caller words them).
+    """
+    x64 = bool(jax.config.read("jax_enable_x64"))
+    try:
+        out = fn(*args, **(kwargs or {}))
+    except Exception as err:
+        if isinstance(err, keep) or _raised_by_popdyn(err):
+            raise
+        raise ValueError(f"{what} raised {type(err).__name__}: {' '.join(str(err).split())}") from err
+    finally:
+        switched_off = x64 and not jax.config.read("jax_enable_x64")
+        if switched_off:
+            jax.config.update("jax_enable_x64", True)
+    if switched_off:
+        raise ValueError(
+            f"{what} turned float64 off (jax_enable_x64 = False): popdyn computes in float64 and a switch "
+            "half-way leaves float32 and float64 arrays side by side; remove the jax.config.update call"
+        )
+    return out
 
 
 def load_factory(factory: str) -> Callable[..., Problem]:
-    """The function named by ``"module.path:name"`` (imported from the current directory or sys.path)."""
+    """The function named by ``"module.path:name"`` (imported from the current directory or sys.path); an import
+    that fails, whatever it raises, is a ValueError naming the module and the error."""
     if not isinstance(factory, str) or factory.count(":") != 1 or not all(factory.split(":")):
         raise ValueError(f"factory={factory!r} is invalid: must be 'module.path:function' returning a popdyn.Problem")
     module, name = factory.split(":")
+    if not all(part.isidentifier() for part in module.split(".")) or not name.isidentifier():
+        raise ValueError(
+            f"factory={factory!r} is invalid: must be 'module.path:function' with Python names (a module, not a "
+            "file path: for ./models/wells.py:f run popdyn in the folder holding models/ and write models.wells:f)"
+        )
     try:
-        mod = _import_here(module)
+        mod = _import_here(factory, module)
     except ImportError as err:
         raise ValueError(f"factory={factory!r} is invalid: cannot import {module!r} ({err})") from None
     fn = getattr(mod, name, None)
@@ -40,38 +98,52 @@ def load_factory(factory: str) -> Callable[..., Problem]:
     return fn
 
 
-def _import_here(module: str):
+def _import_here(factory: str, module: str):
     """Import ``module`` from sys.path or else from the current directory, which ``python -m`` searches and the
-    ``popdyn`` console script does not."""
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as err:
-        here = os.getcwd()
-        if err.name != module.split(".")[0] or here in sys.path:
-            raise
-    sys.path.insert(0, here)
-    return importlib.import_module(module)
+    ``popdyn`` console script does not (ImportError when neither has it; ValueError when importing it raises)."""
+    here = os.getcwd()
+    if here not in sys.path and importlib.util.find_spec(module.split(".")[0]) is None:
+        sys.path.insert(0, here)
+    what = f"factory={factory!r} is invalid: importing {module!r}"
+    return call_user(what, importlib.import_module, (module,), keep=(ImportError,))
 
 
 def parse_params(params) -> dict[str, object]:
-    """``["c=1.5", "name=abc"]`` → {"c": 1.5, "name": "abc"}: Python literals where they parse, else strings."""
-    out = {}
+    """``["c=1.5", "name=abc"]`` → {"c": 1.5, "name": "abc"}: Python literals where they parse, else strings. A name
+    given twice, or a number that is not finite (``1e400`` parses as inf), is refused."""
+    out: dict[str, object] = {}
     for item in params or ():
         name, sep, raw = str(item).partition("=")
         if not sep or not name.isidentifier():
             raise ValueError(f"param={item!r} is invalid: must be NAME=VALUE with NAME a Python identifier")
+        if name in out:
+            raise ValueError(f"param {name!r} is given twice ({name}={out[name]!r}, {item}): give it once")
         try:
             out[name] = ast.literal_eval(raw)
-        except (ValueError, SyntaxError):
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
             out[name] = raw
+        if not _finite(out[name]):
+            raise ValueError(f"param {name}={raw} is out of range: numbers must be finite (here {out[name]!r})")
     return out
 
 
-def build(factory: str, param=(), **overrides) -> Problem:
-    """``factory(**params, **overrides)``, checked to be a Problem; unknown keywords are refused by name."""
-    fn = load_factory(factory)
-    kwargs = parse_params(param) | overrides
-    sig = inspect.signature(fn)
+def _finite(value) -> bool:
+    """Whether every number in a parsed literal (nested in tuples, lists, sets and dicts too) is finite."""
+    if isinstance(value, (float, complex)):
+        return cmath.isfinite(value)
+    if isinstance(value, dict):
+        return all(_finite(v) for v in value.values())
+    if isinstance(value, (tuple, list, set, frozenset)):
+        return all(_finite(v) for v in value)
+    return True
+
+
+def _check_keywords(factory: str, fn: Callable, kwargs: dict) -> None:
+    """ValueError when ``fn`` does not take ``kwargs``: a keyword it does not know, or one it needs and lacks."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a callable without a signature (a builtin): the call itself will tell
+        return
     takes_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
     unknown = [k for k in kwargs if k not in sig.parameters and not takes_any]
     if unknown:
@@ -79,15 +151,64 @@ def build(factory: str, param=(), **overrides) -> Problem:
             f"param {unknown[0]!r} is not a keyword of {factory}: it takes {', '.join(sig.parameters) or 'none'}"
         )
     try:
-        prob = fn(**kwargs)
-    except TypeError as err:  # missing or wrong arguments
+        sig.bind(**kwargs)
+    except TypeError as err:  # a keyword it needs is missing, or one it takes only by position
         raise ValueError(f"factory={factory!r} cannot be called with {kwargs or 'no arguments'}: {err}") from None
+
+
+def build(factory: str, param=(), **overrides) -> Problem:
+    """``factory(**params, **overrides)``, checked to be a Problem whose init, loss and residuals trace.
+
+    Args:
+        factory: "module.path:function"; param: ``NAME=VALUE`` strings (``parse_params``); overrides: more
+            keywords (a sweep's values).
+
+    Unknown or missing keywords, an import or a call that raises, and a Problem whose functions fail when traced
+    are refused with one ValueError naming the factory and the error (``call_user``).
+    """
+    fn = load_factory(factory)
+    kwargs = parse_params(param) | overrides
+    _check_keywords(factory, fn, kwargs)
+    called = f"factory={factory!r}" + (f" (called with {kwargs})" if kwargs else "")
+    prob = call_user(called, fn, kwargs=kwargs)
     if not isinstance(prob, Problem):
         raise ValueError(
             f"factory={factory!r} returned {type(prob).__name__}: must return a popdyn.Problem "
             "(popdyn.Problem.from_loss turns a loss function into one)"
         )
-    return prob
+    return call_user(f"the Problem of {called}, traced,", check_problem, (prob,))
+
+
+def theta_bytes(prob: Problem) -> int:
+    """Bytes of one θ of ``prob`` (from its template: nothing is computed)."""
+    return sum(math.prod(t.shape) * np.dtype(t.dtype).itemsize for t in jax.tree_util.tree_leaves(prob.template()))
+
+
+def draw_inits(prob: Problem, factory: str, n: int, seed: int) -> Theta:
+    """``n`` draws of ``prob.init``, keys split from ``seed``: their memory checked first (``check_memory``), and a
+    warning when the init ignores its key (n > 1 draws all the same start)."""
+    check_memory(n * (theta_bytes(prob) + 16.0), f"{n:,} initialisations of {factory}")
+    keys = jax.random.split(jax.random.PRNGKey(_validate.seed("seed", seed)), n)
+    warn_if_init_ignores_key(prob, factory, n)
+    return jax.vmap(prob.init)(keys)
+
+
+def warn_if_init_ignores_key(prob: Problem, what: str, n: int) -> None:
+    """Warn when ``n`` > 1 draws of ``prob.init`` are asked for and it gives one start for two different keys.
+
+    Args:
+        prob: the problem; what: its name for the message; n: the number of draws.
+    """
+    if n < 2:
+        return
+    a, b = (prob.init(jax.random.PRNGKey(k)) for k in (0, 1))
+    same = jax.tree_util.tree_map(lambda u, v: bool(np.array_equal(np.asarray(u), np.asarray(v))), a, b)
+    if all(jax.tree_util.tree_leaves(same)):
+        warnings.warn(
+            f"the init of {what} gives the same θ for every key: its {n:,} draws are {n:,} copies of one start "
+            "(init_scale=0, or an init(key) that does not use key)",
+            stacklevel=2,
+        )
 
 
 def _title(factory: str, param) -> str:
@@ -162,8 +283,7 @@ def converge_model(
     n_init = _validate.int_at_least("n-init", n_init, 1)
     eps = _validate.positive("eps", eps)
     t1 = _validate.positive("t1", t1)
-    keys = jax.random.split(jax.random.PRNGKey(_validate.seed("seed", seed)), n_init)
-    theta0 = jax.vmap(prob.init)(keys)
+    theta0 = draw_inits(prob, factory, n_init, seed)
     ht = hitting_times(prob, theta0, GradNormBelow(prob, eps), t1=t1)
     final_loss = np.asarray(jax.vmap(prob.loss)(ht.final))
     times = ht.times
@@ -199,6 +319,9 @@ def stepsize_model(factory: str, param=(), lr=(0.1,), steps: int = 400, seed: in
     prob = build(factory, param)
     lrs = np.array([_validate.positive("lr", v) for v in lr], dtype=float)
     steps = _validate.int_at_least("steps", steps, 1)
+    check_memory(  # every step's θ, loss and λ_max are kept for the audit
+        (steps + 1.0) * lrs.size * (theta_bytes(prob) + 16.0), f"{steps:,} steps of GD at {lrs.size} rates"
+    )
     theta0 = prob.init(jax.random.PRNGKey(_validate.seed("seed", seed)))
     batch = jax.tree_util.tree_map(lambda v: np.broadcast_to(np.asarray(v), (lrs.size, *np.shape(v))).copy(), theta0)
     traj = gradient_descent(prob, batch, lr=lrs, steps=steps, save_params=True, momentum=momentum)

@@ -177,6 +177,12 @@ TEACHER = _opts(
     Option("--M", int, None, "channels (cnn, gcn: default 4)"),
     SEED,
 )
+SMALL_TEACHER = _opts(
+    Option("--D", int, None, "tokens (default: a small instance, cnn 8, gcn 9, sts 8, gslp 8)"),
+    Option("--K", int, None, "support per column of S* (default: a small instance, cnn 2, gcn 3, sts 2, gslp 1)"),
+)
+"""The sizes of the teacher jobs that run the full (W, A) model, whose defaults are a small instance, each used
+where that size is not given (popdyn.jobs.teacher.commands.SMALL_SIZES)."""
 USER = _opts(
     Option("--factory", str, None, "module.path:factory returning a popdyn.Problem (given as the task)"),
     Option("--param", str, (), "a keyword of the factory, NAME=VALUE (repeatable)", nargs="*", metavar="NAME=VALUE"),
@@ -395,8 +401,7 @@ JOBS: tuple[Job, ...] = (
         "which starts of a 2-D slice reach the teacher's loss level under full-matrix GD",
         _opts(
             *TEACHER[:1],
-            Option("--D", int, None, "tokens (default: a small instance, cnn 8, gcn 9, sts 8, gslp 8)"),
-            Option("--K", int, None, "support per column of S* (default: cnn 2, gcn 3, sts 2, gslp 1)"),
+            *SMALL_TEACHER,
             *TEACHER[3:],
             Option("--x", str, None, "first coordinate, e.g. W[0,1] (default: the scale of W)"),
             Option("--y", str, None, "second coordinate (default: the scale of the attention logits)"),
@@ -423,7 +428,7 @@ JOBS: tuple[Job, ...] = (
         "teacher",
         f"{_T}:stepsize_teacher",
         "λ_max along full-matrix GD from W = 0, A = 0 against 1/η, 2/η",
-        TEACHER
+        _opts(*TEACHER[:1], *SMALL_TEACHER, *TEACHER[3:])
         + _opts(
             Option("--lr", float, None, "learning rates (default (1, 1.5, 2.5)/λ_max at the teacher)", nargs="+"),
             Option("--steps", int, 5000, "GD steps"),

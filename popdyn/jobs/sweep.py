@@ -5,6 +5,7 @@ programs compiled for the first one: a sweep compiles once.
 
 from __future__ import annotations
 
+import math
 import os
 import warnings
 from collections.abc import Callable
@@ -19,31 +20,50 @@ from tqdm.auto import tqdm
 from popdyn import _validate
 from popdyn.analysis import Grid, basin_fractions, lambda_max
 from popdyn.analysis.basins import UNRESOLVED
+from popdyn.batching import check_memory
 from popdyn.io import Result
+from popdyn.jobs.model import build, parse_params, theta_bytes, warn_if_init_ignores_key
 from popdyn.problem import Problem, Theta
+
+POINT_BYTES = 4096.0
+"""Memory per point of a sweep's grid [an estimate]: its values, its row of results and its entries in the arrays;
+the grid's size is checked against it (``check_memory``) before any array is made."""
+
+
+def _check_grid_size(sizes: list[int]) -> None:
+    """ValueError (``check_memory``) when a grid of ``sizes`` points per axis is too large to hold."""
+    check_memory(POINT_BYTES * math.prod(sizes), f"a sweep over {' × '.join(f'{n:,}' for n in sizes)} values")
+
+
+def _parse_axis(item) -> tuple[str, float, float, int]:
+    """``"c=0.5:2:8"`` → ("c", 0.5, 2.0, 8), each part checked."""
+    name, sep, spec = str(item).partition("=")
+    name = name.replace("-", "_")  # an option's flag (eta-y) names its keyword (eta_y)
+    parts = spec.split(":")
+    if not sep or not name.isidentifier() or len(parts) != 3:
+        raise ValueError(f"vary={item!r} is invalid: must be NAME=LO:HI:N, e.g. c=0.5:2:8")
+    try:
+        lo, hi, n = float(parts[0]), float(parts[1]), int(parts[2])
+    except ValueError:
+        raise ValueError(f"vary={item!r} is invalid: LO and HI must be numbers and N an integer") from None
+    lo, hi = _validate.interval(f"vary {name}", (lo, hi))
+    return name, lo, hi, _validate.int_at_least(f"vary {name} N", n, 2)
 
 
 def parse_vary(vary) -> list[tuple[str, np.ndarray]]:
-    """``["c=0.5:2:8"]`` → [("c", linspace(0.5, 2, 8))]; one or two distinct names."""
+    """``["c=0.5:2:8"]`` → [("c", linspace(0.5, 2, 8))]; one or two distinct names, the grid's size checked before
+    its values are made."""
     if not vary:
         raise ValueError("vary is missing: give one or two NAME=LO:HI:N (e.g. --vary c=0.5:2:8)")
-    axes = []
-    for item in vary:
-        name, sep, spec = str(item).partition("=")
-        name = name.replace("-", "_")  # an option's flag (eta-y) names its keyword (eta_y)
-        parts = spec.split(":")
-        if not sep or not name.isidentifier() or len(parts) != 3:
-            raise ValueError(f"vary={item!r} is invalid: must be NAME=LO:HI:N, e.g. c=0.5:2:8")
-        try:
-            lo, hi, n = float(parts[0]), float(parts[1]), int(parts[2])
-        except ValueError:
-            raise ValueError(f"vary={item!r} is invalid: LO and HI must be numbers and N an integer") from None
-        lo, hi = _validate.interval(f"vary {name}", (lo, hi))
-        axes.append((name, np.linspace(lo, hi, _validate.int_at_least(f"vary {name} N", n, 2))))
-    names = [a[0] for a in axes]
-    if len(axes) > 2 or len(set(names)) != len(names):
+    specs = [_parse_axis(item) for item in vary]
+    names = [spec[0] for spec in specs]
+    twice = [name for name in names if names.count(name) > 1]
+    if twice:
+        raise ValueError(f"vary={list(vary)} is invalid: {twice[0]!r} is given twice; sweep one or two distinct names")
+    if len(specs) > 2:
         raise ValueError(f"vary={list(vary)} is invalid: sweep one or two distinct parameters")
-    return axes
+    _check_grid_size([spec[3] for spec in specs])
+    return [(name, np.linspace(lo, hi, n)) for name, lo, hi, n in specs]
 
 
 def _points(axes: list[tuple[str, np.ndarray]]) -> tuple[tuple[int, ...], list[dict[str, float]]]:
@@ -51,6 +71,58 @@ def _points(axes: list[tuple[str, np.ndarray]]) -> tuple[tuple[int, ...], list[d
     shape = tuple(len(v) for _, v in axes)
     mesh = np.array(np.meshgrid(*[v for _, v in axes], indexing="ij")).reshape(len(axes), -1).T
     return shape, [{name: float(v) for (name, _), v in zip(axes, vals, strict=False)} for vals in mesh]
+
+
+def _same_structure(a: Any, b: Any) -> bool:
+    """Whether two pytree structures (PyTreeDefs, their static fields included) are equal."""
+    return bool(a == b)
+
+
+def _same_problem(a: Problem, b: Problem) -> bool:
+    """Whether two problems have one static structure (functions, static fields) and equal array leaves."""
+    leaves_a, def_a = jax.tree_util.tree_flatten(a)
+    leaves_b, def_b = jax.tree_util.tree_flatten(b)
+    try:
+        same_def = _same_structure(def_a, def_b)
+    except (TypeError, ValueError):  # a static field holding an array: == gives no single truth value
+        return False
+    return same_def and all(np.array_equal(u, v) for u, v in zip(leaves_a, leaves_b, strict=True))
+
+
+def _problems(make: Callable[..., Problem], axes, grid: list[dict[str, float]], n_init: int | None) -> list[Problem]:
+    """Every point's problem, built before any point runs, so that a value the factory refuses is refused first.
+
+    Also before the runs: the memory of ``n_init`` draws of each problem's init (None: starts given), a warning
+    when the static structure changes with the values (every value compiles again), and a ValueError for an axis
+    whose second value builds the problem of its first: a keyword that changes neither the data, the static
+    structure nor the init changes nothing the sweep computes."""
+    shape = tuple(len(v) for _, v in axes)
+    strides = [math.prod(shape[k + 1 :]) for k in range(len(shape))]  # row-major: the last axis fastest
+    problems: list[Problem] = []
+    for i, values in enumerate(grid):
+        prob = make(**values)
+        if n_init is not None:
+            check_memory(n_init * (theta_bytes(prob) + 16.0), f"{n_init:,} initialisations at {values}")
+        for (name, vals), stride in zip(axes, strides, strict=True):
+            if i == stride and _same_problem(prob, problems[0]):
+                raise ValueError(
+                    f"vary {name!r} changes nothing the sweep computes: {name}={vals[1]:g} builds the problem of "
+                    f"{name}={vals[0]:g} (the same data, functions and init); sweep a keyword that sets the "
+                    "problem's data, its structure or its init"
+                )
+        problems.append(prob)
+    first = jax.tree_util.tree_structure(problems[0])
+    if not all(_same_structure(jax.tree_util.tree_structure(p), first) for p in problems):
+        warnings.warn(
+            "the problem's static structure changes with the swept values (for instance a loss "
+            "function defined inside the factory, or a data number stored as a static field): every "
+            "value compiles again. Define the loss at module level and pass data numbers as data "
+            '(docs/jobs.md, "Sweeps")',
+            stacklevel=3,
+        )
+    if n_init is not None:
+        warn_if_init_ignores_key(problems[0], "the swept problem", n_init)
+    return problems
 
 
 def _point_folder(checkpoint, i: int) -> str | None:
@@ -74,32 +146,28 @@ def run_sweep(
 ) -> dict:
     """For every point of the parameter grid (row-major, the last axis fastest): basin fractions among resolved
     runs (with standard errors), the resolved share, the median stopping time and the median λ_max at the resolved
-    end points, from the same initialisations ``inits`` (a batch, or a number of draws of the first problem's
-    init). Checkpoints: one folder per parameter point under ``checkpoint``."""
+    end points, from the initialisations ``inits``: one batch for every point, or a number n of draws of each
+    point's own init with the same n keys (split from ``seed``), so a swept value that sets the init draws its own
+    starts and one that does not reuses the same starts. Every point's problem is built and checked before the
+    first point runs (``_problems``). Checkpoints: one folder per parameter point under ``checkpoint``."""
     _validate.choice("method", method, ("flow", "gd"))
     shape, grid = _points(axes)
-    if isinstance(inits, (int, np.integer)):
-        n = _validate.int_at_least("n-init", inits, 1)
-        first = make(**grid[0])
-        inits = jax.vmap(first.init)(jax.random.split(jax.random.PRNGKey(_validate.seed("seed", seed)), n))
+    n_init = _validate.int_at_least("n-init", inits, 1) if isinstance(inits, (int, np.integer)) else None
+    problems = _problems(make, axes, grid, n_init)
     names: list[str] = []
     rows: list[dict[str, Any]] = []
-    structure, warned = None, False
     for i, values in enumerate(tqdm(grid, desc="sweep", disable=not progress)):
-        prob = make(**values)
-        if structure is None:
-            structure = jax.tree_util.tree_structure(prob)
-        elif jax.tree_util.tree_structure(prob) != structure and not warned:
-            warned = True
-            warnings.warn(
-                "the problem's static structure changes with the swept values (for instance a loss "
-                "function defined inside the factory, or a data number stored as a static field): every "
-                "value compiles again. Define the loss at module level and pass data numbers as data "
-                '(docs/jobs.md, "Sweeps")',
-                stacklevel=2,
-            )
+        prob = problems[i]
         bf = basin_fractions(
-            prob, inits, method, t1=t1, lr=lr, steps=steps, chunk_size=chunk, checkpoint=_point_folder(checkpoint, i)
+            prob,
+            inits,
+            method,
+            seed=seed,
+            t1=t1,
+            lr=lr,
+            steps=steps,
+            chunk_size=chunk,
+            checkpoint=_point_folder(checkpoint, i),
         )
         ok = bf.labels >= 0
         lam = np.where(ok, np.asarray(lambda_max(prob, bf.final)), np.nan)  # one shape for every value
@@ -206,14 +274,11 @@ def sweep_model(
 ) -> Result:
     """``popdyn sweep module:factory --vary NAME=LO:HI:N``: ``run_sweep`` over the factory's keywords, the same
     n_init draws of init at every value."""
-    from popdyn.jobs.model import build, parse_params
-
     axes = parse_vary(vary)
     fixed = parse_params(param)
     clash = [name for name, _ in axes if name in fixed]
     if clash:
         raise ValueError(f"param {clash[0]!r} is also swept with vary: give it once")
-    build(factory, param, **{name: float(vals[0]) for name, vals in axes})  # checks the factory before the runs
     sw = run_sweep(
         lambda **v: build(factory, param, **v),
         axes,
@@ -263,8 +328,9 @@ def sweep_markov(
 
     for name, v in (("p", p_lo), ("p", p_hi), ("q", q_lo), ("q", q_hi)):
         _validate.open_unit(name, v)
+    _check_grid_size([_validate.int_at_least("points", points, 2)] * 2)
     axes = [
-        ("p", np.linspace(*_validate.interval("p", (p_lo, p_hi)), _validate.int_at_least("points", points, 2))),
+        ("p", np.linspace(*_validate.interval("p", (p_lo, p_hi)), points)),
         ("q", np.linspace(*_validate.interval("q", (q_lo, q_hi)), points)),
     ]
     inits = Grid.square("w", "e", lo, hi, _validate.int_at_least("grid", grid, 2)).points(Canonical(0.5, 0.25))

@@ -145,8 +145,9 @@ def converge_teacher(
 
 # ---- basins and step sizes off the paper's sizes ------------------------------------------------------
 SMALL_SIZES = {"cnn": (8, 2), "gcn": (9, 3), "sts": (8, 2), "gslp": (8, None)}
-"""(D, K) of ``basins_teacher`` and ``stepsize_teacher`` when neither is given [our choice]: these jobs run the
-full (W, A) model, whose cost grows like D², so they default to a small instance of each teacher (gslp: K = 1)."""
+"""Default (D, K) of ``basins_teacher`` and ``stepsize_teacher`` [our choice], each used where that size is not
+given: these jobs run the full (W, A) model, whose cost grows like D², so they default to a small instance of each
+teacher (gslp: K = 1)."""
 
 LEVEL_TOL = 1e-2
 """Default ``tol`` of ``basins_teacher`` [our choice]: a start reached the teacher when its excess loss fell to
@@ -154,9 +155,11 @@ LEVEL_TOL = 1e-2
 
 
 def _sizes(teacher: str, D: int | None, K: int | None) -> tuple[int | None, int | None]:
-    """``SMALL_SIZES[teacher]`` when neither D nor K is given, else (D, K) as given (``build`` fills the other)."""
+    """(D, K) as given, each one not given from ``SMALL_SIZES[teacher]`` (``--D 12`` alone: K of the small instance,
+    as the options' help says)."""
     _validate.choice("teacher", teacher, TEACHERS)
-    return SMALL_SIZES[teacher] if D is None and K is None else (D, K)
+    small_D, small_K = SMALL_SIZES[teacher]
+    return (small_D if D is None else D), (small_K if K is None else K)
 
 
 def _teacher_inputs(prob: BilinearTeacher, teacher: str, activation: str, seed: int) -> dict:
@@ -241,7 +244,7 @@ def basins_teacher(
     The slice: by default ``ScaleSlice``, the scale x of W (‖W‖/‖V*‖) and the logit scale y of A along one random
     direction each (``random_directions``, from ``seed``), both over [``lo``, ``hi``]; or the coordinates ``x`` and
     ``y`` of θ (e.g. "W[0,1]", "A[2,3]"; both or neither) over [``lo``, ``hi``], every other coordinate from the
-    random point W_dir, A_dir. ``D``, ``K``: ``SMALL_SIZES`` when neither is given. ``lr``: default 1/λ_max at
+    random point W_dir, A_dir. ``D``, ``K``: from ``SMALL_SIZES`` where not given. ``lr``: default 1/λ_max at
     the teacher (§6). ``chunk``, ``progress``, ``checkpoint`` go to the engine (``gradient_descent``), as in
     ``basin_map``. The attractor residual ‖W − V*‖_F + ‖S − S*‖_F of ``BilinearTeacher.attractors`` is reported at
     every end point."""
@@ -423,7 +426,7 @@ def stepsize_teacher(
     η ≤ 1/λ_max binds at the end (§6). ``lr``: one rate or several; default η = (1, 1.5, 2.5)/λ_max(teacher)
     [our choice: one run per verdict — held, between 1/λ and 2/λ, and past 2/η as the run approaches the
     teacher]. ``steps`` is rounded down to a multiple of the record interval ⌊steps/records⌋. ``D``, ``K``:
-    ``SMALL_SIZES`` when neither is given. Runs go to the full budget (no early stop)."""
+    from ``SMALL_SIZES`` where not given. Runs go to the full budget (no early stop)."""
     D, K = _sizes(teacher, D, K)
     if lr is not None:
         lrs = [_validate.positive("lr", v) for v in ([lr] if np.ndim(lr) == 0 else list(lr))]  # type: ignore[arg-type]  # np.ndim(lr) > 0: a sequence
