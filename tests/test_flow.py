@@ -119,6 +119,7 @@ def test_status_reports_each_point_without_killing_the_batch():
         "solver_failed": 0,
         "converged_late": 0,
         "reached": 0,
+        "degenerate": 0,
     }
 
 

@@ -30,13 +30,15 @@ from popdyn.analysis.grid import Grid
 from popdyn.batching import as_batch, check_chunk_size
 from popdyn.curvature import EXACT_MAX_DIM, extreme_eigenvalues, hessian_spectrum
 from popdyn.dynamics import Status, Trajectory, gradient_descent
-from popdyn.dynamics.status import RESOLVED, count
+from popdyn.dynamics.status import RESOLVED, count, negative
 from popdyn.problem import Problem, Theta, ThetaLike
 
 UNRESOLVED = "unresolved"
 
 LEVEL_TOL = 1e-6
-"""Loss levels of end points closer than LEVEL_TOL·max(1, |L|) are one level (default featuriser)."""
+"""Loss levels of end points closer than LEVEL_TOL·max(S, |L|) are one level (default featuriser), S the largest
+|L| at the run's starts: relative to the problem's own loss scale, so labels do not change when L is scaled, and
+round-off levels of one minimum (L = 1e-16 and 3e-16 on a landscape of scale 1) are one level."""
 
 
 @dataclass(frozen=True)
@@ -152,17 +154,20 @@ def _level_labels(
     sub = jax.tree_util.tree_map(lambda x: x[idx], final)
     loss = np.asarray(final_loss)[idx]
     index = morse_index(prob, sub)
+    codes = status[idx]
+    kind = np.where(codes == Status.DEGENERATE, 2, np.where((index == 0) & (codes == Status.SADDLE), 1, 0))
+    keys = sorted(set(zip(index.tolist(), kind.tolist(), strict=True)))
     names: list[str] = []
-    for k in np.unique(index):
-        sel = np.flatnonzero(index == k)
+    for k, sub_kind in keys:
+        sel = np.flatnonzero((index == k) & (kind == sub_kind))
         order = sel[np.argsort(loss[sel], kind="stable")]
-        gaps = np.diff(loss[order]) > LEVEL_TOL * np.maximum(1.0, np.abs(loss[order][1:]))
+        gaps = np.diff(loss[order]) > LEVEL_TOL * np.maximum(scale, np.abs(loss[order][1:]))
         group = np.concatenate([[0], np.cumsum(gaps)])
+        prefix = ("min" if k == 0 else f"saddle({k})", "saddle(0)", "degenerate")[sub_kind]
         for g in range(group[-1] + 1):
             members = order[group == g]
             labels[idx[members]] = start + len(names)
-            level = float(np.median(loss[members]))
-            names.append(f"min L={level:.6g}" if k == 0 else f"saddle({k}) L={level:.6g}")
+            names.append(f"{prefix} L={float(np.median(loss[members])):.6g}")
     return labels, tuple(names)
 
 
@@ -170,7 +175,8 @@ def _cluster_labels(points: np.ndarray, status: np.ndarray, todo: np.ndarray, ra
     """Label the points in ``todo`` by clustering ``points`` (positions or features); minima and saddles apart."""
     labels = np.full(len(status), -1)
     names: list[str] = []
-    for codes, kind in (((Status.CONVERGED, Status.CONVERGED_LATE), "min"), ((Status.SADDLE,), "saddle")):
+    groups = (((Status.CONVERGED, Status.CONVERGED_LATE), "min"), ((Status.SADDLE,), "saddle"))
+    for codes, kind in groups + (((Status.DEGENERATE,), "degenerate"),):
         idx = np.flatnonzero(todo & np.isin(status, codes))
         if idx.size == 0:
             continue
@@ -199,7 +205,9 @@ def label_end_points(
     todo = ok & (labels < 0)
     if todo.any():
         if features == "level":
-            extra, extra_names = _level_labels(prob, traj.final, traj.final_loss, todo, len(names))
+            start_loss = np.abs(np.asarray(traj.loss)[..., 0])  # the first record is L(θ0)
+            scale = float(np.max(start_loss, initial=0.0, where=np.isfinite(start_loss)))
+            extra, extra_names = _level_labels(prob, traj.final, traj.final_loss, status, todo, len(names), scale)
         else:
             # not "level", so "position" or a function θ → features (basin_fractions checks the name)
             fn = (lambda t: ravel_pytree(t)[0]) if features == "position" else cast(Callable, features)

@@ -344,13 +344,13 @@ def _descend_batch(gd: _GD, batch: Theta, lrs, keys) -> dict:
     n_rec = steps // k
 
     def run_one(theta, lr, key):
-        floor = stopping.speed_floor(optax.tree.norm(gd.field(theta)))
+        floor = stopping.speed_floor(stopping.norm(gd.field(theta)))
 
         def snapshot(theta, lg):
             loss, g = vg(theta) if lg is None else lg
-            gn = optax.tree.norm(g)
+            gn = stopping.norm(g)
             plain = gd.hooks[0] is None and cfg.scales is None  # then f = −∇L
-            rec = {"loss": loss, "grad_norm": gn, "speed": gn if plain else optax.tree.norm(gd.field_from(g))}
+            rec = {"loss": loss, "grad_norm": gn, "speed": gn if plain else stopping.norm(gd.field_from(g))}
             if cfg.save_params:
                 rec["params"] = theta
             if metrics is not None:
@@ -409,7 +409,7 @@ def _descend_lanes(gd: _GD, batch: Theta, lrs, keys, width: int, segment: int) -
             "bad": gd.start_code(theta),
             "lr": lr,
             "key": key,
-            "floor": stopping.speed_floor(optax.tree.norm(gd.field(theta))),
+            "floor": stopping.speed_floor(stopping.norm(gd.field(theta))),
             "k": jnp.int32(0),
             "seg": jnp.int32(0),
             "code": jnp.int32(-1),
@@ -425,7 +425,7 @@ def _descend_lanes(gd: _GD, batch: Theta, lrs, keys, width: int, segment: int) -
         )
         k = jnp.minimum(lane["k"] + segment, steps)
         loss, g = vg(theta)
-        finite = jnp.isfinite(loss) & jnp.isfinite(optax.tree.norm(g))
+        finite = jnp.isfinite(loss) & jnp.isfinite(stopping.norm(g))
         steady = gd.steady(theta, lane["floor"])
         code = gd.status(bad, finite, steady)
         code = jnp.where((code == int(Status.MAX_STEPS)) & (k < steps), -1, code)
@@ -458,7 +458,7 @@ def _descend_lanes(gd: _GD, batch: Theta, lrs, keys, width: int, segment: int) -
             "t_final": stop,
             "ts": jnp.stack([jnp.zeros_like(stop), stop]),
             "loss": jnp.stack([loss0, loss1]),
-            "grad_norm": jnp.stack([optax.tree.norm(g0), optax.tree.norm(g1)]),
+            "grad_norm": jnp.stack([stopping.norm(g0), stopping.norm(g1)]),
             "params": None,
             "metrics": None,
             "n_steps": stop.astype(jnp.int32),

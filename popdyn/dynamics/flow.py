@@ -192,7 +192,7 @@ class _Pieces(eqx.Module):
         )
 
     def floor(self, y0: Theta) -> Array:
-        return stopping.speed_floor(optax.tree.norm(self.field(0.0, y0, None)))
+        return stopping.speed_floor(stopping.norm(self.field(0.0, y0, None)))
 
     def event(self) -> diffrax.Event:
         cfg = self.cfg
@@ -224,22 +224,38 @@ class _Pieces(eqx.Module):
         def term(t, y, args):
             return jax.tree_util.tree_map(lambda f: jnp.where(args[1], f, 0.0), self.field(t, y, None))
 
+        terms, args = diffrax.ODETerm(term), (floor, jnp.asarray(moves))
+        controller = diffrax.PIDController(
+            rtol=cfg.rtol, atol=cfg.atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff, norm=stopping.rms_norm
+        )
         return diffrax.diffeqsolve(
-            diffrax.ODETerm(term),
+            terms,
             solver,
             t0=t0,
             t1=t1,
-            dt0=None,
+            dt0=self.first_step(terms, t0, t1, y0, args),
             y0=y0,
-            args=(floor, jnp.asarray(moves)),
+            args=args,
             saveat=saveat,
-            stepsize_controller=diffrax.PIDController(
-                rtol=cfg.rtol, atol=cfg.atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff
-            ),
+            stepsize_controller=controller,
             event=self.event(),
             max_steps=max_steps,
             throw=False,
         )
+
+    def first_step(self, terms, t0, t1, y0, args) -> Array:
+        """The first step size, 0.01·max(d0, 1)/d1 with d0 = rms(y0/s), d1 = rms(f(y0)/s), s = atol + rtol|y0|: a step
+        that moves θ by 1% of its own size (the first estimate of Hairer's rule; t1 − t0 where f(y0) = 0).
+
+        diffrax's own rule (``dt0=None``) is not invariant when L is multiplied by a constant, which rescales time: it
+        falls back on absolute times (1e-6) when d1 < 1e-5, and its second estimate overflows to a zero step when L
+        is large (multiplied by 1e150, say). This one is, so the flow takes the same steps in θ for any scale of L."""
+        cfg = self.cfg
+        s = jax.tree_util.tree_map(lambda y: cfg.atol + cfg.rtol * jnp.abs(y), y0)
+        ratio = lambda a: jax.tree_util.tree_map(lambda x, s_: x / s_, a, s)  # noqa: E731
+        d0 = stopping.rms_norm(ratio(y0))
+        d1 = stopping.rms_norm(ratio(terms.vf(t0, y0, args)))
+        return jnp.where(d1 > 0, 0.01 * jnp.maximum(d0, 1.0) / jnp.where(d1 > 0, d1, 1.0), t1 - t0)
 
     def at_start(self, y0) -> Array:
         return jnp.bool_(False) if self.until is None else jnp.asarray(self.until(y0) <= 0)
@@ -278,7 +294,7 @@ def _solve_batch(pieces: _Pieces, batch: Theta, t1: Array, times: Float[Array, "
 
     def record(t, y, args):
         loss, g = vg(y)
-        out = {"loss": loss, "grad_norm": optax.tree.norm(g)}
+        out = {"loss": loss, "grad_norm": stopping.norm(g)}
         if cfg.save_params:
             out["params"] = y
         return out
@@ -365,7 +381,7 @@ def _solve_lanes(pieces: _Pieces, batch: Theta, t1: Array, solver, width: int, s
             "t_final": lane["t"],
             "ts": jnp.stack([jnp.zeros((), t1.dtype), jnp.where(at_t1, t1, nan)]),
             "loss": jnp.stack([loss0, jnp.where(at_t1, loss1, nan)]),
-            "grad_norm": jnp.stack([optax.tree.norm(g0), jnp.where(at_t1, optax.tree.norm(g1), nan)]),
+            "grad_norm": jnp.stack([stopping.norm(g0), jnp.where(at_t1, stopping.norm(g1), nan)]),
             "params": None,
             "n_steps": lane["steps"],
         }

@@ -6,11 +6,11 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float, Int
+from jaxtyping import Array, Bool, Float, Int
 
 from popdyn.batching import unbatch
-from popdyn.curvature import extreme_eigenvalues
-from popdyn.dynamics import stopping
+from popdyn.curvature import EXACT_MAX_DIM, extreme_eigenvalues, hessian_spectrum
+from popdyn.dynamics import degenerate, stopping
 from popdyn.dynamics.status import STATUS_NAMES, Status, count, refine_saddles
 from popdyn.problem import Problem, Theta
 
@@ -55,30 +55,39 @@ def frozen_scales(scales: dict | None) -> tuple | None:
 @eqx.filter_jit
 def _classify(
     prob: Problem, batch: Theta, status: Int[Array, " B"], tols: tuple[float, float, float], late: bool, saddles: bool
-) -> tuple[Int[Array, " B"], Float[Array, " B"]]:
-    """(The refined status, L at every end point) in one program per problem, shape and flags: MAX_STEPS points
-    passing the Newton test become CONVERGED_LATE (``late``), converged points with negative curvature SADDLE
-    (``saddles``). One compiled program instead of one per step keeps a warm command's start-up short."""
+) -> tuple[Int[Array, " B"], Float[Array, " B"], Bool[Array, " B"]]:
+    """(The refined status, L at every end point, which points need the higher-order probe) in one program per
+    problem, shape and flags: MAX_STEPS points passing the Newton test become CONVERGED_LATE (``late``), converged
+    points with negative curvature SADDLE (``saddles``). With a dense Hessian (up to ``EXACT_MAX_DIM`` parameters),
+    converged or late points whose spectrum has a zero eigenvalue are marked for ``popdyn.dynamics.degenerate``.
+    One compiled program instead of one per step keeps a warm command's start-up short."""
     rtol, atol, saddle_tol = tols
+    dense = prob.n_params() <= EXACT_MAX_DIM
     if late:
         ok = jax.vmap(lambda t: stopping.converged_late(prob, t, rtol, atol, saddle_tol))(batch)
         status = jnp.where((status == Status.MAX_STEPS) & ok, int(Status.CONVERGED_LATE), status)
+    lam = hessian_spectrum(prob, batch) if dense and (late or saddles) else None
     if saddles:
-        lo, hi = extreme_eigenvalues(prob, batch)
+        lo, hi = (lam[:, 0], lam[:, -1]) if lam is not None else extreme_eigenvalues(prob, batch)
         status = refine_saddles(status, lo, hi, saddle_tol)
-    return status, jax.vmap(prob.loss)(batch)
+    at_min = (status == Status.CONVERGED) | (status == Status.CONVERGED_LATE)
+    probe = at_min & degenerate.flat(lam, saddle_tol) if lam is not None else jnp.zeros_like(at_min)
+    return status, jax.vmap(prob.loss)(batch), probe
 
 
 def finish(
     prob: Problem, out: dict, batched: bool, saddle_tol: float, time_unit: str, rtol: float, atol: float
 ) -> Trajectory:
-    """Classify converged points by their Hessian (saddle vs minimum), points whose budget ran out by the Newton
-    test (CONVERGED_LATE or still MAX_STEPS), and package a Trajectory."""
+    """Classify converged points by their Hessian (saddle vs minimum; degenerate ones by the higher-order probe of
+    ``popdyn.dynamics.degenerate``), points whose budget ran out by the Newton test (CONVERGED_LATE or still
+    MAX_STEPS), and package a Trajectory."""
     codes = np.asarray(out["status"])  # which tests are needed, decided on the host
     late, saddles = bool(np.any(codes == Status.MAX_STEPS)), bool(np.any(codes == Status.CONVERGED))
-    status, final_loss = _classify(
+    status, final_loss, probe = _classify(
         prob, out["final"], jnp.asarray(out["status"], jnp.int32), (rtol, atol, saddle_tol), late, saddles
     )
+    if np.any(np.asarray(probe)):
+        status = jnp.asarray(degenerate.refine(prob, out["final"], np.asarray(status), np.asarray(probe), saddle_tol))
     traj = Trajectory(
         final=out["final"],
         final_loss=final_loss,
