@@ -20,8 +20,8 @@ from jax.tree_util import PyTreeDef
 from jaxtyping import Array, PyTree, Shaped
 from tqdm.auto import tqdm
 
-from popdyn import _validate, distributed, sharding
-from popdyn.checkpoint import ChunkStore, fingerprint
+from popdyn import _validate, distributed, identity, sharding
+from popdyn.checkpoint import ChunkStore
 from popdyn.problem import Problem, Theta, ThetaLike, check_problem
 
 _CHECKED: set = set()
@@ -136,17 +136,18 @@ def map_chunks(
     progress: bool = False,
     desc: str = "chunks",
     checkpoint: str | os.PathLike | None = None,
-    depends_on: tuple = (),
 ):
     """Apply ``fn`` (a jitted function of a batch) to fixed-size chunks of ``theta``; concatenate outputs.
 
     Each chunk is split over the process's devices (``popdyn.sharding``); its size is ``chunk_size`` (all of
     ``theta`` when None) rounded up to a multiple of the device count. With ``checkpoint`` (a directory), finished
-    chunks are saved there and, on a later call with the same inputs, loaded instead of recomputed; the
-    directory's fingerprint covers ``theta``, the chunk size and ``depends_on`` (everything else ``fn``'s
-    outputs depend on: the problem, the method and its settings), see ``popdyn.checkpoint``. With several
-    processes (``popdyn.distributed``), whole chunks are dealt out to the processes and every process returns
-    every output, bit for bit those of one process; process 0 alone writes the checkpoint (docs/distributed.md).
+    chunks are saved there and, on a later call of the same run, loaded instead of recomputed. "The same run" is
+    the run's identity (``popdyn.identity.run``): the program ``fn`` traces to on a chunk, constants and data
+    values included, ``theta``, the chunk size and the versions; it binds the checkpoint's chunks
+    (``popdyn.checkpoint``) and is recorded for the command's ``summary.json``. With several processes
+    (``popdyn.distributed``), every process compares its identity with the others' before any work (ValueError on
+    every process when they differ), whole chunks are dealt out to the processes and every process returns every
+    output, bit for bit those of one process; process 0 alone writes the checkpoint (docs/distributed.md).
     """
     n = jax.tree_util.tree_leaves(theta)[0].shape[0]
     check_chunk_size(chunk_size)
@@ -157,6 +158,7 @@ def map_chunks(
         per_point = _nbytes(jax.eval_shape(fn, jax.tree_util.tree_map(lambda x: x[:size], theta))) / size
         check_memory(2 * per_point * n, f"a batch of {n:,} initialisations")
     if checkpoint is None and not several and sharding.device_count() == 1 and (chunk_size is None or chunk_size >= n):
+        identity.run(fn, theta, theta, n)  # traced once: the call below reuses the trace
         return fn(theta)
 
     def chunk(i):
@@ -169,16 +171,13 @@ def map_chunks(
         """Chunk ``i``'s outputs as NumPy arrays, padding included."""
         return sharding.gather(fn(sharding.place(chunk(i))))
 
+    run_id = identity.run(fn, chunk(0), theta, size)
     expected = jax.eval_shape(fn, chunk(0)) if checkpoint is not None or several else None
     info = {"n_points": n, "chunk_size": size, "n_chunks": len(rows)}
-    open_store = (
-        None
-        if checkpoint is None
-        else (lambda: ChunkStore(checkpoint, fingerprint(theta, size, depends_on), expected, info))
-    )
+    open_store = None if checkpoint is None else (lambda: ChunkStore(checkpoint, run_id, expected, info))
 
     if several:
-        store, outs = _resume_everywhere(rows, expected, open_store, fingerprint(theta, size))
+        store, outs = _resume_everywhere(rows, expected, open_store, run_id)
     else:
         store = None if open_store is None else open_store()
         outs = [store.load(i, r) if store is not None and store.has(i) else None for i, r in enumerate(rows)]
@@ -200,13 +199,15 @@ def map_chunks(
     return jax.tree_util.tree_map(lambda *xs: jnp.asarray(np.concatenate(xs)), *outs)
 
 
-def _resume_everywhere(rows: list[int], expected, open_store: Callable | None, inputs: str) -> tuple:
+def _resume_everywhere(rows: list[int], expected, open_store: Callable | None, run_id: str) -> tuple:
     """(The checkpoint store on process 0, None elsewhere; per chunk its outputs held by the checkpoint, else None,
     the same on every process) in a multi-process run (docs/distributed.md).
 
-    Process 0 alone opens the checkpoint (``open_store``), loads the chunks it holds and sends them to all, so
-    the other processes need not see its files. ``inputs`` (the fingerprint of θ and the chunk size) must agree on
-    every process; if it does not, or process 0 cannot use the checkpoint, every process raises ValueError.
+    First, before any work, every process sends its run identity ``run_id`` (``popdyn.identity.run``: program,
+    data, initialisations, chunk size, versions) in a message of the same size whatever the inputs: if they differ
+    (another problem option, grid or version on some process), every process raises ValueError. Process 0 alone
+    opens the checkpoint (``open_store``), loads the chunks it holds and sends them to all, so the other processes
+    need not see its files; if process 0 cannot use the checkpoint, every process raises ValueError.
     """
     store, held, refused = None, {}, None
     if open_store is not None and distributed.is_writer():
@@ -215,19 +216,13 @@ def _resume_everywhere(rows: list[int], expected, open_store: Callable | None, i
             held = {i: store.load(i, r) for i, r in enumerate(rows) if store.has(i)}
         except (OSError, ValueError) as err:  # raised below, once every process knows to stop
             refused = err
-    mask = np.zeros(len(rows), bool)
-    mask[list(held)] = True
     every = sharding.from_every_process(
-        {
-            "inputs": np.frombuffer(bytes.fromhex(inputs), np.uint8),
-            "held": mask,
-            "refused": np.array([refused is not None]),
-        }
+        {"run": np.frombuffer(bytes.fromhex(run_id), np.uint8), "refused": np.array([refused is not None])}
     )
-    if not (every["inputs"] == every["inputs"][0]).all():
+    if not (every["run"] == every["run"][0]).all():
         raise ValueError(
-            "the processes were given different initialisations, chunk sizes or package versions: every "
-            "process must run the same program on the same inputs (docs/distributed.md)"
+            "the processes were given different runs (problem, options, initialisations, chunk sizes or package "
+            "versions differ): every process must run the same command on the same inputs (docs/distributed.md)"
         )
     if refused is not None:
         raise refused
@@ -235,6 +230,9 @@ def _resume_everywhere(rows: list[int], expected, open_store: Callable | None, i
         raise ValueError(
             "process 0 could not use the checkpoint directory; its error message says why (docs/distributed.md)"
         )
+    mask = np.zeros(len(rows), bool)
+    mask[list(held)] = True
+    every = sharding.from_every_process({"held": mask})  # equal sizes everywhere: the runs agree
     outs: list = [None] * len(rows)
     ids = np.flatnonzero(every["held"][0]).tolist()
     if ids:  # copied from process 0, never recomputed

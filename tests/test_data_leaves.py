@@ -1,6 +1,6 @@
 """Numbers that describe the data (and the initialisation scale) are array leaves of every built-in Problem: a
-new value reuses the compiled programs, problems stack and run in one vmapped call, and the checkpoint fingerprint
-still tells them apart. Sizes, lists and flags stay static."""
+new value reuses the compiled programs, problems stack and run in one vmapped call, and the run identity (the
+traced program with its constants) still tells them apart. Sizes, lists and flags stay static."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from _props import no_compilation
 
 import popdyn
-from popdyn.checkpoint import fingerprint
+from popdyn import identity
 from popdyn.exact import Chain
 from popdyn.tasks.decision_list import DecisionList, ReducedDecisionList, random_lists, random_perm
 from popdyn.tasks.markov import AttentionScalar, Canonical, Transformer
@@ -220,13 +220,21 @@ def test_subnormal_data_values_give_finite_losses():
                 assert 0.0 <= prob.pi1 <= 1.0
 
 
-def test_fingerprints_tell_data_values_apart():
-    """The checkpoint fingerprint hashes array leaves: problems with other data values differ, equal ones agree."""
-    assert fingerprint(Canonical(0.2, 0.3)) == fingerprint(Canonical(0.2, 0.3))
-    assert fingerprint(Canonical(0.2, 0.3)) != fingerprint(Canonical(0.2, 0.35))
-    assert fingerprint(Canonical(0.2, 0.3)) != fingerprint(Canonical(0.2, 0.3, init_std=0.02))
-    assert fingerprint(Reduced2D(0.5, 0.6, 3, 0.4)) != fingerprint(Reduced2D(0.5, 0.6, 3, 0.41))
+def _identity(prob) -> str:
+    """The identity of the program a run of ``prob`` traces: its loss, gradient and initialisation."""
+    return identity.program(
+        lambda th, key: (jax.value_and_grad(prob.loss)(th), prob.init(key)), _theta(prob), jax.random.PRNGKey(0)
+    )
+
+
+def test_run_identities_tell_data_values_apart():
+    """The traced program carries the data leaves as constants: problems with other data values differ, equal
+    ones agree, although the program's structure is the same."""
+    assert _identity(Canonical(0.2, 0.3)) == _identity(Canonical(0.2, 0.3))
+    assert _identity(Canonical(0.2, 0.3)) != _identity(Canonical(0.2, 0.35))
+    assert _identity(Canonical(0.2, 0.3)) != _identity(Canonical(0.2, 0.3, init_std=0.02))
+    assert _identity(Reduced2D(0.5, 0.6, 3, 0.4)) != _identity(Reduced2D(0.5, 0.6, 3, 0.41))
     lists = [DecisionList(L, N_TOK, LISTS, PERM, c=c) for c in (1.0, 2.0)]
-    assert fingerprint(lists[0]) != fingerprint(lists[1])
+    assert _identity(lists[0]) != _identity(lists[1])
     reduced = [ReducedDecisionList(L, N_TOK, (1,), c) for c in (1.0, 1.5)]
-    assert fingerprint(reduced[0]) != fingerprint(reduced[1])
+    assert _identity(reduced[0]) != _identity(reduced[1])

@@ -18,6 +18,7 @@ GROUP = {
     "curvature": "core",
     "batching": "core",
     "checkpoint": "core",
+    "identity": "core",
     "sharding": "core",
     "distributed": "core",
     "tasks": "tasks",

@@ -142,13 +142,10 @@ def gradient_descent(
     segment = _validate.int_at_least("lane_steps", lane_steps, 1)
     width = lane_width(lanes, n, chunk_size)
     run: Callable[[tuple[Theta, Array, Array]], dict]  # b = (a chunk of θ0, its learning rates, its keys)
-    how: tuple[str | int, ...]
     if k == steps and not save_params and metrics is None and width is not None:
         run = lambda b: _descend_lanes(gd, *b, width, segment)  # noqa: E731
-        how = ("lanes", width, segment)
     else:
         run = lambda b: _descend_batch(gd, *b)  # noqa: E731
-        how = ("batch",)
     out = map_chunks(
         run,
         (batch, lr_arr, keys),
@@ -156,7 +153,6 @@ def gradient_descent(
         progress=progress,
         desc="gradient descent",
         checkpoint=checkpoint,
-        depends_on=("gd", gd, how),
     )
     return finish(prob, out, batched, saddle_tol, "step", rtol, atol)
 

@@ -134,13 +134,10 @@ def gradient_flow(
     t1_ = jnp.asarray(t1, dtype=jnp.result_type(float))
     n = jax.tree_util.tree_leaves(batch)[0].shape[0]
     width = lane_width(lanes, n, chunk_size)
-    how: tuple[str | int, ...]
     if ts is None and not save_params and width is not None:
         run = lambda b: _solve_lanes(pieces, b, t1_, solver_, width, segment)  # noqa: E731
-        how = ("lanes", width, segment)
     else:
         run = lambda b: _solve_batch(pieces, b, t1_, jnp.asarray(times, dtype=t1_.dtype), solver_)  # noqa: E731
-        how = ("batch",)
     out = map_chunks(
         run,
         batch,
@@ -148,7 +145,6 @@ def gradient_flow(
         progress=progress,
         desc="gradient flow",
         checkpoint=checkpoint,
-        depends_on=("flow", prob, solver_, precondition, until, cfg, t1, times, how),
     )
     return finish(prob, out, batched, saddle_tol, "time", rtol, atol)
 
