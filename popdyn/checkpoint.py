@@ -1,7 +1,8 @@
 """Checkpoints of long chunked runs: each finished chunk on disk, so an interrupted run resumes where it
 stopped and ends with the same bits as an uninterrupted one (docs/architecture.md, "Scale").
 
-A checkpoint directory holds ``manifest.json`` (a fingerprint of everything the chunks depend on) and
+A checkpoint directory holds ``manifest.json`` (the run's identity, ``popdyn.identity.run``: the traced program,
+its constants and data, the initialisations, the chunk size and the versions) and
 ``chunk_00000.npz``, ``chunk_00001.npz``, … (the outputs of each finished chunk, trimmed of padding). Every
 file is written to a temporary name in the directory first and moved into place with ``os.replace``, so a
 file that exists is complete. A directory whose manifest has another fingerprint is refused, never mixed.
@@ -9,115 +10,21 @@ file that exists is complete. A directory whose manifest has another fingerprint
 
 from __future__ import annotations
 
-import dataclasses
-import functools
 import hashlib
 import json
 import os
-import re
 import secrets
-import types
 import zipfile
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import jax
 import numpy as np
 
-from popdyn.io import PACKAGES, partial
+from popdyn import identity
+from popdyn.io import partial
 
 MANIFEST = "manifest.json"
-_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
-
-
-def _describe(obj, h, seen: frozenset = frozenset()) -> None:
-    """Feed a process-independent description of ``obj`` into the hash ``h``.
-
-    Arrays contribute dtype, shape and bytes; dataclasses (equinox Modules: problems, solvers, bound
-    methods) their type and every field, static ones included; functions their qualified name, bytecode,
-    defaults and closure; containers their items; anything else its ``repr`` with memory addresses removed.
-    """
-
-    def put(text: str) -> None:
-        h.update(_ADDRESS.sub("", text).encode() + b"\0")
-
-    if id(obj) in seen:
-        return put("<cycle>")
-    seen = seen | {id(obj)}
-    if isinstance(obj, (np.ndarray, np.generic, jax.Array)):
-        if isinstance(obj, jax.Array) and jax.dtypes.issubdtype(obj.dtype, jax.dtypes.prng_key):  # JAX only
-            obj = jax.random.key_data(obj)
-        arr = np.ascontiguousarray(np.asarray(obj))
-        put(f"array {arr.dtype.str} {arr.shape}")
-        return h.update(arr.tobytes())
-    if isinstance(obj, dict):
-        put(f"dict {len(obj)}")
-        for k in sorted(obj, key=repr):
-            put(repr(k))
-            _describe(obj[k], h, seen)
-        return None
-    if isinstance(obj, (list, tuple)) and not hasattr(obj, "_fields"):
-        put(f"{type(obj).__name__} {len(obj)}")
-        for v in obj:
-            _describe(v, h, seen)
-        return None
-    if isinstance(obj, (set, frozenset)):
-        put(f"set {len(obj)}")
-        for v in sorted(obj, key=repr):
-            _describe(v, h, seen)
-        return None
-    if isinstance(obj, functools.partial):
-        put("partial")
-        return _describe((obj.func, obj.args, obj.keywords), h, seen)
-    if isinstance(obj, types.MethodType):
-        put("method")
-        return _describe((obj.__func__, obj.__self__), h, seen)
-    if isinstance(obj, types.FunctionType):
-        put(f"function {obj.__module__}.{obj.__qualname__}")
-        h.update(obj.__code__.co_code)
-        cells = tuple(c.cell_contents for c in obj.__closure__ or () if _filled(c))
-        return _describe((obj.__defaults__, obj.__kwdefaults__, cells), h, seen)
-    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        put(f"dataclass {type(obj).__module__}.{type(obj).__qualname__}")
-        for f in dataclasses.fields(obj):
-            put(f.name)
-            _describe(getattr(obj, f.name, None), h, seen)
-        return None
-    if hasattr(obj, "_fields"):  # a NamedTuple, e.g. an optax GradientTransformation
-        put(f"namedtuple {type(obj).__qualname__}")
-        return _describe(dict(zip(obj._fields, obj, strict=False)), h, seen)
-    if callable(obj) and hasattr(obj, "__wrapped__"):  # jax.jit and functools.wraps wrappers
-        put(f"wrapper {type(obj).__qualname__}")
-        return _describe(obj.__wrapped__, h, seen)
-    return put(f"{type(obj).__qualname__} {obj!r}")
-
-
-def _filled(cell) -> bool:
-    try:
-        _ = cell.cell_contents
-    except ValueError:  # an empty closure cell
-        return False
-    return True
-
-
-def _versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for name in PACKAGES:
-        try:
-            out[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def fingerprint(*parts) -> str:
-    """SHA-256 (hex) over ``parts`` (see ``_describe``), the versions of popdyn and its numerical stack and
-    the JAX backend (CPU and GPU results differ in the last bits): runs with equal fingerprints compute the
-    same chunks bit for bit."""
-    h = hashlib.sha256()
-    _describe((parts, _versions(), jax.default_backend()), h)
-    return h.hexdigest()
 
 
 def _atomic_write(path: Path, write) -> None:
@@ -132,10 +39,10 @@ def _atomic_write(path: Path, write) -> None:
 class ChunkStore:
     """The finished chunks of one chunked run in ``directory`` (created if missing).
 
-    ``fp`` is the run's ``fingerprint``: a directory whose manifest holds another one is refused. ``expected``
-    is one padded chunk's output structure (``jax.eval_shape``): loaded chunks must match it leaf for leaf
-    (names, trailing shapes, dtypes), else ``ValueError`` naming the file. ``info`` (sizes) goes into the
-    manifest of a new directory, for people reading it.
+    ``fp`` is the run's identity (``popdyn.identity.run``): a directory whose manifest holds another one is
+    refused. ``expected`` is one padded chunk's output structure (``jax.eval_shape``): loaded chunks must match
+    it leaf for leaf (names, trailing shapes, dtypes), else ``ValueError`` naming the file. ``info`` (sizes) goes
+    into the manifest of a new directory, for people reading it.
     """
 
     def __init__(self, directory: str | os.PathLike, fp: str, expected, info: dict):
@@ -146,12 +53,7 @@ class ChunkStore:
         self.directory.mkdir(parents=True, exist_ok=True)
         manifest = self.directory / MANIFEST
         if manifest.exists():
-            try:
-                old = str(json.loads(manifest.read_text())["fingerprint"])
-            except (OSError, ValueError, KeyError, TypeError) as err:
-                raise ValueError(
-                    f"checkpoint manifest {manifest} is unreadable ({err}); delete the directory to start afresh"
-                ) from err
+            old = self._manifest()["fingerprint"]
             if old != fp:
                 raise ValueError(
                     f"checkpoint {self.directory} holds chunks for different inputs (fingerprint "
@@ -164,12 +66,34 @@ class ChunkStore:
             )
         else:
             self._write_manifest(
-                {"fingerprint": fp, **info, "versions": _versions(), "backend": jax.default_backend(), "chunks": {}}
+                {
+                    "fingerprint": fp,
+                    **info,
+                    "versions": identity.versions(),
+                    "backend": jax.default_backend(),
+                    "chunks": {},
+                }
             )
         self.fp = fp
 
     def _manifest(self) -> dict:
-        return json.loads((self.directory / MANIFEST).read_text())
+        """The manifest: a JSON object whose ``fingerprint`` is a string and whose ``chunks`` (empty when absent)
+        maps chunk numbers to digests (strings); else ValueError naming the file."""
+        path = self.directory / MANIFEST
+        try:
+            content = json.loads(path.read_text())
+            if not isinstance(content, dict):
+                raise ValueError(f"a JSON {type(content).__name__}, not an object")
+            fp, chunks = content.get("fingerprint"), content.setdefault("chunks", {})
+            if not isinstance(fp, str):
+                raise ValueError(f"'fingerprint' is {fp!r:.40}, not a string")
+            if not (isinstance(chunks, dict) and all(isinstance(v, str) for v in chunks.values())):
+                raise ValueError(f"'chunks' is {chunks!r:.40}, not an object of digests")
+        except (OSError, ValueError) as err:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            raise ValueError(
+                f"checkpoint manifest {path} is unreadable ({err}); delete the directory to start afresh"
+            ) from None
+        return content
 
     def _write_manifest(self, content: dict) -> None:
         text = json.dumps(content, indent=2).encode()
@@ -211,12 +135,13 @@ class ChunkStore:
             raise ValueError(
                 f"checkpoint chunk {path} does not hold this run's outputs ({err}); delete it to recompute it"
             ) from None
-        except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
+        except Exception as err:  # a damaged archive fails anywhere in zipfile, zlib or NumPy's header parser
             raise ValueError(
-                f"checkpoint chunk {path} is unreadable ({type(err).__name__}: {err}); delete it to recompute it"
+                f"checkpoint chunk {path} is unreadable ({type(err).__name__}: {' '.join(str(err).split())}); "
+                "delete it to recompute it"
             ) from err
         run = bytes(np.asarray(arrays["run"], np.uint8)).decode("ascii", "replace")
-        recorded = self._manifest().get("chunks", {}).get(str(i))
+        recorded = self._manifest()["chunks"].get(str(i))
         if run != self.fp or int(arrays["index"]) != i:
             raise ValueError(
                 f"checkpoint chunk {path} belongs to another run or position (run {run[:12]}…, index "
@@ -238,7 +163,7 @@ class ChunkStore:
         leaves = [np.asarray(a) for a in jax.tree_util.tree_leaves(out)]
         run = np.frombuffer(self.fp.encode("ascii"), np.uint8)
         manifest = self._manifest()
-        manifest.setdefault("chunks", {})[str(i)] = _digest(leaves)
+        manifest["chunks"][str(i)] = _digest(leaves)
         self._write_manifest(manifest)
         # Any: numpy's stub matches **named against its bool keyword allow_pickle, which no leaf is named
         named: dict[str, Any] = {f"leaf_{k}": a for k, a in enumerate(leaves)}

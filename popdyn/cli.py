@@ -9,10 +9,12 @@ exits with code 2, leaving nothing behind.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
 import re
 import signal
+import stat
 import sys
 import threading
 import time
@@ -22,9 +24,21 @@ from pathlib import Path
 DEFAULT_OUT = Path("popdyn-out")
 
 
+_CACHE_ERROR = re.compile(r"Error (reading|writing) persistent compilation cache entry")
+
+
 def _one_line_warnings():
+    """Warnings as one line ``popdyn: warning: …``; JAX's warnings about compilation cache entries it cannot read
+    or write (one per program) become a single line."""
+    said: list[str] = []
+
     def fmt(message, category, *args, **kwargs):
-        return f"popdyn: warning: {message}\n"
+        if _CACHE_ERROR.match(str(message)):
+            if said:
+                return ""
+            said.append(str(message))
+            return f"popdyn: warning: {' '.join(str(message).split())} (further such warnings are not shown)\n"
+        return f"popdyn: warning: {' '.join(str(message).split())}\n"
 
     warnings.formatwarning = fmt
 
@@ -150,28 +164,42 @@ def _out_dir(args, name: str) -> Path:
     return args.out if args.out is not None else DEFAULT_OUT / name
 
 
-def _prepare_outputs(args, out: Path) -> None:
+def _prepare_outputs(args, out: Path, held: contextlib.ExitStack, writer: bool) -> Path:
     """Before computing: --out (each demo part's folder) can take this command's results, --checkpoint is a
-    folder (popdyn.io.prepare_out; docs/jobs.md, "Outputs")."""
-    from popdyn.io import check_folder, prepare_out
+    folder that neither holds --out nor lies inside it (popdyn.io.prepare_out; docs/jobs.md, "Outputs"). The
+    process that writes (``writer``: process 0 of several) locks both for the run (``held``: released when it
+    closes). Returns the folder to write into."""
+    from popdyn.io import check_folder, lock, prepare_out
 
+    checkpoint = getattr(args, "checkpoint", None)
+    if checkpoint is not None:
+        real = [check_folder(name, p).resolve() for name, p in (("out", out), ("checkpoint", checkpoint))]
+        if real[0] == real[1] or real[1].is_relative_to(real[0]) or real[0].is_relative_to(real[1]):
+            raise ValueError(
+                f"checkpoint={str(checkpoint)!r} overlaps out={str(out)!r}: a run replaces its --out and its "
+                "checkpoint must outlive it; choose folders apart"
+            )
+    if not writer:
+        return check_folder("out", out)
+    out = held.enter_context(lock("out", out))
+    if checkpoint is not None:
+        args.checkpoint = held.enter_context(lock("checkpoint", checkpoint))
     if args.command == "demo":
         from popdyn.jobs.demo import PARTS
 
-        check_folder("out", out)
         for name, command in PARTS:
             prepare_out(out / name, command, "markov", args.replace)
-    else:
-        task = getattr(args, "factory", None) or getattr(args, "task", None) or getattr(args, "figure", None)
-        prepare_out(out, args.command, task, args.replace)
-    if getattr(args, "checkpoint", None) is not None:
-        check_folder("checkpoint", args.checkpoint)
+        return out
+    task = getattr(args, "factory", None) or getattr(args, "task", None) or getattr(args, "figure", None)
+    return prepare_out(out, args.command, task, args.replace)
 
 
 def _compilation_cache() -> None:
     """JAX's persistent compilation cache in a per-user folder, so a second run of a command compiles nothing:
     ``$POPDYN_CACHE_DIR``, else ``$XDG_CACHE_HOME/popdyn/jax`` (``~/.cache/popdyn/jax``); ``POPDYN_CACHE_DIR=off``
-    turns it off (docs/jobs.md, "A fast command line")."""
+    turns it off (docs/jobs.md, "A fast command line"). A folder that every user may write to and another user
+    owns is refused (ValueError): its programs would be theirs. A folder that cannot be made or written to gives
+    one warning, and the run goes on without the cache."""
     import jax
 
     where = os.environ.get("POPDYN_CACHE_DIR")
@@ -179,7 +207,24 @@ def _compilation_cache() -> None:
         return
     if where is None:
         where = str(Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "popdyn" / "jax")
-    jax.config.update("jax_compilation_cache_dir", where)
+    folder = Path(where).resolve()  # one key per folder: JAX puts the path into every program's cache key
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        info = folder.stat()
+    except OSError as err:
+        reason = err.strerror or err
+        warnings.warn(f"compilation cache {where} is unusable ({reason}); running without it", stacklevel=2)
+        return
+    if info.st_mode & stat.S_IWOTH and info.st_uid != os.getuid():
+        raise ValueError(
+            f"POPDYN_CACHE_DIR={where!r} is refused: every user may write to that folder and another user owns it, "
+            "so anyone could put there the programs this run would execute; use a folder of your own, or "
+            "POPDYN_CACHE_DIR=off"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        warnings.warn(f"compilation cache {where} is not writable; running without it", stacklevel=2)
+        return
+    jax.config.update("jax_compilation_cache_dir", str(folder))
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
 
@@ -206,6 +251,32 @@ def _stop(args, signum, frame):
     os._exit(_interrupted(args, signum))
 
 
+def _prepare_everywhere(args, held: contextlib.ExitStack, wait: int | None) -> Path:
+    """``_prepare_outputs`` on this process; in a run of several processes (``wait``: seconds to wait for each
+    other, else None), then the pre-flight check that they all run the same command and none refused its outputs
+    (popdyn.distributed.preflight). Returns --out."""
+    from popdyn import distributed
+
+    out = _out_dir(args, _out_name(args))
+    if wait is None:
+        return _prepare_outputs(args, out, held, True)
+    try:
+        out, refused = _prepare_outputs(args, out, held, distributed.process_id() == 0), None
+    except ValueError as err:  # raised by the pre-flight check, once every process knows to stop
+        refused = err
+    settings = {k: str(v) for k, v in sorted(vars(args).items()) if k not in _LOCAL}
+    distributed.preflight(settings, refused, wait)
+    return out
+
+
+def _handle_signals(args) -> dict:
+    """Make SIGINT and SIGTERM call ``_stop`` (in the main thread only: handlers can only be set there); returns
+    the handlers they replace."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {s: signal.signal(s, functools.partial(_stop, args)) for s in (signal.SIGINT, signal.SIGTERM)}
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``popdyn`` console script; returns the exit code.
 
@@ -216,9 +287,7 @@ def main(argv: list[str] | None = None) -> int:
     """
     argv = list(sys.argv[1:] if argv is None else argv)
     args = argparse.Namespace()  # filled in by parsing; the handler reads --checkpoint from it
-    signals = (signal.SIGINT, signal.SIGTERM)
-    in_main_thread = threading.current_thread() is threading.main_thread()  # handlers can only be set there
-    previous = {s: signal.signal(s, functools.partial(_stop, args)) for s in signals} if in_main_thread else {}
+    previous = _handle_signals(args)
     try:
         try:
             _parser().parse_args(_user_task(argv), namespace=args)
@@ -233,22 +302,31 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(s, signal.SIG_DFL if handler is None else handler)
 
 
+_LOCAL = ("out", "checkpoint", "quiet", "replace", "coordinator", "process_id")
+"""Options that may differ between the processes of one run: the others must be equal on every process."""
+
+
 def _main(args) -> int:
     """Validate, run the subcommand and print its summary; bad input is one line and exit code 2."""
     import jax
 
-    jax.config.update("jax_enable_x64", True)
-    _compilation_cache()
-    try:
-        processes = [getattr(args, k, None) for k in ("coordinator", "num_processes", "process_id")]
-        if any(v is not None for v in processes):
-            from popdyn import distributed
+    from popdyn import distributed
 
-            distributed.initialize(*processes)
-        out = _out_dir(args, _out_name(args))
-        _prepare_outputs(args, out)
-        t0 = time.perf_counter()
-        lines = _run(args, out)
+    jax.config.update("jax_enable_x64", True)
+    try:
+        _compilation_cache()
+        processes = {k: getattr(args, k, None) for k in ("coordinator", "num_processes", "process_id")}
+        several = any(v is not None for v in processes.values())
+        wait = _connect_timeout() if several else None
+        if wait is not None:
+            with _deadline(wait, f"the processes did not all join within POPDYN_CONNECT_TIMEOUT={wait} s"):
+                distributed.initialize(**processes, timeout_s=wait + 30)  # the deadline first
+            _handle_signals(args)  # JAX's runtime sets a SIGTERM handler of its own
+            _watch_signals(args)
+        with contextlib.ExitStack() as held:
+            out = _prepare_everywhere(args, held, wait)
+            t0 = time.perf_counter()
+            lines = _run(args, out)
     except ValueError as err:
         print(f"popdyn: error: {err}", file=sys.stderr)
         return 2
@@ -256,6 +334,57 @@ def _main(args) -> int:
         print("\n".join(lines))
         print(f"done in {time.perf_counter() - t0:.1f} s")
     return 0
+
+
+def _connect_timeout() -> int:
+    """``$POPDYN_CONNECT_TIMEOUT``: the seconds the processes of a run wait for each other (default 300)."""
+    text = os.environ.get("POPDYN_CONNECT_TIMEOUT", "300")
+    if not (text.strip().isdigit() and int(text) >= 1):
+        raise ValueError(f"POPDYN_CONNECT_TIMEOUT={text!r} is invalid: must be a whole number of seconds >= 1")
+    return int(text)
+
+
+GRACE_S = 2.0
+"""Seconds a signal waits for the main thread before another thread ends the process (``_watch_signals``)."""
+
+
+def _watch_signals(args) -> None:
+    """In a run of several processes: end the process (``_stop``) from a thread of its own when a SIGINT or SIGTERM
+    has not been handled within ``GRACE_S`` seconds. The main thread is then waiting inside JAX's runtime for a
+    process that has already stopped, and would not return to Python before the runtime's heartbeat timeout."""
+    from popdyn import io
+
+    if threading.current_thread() is not threading.main_thread():  # the wake-up descriptor is set there only
+        return
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    signal.set_wakeup_fd(write)  # Python writes the number of every signal it catches here
+
+    def watch():
+        signum = os.read(read, 1)[0]
+        time.sleep(GRACE_S)
+        with io.MOVING:  # results that are moving into place finish first
+            _stop(args, signum, None)
+
+    threading.Thread(target=watch, daemon=True, name="popdyn-signals").start()
+
+
+@contextlib.contextmanager
+def _deadline(seconds: float, message: str):
+    """End the process with ``popdyn: error: message`` and exit code 2 if the block runs longer than ``seconds``:
+    for waits inside JAX's runtime, which ends the process itself (SIGABRT, a native stack trace) when they fail."""
+
+    def expire():
+        print(f"popdyn: error: {message}", file=sys.stderr, flush=True)
+        os._exit(2)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def _out_name(args) -> str:
@@ -286,7 +415,9 @@ def _run(args, out: Path) -> list[str]:
         kwargs = spec.keywords(vars(args), progress=not args.quiet, checkpoint=getattr(args, "checkpoint", None))
         job = spec.function()
     t0 = time.perf_counter()
-    res = job(**kwargs)
+    from popdyn.io import produce
+
+    res = produce(lambda: job(**kwargs))
     from popdyn.distributed import is_writer
 
     if is_writer():  # with several processes, process 0 alone writes (every process holds the whole result)

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import platform
@@ -11,9 +12,9 @@ import shutil
 import signal
 import tempfile
 import threading
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from importlib import metadata
 from pathlib import Path
 from typing import Any, cast
 
@@ -22,7 +23,8 @@ import numpy as np
 PACKAGES = ("popdyn", "jax", "jaxlib", "diffrax", "equinox", "optax", "numpy")
 
 _PARTIAL: set[Path] = set()
-"""Temporary files and folders being written now: removed by ``discard_partial`` when a signal stops the run."""
+"""Temporary files and folders being written now, and lock files held: removed by ``discard_partial`` when a
+signal stops the run."""
 
 
 @contextmanager
@@ -56,14 +58,10 @@ def environment() -> dict:
     import jax
     import jax.numpy as jnp
 
-    versions: dict[str, str | None] = {}
-    for name in PACKAGES:
-        try:
-            versions[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            versions[name] = None
+    from popdyn.identity import versions
+
     return {
-        "versions": versions,
+        "versions": versions(),
         "python": platform.python_version(),
         "devices": [str(d) for d in jax.devices()],
         "dtype": str(jnp.result_type(float)),
@@ -87,20 +85,38 @@ def _jsonable(x):
     return x
 
 
-OUTPUT_SUFFIXES = (".npz", ".png", ".json")
-"""The files a command writes into its folder (summary.json, arrays, figures): what a replacement removes."""
+SUMMARY = "summary.json"
 
 
-def _previous(out: Path) -> tuple[dict | None, list[Path]]:
-    """(the summary of the results already in ``out`` or None, the other entries there)."""
+def _owned(out: Path) -> tuple[dict | None, set[str], list[str]]:
+    """(the summary of the results already in ``out`` or None, the names of the files popdyn wrote there as that
+    summary's ``files`` lists them, the other entries' names: the user's, whatever their suffix)."""
     if not out.is_dir():
-        return None, []
-    entries = list(out.iterdir())
+        return None, set(), []
     try:
-        summary = json.loads((out / "summary.json").read_text())
+        summary = json.loads((out / SUMMARY).read_text())
     except (OSError, ValueError):
         summary = None
-    return summary, [e for e in entries if e.name != "summary.json"]
+    listed = summary.get("files") if isinstance(summary, dict) else None
+    if not (isinstance(listed, list) and SUMMARY in listed):  # written by someone else, or by an older popdyn
+        summary, listed = None, []
+    ours = {e.name for e in out.iterdir() if e.name in listed and e.is_file() and not e.is_symlink()}
+    return summary, ours, sorted(e.name for e in out.iterdir() if e.name not in ours)
+
+
+def _refuse_others(out: Path, others: list[str]) -> None:
+    """ValueError when ``out`` holds entries popdyn did not write (``others``): no run removes or overwrites them."""
+    if others:
+        raise ValueError(
+            f"out={str(out)!r} holds files popdyn did not write ({', '.join(others[:3])}"
+            f"{', …' if len(others) > 3 else ''}): choose an empty or new folder"
+        )
+
+
+def resolve_out(out: str | os.PathLike) -> Path:
+    """``out`` as a Path, with a symbolic link to a folder followed: results go into the folder it points to."""
+    out = Path(out)
+    return out.resolve() if out.is_symlink() else out
 
 
 def check_folder(name: str, path: str | os.PathLike) -> Path:
@@ -120,45 +136,99 @@ def check_folder(name: str, path: str | os.PathLike) -> Path:
 
 def prepare_out(out: str | os.PathLike, command: str, task: str | None, replace: bool = False) -> Path:
     """Check, before any computing, that ``out`` can take this command's results (docs/jobs.md, "Outputs"):
-    a non-empty path that is no file; its nearest existing ancestor writable (a probe folder is made and removed
-    there: the atomic rename writes beside ``out``); not holding another command's results or other files unless
-    ``replace``. Temporary folders left by a killed run are removed. Returns ``out`` as a Path."""
-    out = check_folder("out", out)
-    summary, others = _previous(out)
-    if not replace:
-        inputs = (summary or {}).get("inputs") or {}
-        theirs = (summary or {}).get("command"), inputs.get("task", inputs.get("figure"))
-        if summary is not None and theirs != (command, task):
-            raise ValueError(
-                f"out={str(out)!r} holds the results of another command ({' '.join(map(str, theirs))})"
-                ": choose another --out, or --replace"
-            )
-        strays = [e.name for e in others if e.suffix not in OUTPUT_SUFFIXES or summary is None]
-        if strays:
-            raise ValueError(
-                f"out={str(out)!r} holds other files ({', '.join(sorted(strays)[:3])}"
-                f"{', …' if len(strays) > 3 else ''}): choose an empty or new folder, or --replace"
-            )
-    parent = next(p for p in (out.parent, *out.parent.parents) if p.exists())  # nothing is created here
-    try:
-        for stale in parent.glob(f".{out.name}.tmp-*") if parent == out.parent else ():
-            shutil.rmtree(stale, ignore_errors=True)
-        os.rmdir(tempfile.mkdtemp(prefix=f".{out.name}.probe-", dir=parent))
-    except OSError as err:
-        raise ValueError(f"out={str(out)!r} is not writable: {err.strerror or err}") from None
+    a non-empty path that is no file (a symbolic link to a folder is followed); holding nothing but the files an
+    earlier popdyn run wrote there (its summary lists them), and those of this same command unless ``replace``.
+    Temporary folders left by a killed run are removed. Call it while holding ``lock(out)``. Returns the folder
+    to write into."""
+    out = check_folder("out", resolve_out(check_folder("out", out)))
+    if out.exists() and not os.access(out, os.W_OK | os.X_OK):
+        raise ValueError(f"out={str(out)!r} is not writable")
+    summary, _, others = _owned(out)
+    _refuse_others(out, others)
+    inputs = (summary or {}).get("inputs") or {}
+    theirs = (summary or {}).get("command"), inputs.get("task", inputs.get("figure"))
+    if summary is not None and not replace and theirs != (command, task):
+        raise ValueError(
+            f"out={str(out)!r} holds the results of another command ({' '.join(map(str, theirs))})"
+            ": choose another --out, or --replace"
+        )
+    for stale in out.parent.glob(f".{out.name}.tmp-*"):
+        shutil.rmtree(stale, ignore_errors=True)
     return out
+
+
+@contextmanager
+def exclusive(path: Path, busy: str):
+    """Hold an exclusive ``fcntl.flock`` on the file ``path`` (made on entry, removed on exit) while the block
+    runs; ValueError(``busy``) when another process holds it. A signal that stops the run removes the file too
+    (``discard_partial``); the kernel releases the lock of a killed process, so a lock file it left behind blocks
+    nobody. OSError when ``path`` cannot be made."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise ValueError(busy) from None
+        try:
+            if os.path.samestat(os.fstat(fd), os.stat(path)):
+                break
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # its holder removed the file between our open and our lock: lock a new one
+    _PARTIAL.add(path)  # a signal's ``discard_partial`` removes it too
+    try:
+        yield
+    finally:
+        _PARTIAL.discard(path)
+        os.unlink(path)  # still locked: a process waiting on this file finds it gone and makes its own
+        os.close(fd)
+
+
+@contextmanager
+def lock(name: str, folder: str | os.PathLike):
+    """Hold ``folder`` (``--out`` or ``--checkpoint``) for this process while the block runs: a second popdyn
+    writing there is refused with ValueError naming ``name``. The lock is ``exclusive`` on the file
+    ``.NAME.popdyn-lock`` beside the folder; parent folders made for it and still empty on exit are removed.
+    Yields the folder (a symbolic link to a folder followed)."""
+    folder = resolve_out(check_folder(name, folder))
+    missing = [p for p in (folder.parent, *folder.parent.parents) if not p.exists()]
+    path = folder.parent / f".{folder.name}.popdyn-lock"
+    busy = (
+        f"{name}={str(folder)!r} is in use by another popdyn run (which holds {path.name} beside it): "
+        "wait for it to end, or choose another folder"
+    )
+    with ExitStack() as stack:
+        stack.callback(_remove_empty, missing)  # last, once the lock file is gone
+        try:
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            stack.enter_context(exclusive(path, busy))
+        except OSError as err:
+            raise ValueError(f"{name}={str(folder)!r} is not writable: {err.strerror or err}") from None
+        yield folder
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove ``folders`` (each inside the next) as long as they are empty."""
+    for p in folders:
+        try:
+            p.rmdir()
+        except OSError:
+            return
 
 
 def write_results(
     out: str | os.PathLike, summary: dict, arrays: dict[str, dict[str, np.ndarray]], figures: dict
 ) -> list[Path]:
     """Write ``summary.json``, each ``arrays[name]`` as ``name.npz`` and each figure as ``name.png``
-    into ``out`` atomically (non-finite floats become JSON null), removing the outputs of an earlier run
-    there (``prepare_out`` decides whether that is allowed). Returns the paths written."""
-    out = Path(out)
+    into ``out`` atomically (non-finite floats become JSON null; a symbolic link to a folder is followed).
+    An earlier run's outputs there, the files its summary lists under ``files``, are replaced as a whole
+    (``prepare_out`` decides whether that is allowed); ValueError, with nothing written, when ``out`` holds any
+    other entry. Returns the paths written."""
+    out = resolve_out(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with partial(Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))) as tmp:
-        with open(tmp / "summary.json", "w") as f:
+        with open(tmp / SUMMARY, "w") as f:
             json.dump(_jsonable(summary), f, indent=2, allow_nan=False)
         for name, arrs in arrays.items():
             # cast: numpy's stub matches **arrays against its bool keyword allow_pickle, which no array is named
@@ -171,25 +241,37 @@ def write_results(
         os.umask(mask)
         tmp.chmod(0o777 & ~mask)  # a folder's usual permissions, not mkdtemp's private ones
         with _signals_deferred():
-            if not out.exists() or (out.is_dir() and not any(out.iterdir())):
-                os.replace(tmp, out)  # one atomic step
+            _, ours, others = _owned(out)
+            _refuse_others(out, others)
+            if not out.exists() or not ours:
+                os.replace(tmp, out)  # one atomic step (onto a missing or empty folder)
             else:
-                if (out / "summary.json").is_file():  # an earlier run's outputs: replaced as a whole
-                    for old in out.iterdir():
-                        if old.name not in names and old.suffix in OUTPUT_SUFFIXES and old.is_file():
-                            old.unlink()
+                for old in ours - set(names):
+                    (out / old).unlink()
                 for name in names:
                     os.replace(tmp / name, out / name)
     return [out / name for name in names]
 
 
+MOVING = threading.Lock()
+"""Held while results move into place: a thread that ends the process on a signal waits for it."""
+
+
 @contextmanager
 def _signals_deferred():
-    """Hold SIGINT and SIGTERM while results move into place, so that ``out`` never mixes old and new files;
-    a signal that arrived meanwhile is raised again once they are all there."""
-    if threading.current_thread() is not threading.main_thread():  # handlers can only be set there
-        yield
-        return
+    """Hold SIGINT and SIGTERM (and ``MOVING``) while results move into place, so that ``out`` never mixes old and
+    new files; a signal that arrived meanwhile is raised again once they are all there."""
+    with MOVING:
+        if threading.current_thread() is not threading.main_thread():  # handlers can only be set there
+            yield
+        else:
+            with _handlers_deferred():
+                yield
+
+
+@contextmanager
+def _handlers_deferred():
+    """In the main thread: SIGINT and SIGTERM are recorded while the block runs, then the first is raised again."""
     pending: list[int] = []
     previous = {
         s: signal.signal(s, lambda signum, frame: pending.append(signum)) for s in (signal.SIGINT, signal.SIGTERM)
@@ -212,15 +294,32 @@ class Result:
     arrays: dict = field(default_factory=dict)
     figures: dict = field(default_factory=dict)
     lines: list = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)
+    """The identities of the chunked runs behind the results (``popdyn.identity.run``), set by ``produce``."""
 
     def write(self, out: Path, command: str, wall: float) -> None:
+        from popdyn import identity
+
+        files = [SUMMARY, *(f"{a}.npz" for a in self.arrays), *(f"{f}.png" for f in self.figures)]
         summary = {
             "command": command,
             "inputs": self.inputs,
             "results": self.results,
+            "identity": identity.summary(self.runs, self.inputs),
+            "files": files,  # what a later run into ``out`` may replace: every other file there is the user's
             "wall_time_s": wall,
             **environment(),
         }
         write_results(out, summary, self.arrays, self.figures)
-        files = ["summary.json", *(f"{a}.npz" for a in self.arrays), *(f"{f}.png" for f in self.figures)]
         self.lines.append(f"wrote {out}/ ({', '.join(files)})")
+
+
+def produce(job: Callable[[], Result]) -> Result:
+    """``job()``, its Result carrying the identities of the chunked runs it made (``popdyn.identity.collect``), which
+    ``Result.write`` names in ``summary.json`` (docs/architecture.md, "Run identity")."""
+    from popdyn import identity
+
+    with identity.collect() as runs:
+        res = job()
+    res.runs = list(runs)
+    return res

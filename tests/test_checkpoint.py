@@ -314,3 +314,94 @@ def test_a_resumed_run_is_bit_identical_or_refused(tmp_path_factory, ops):
         assert re.search(r"chunk_0000\d\.npz", str(err)), err
         return
     _same(resumed, reference)
+
+
+# ---- damaged files: one ValueError naming the file, never a traceback ------------------------------------------
+EXPECTED = {"a": jax.ShapeDtypeStruct((8, 3), np.float64), "b": jax.ShapeDtypeStruct((8,), np.int32)}
+OUTS = {"a": np.arange(15.0).reshape(5, 3), "b": np.arange(5, dtype=np.int32)}
+
+
+def _store(tmp_path) -> checkpoint.ChunkStore:
+    store = checkpoint.ChunkStore(tmp_path / "ck", "f" * 64, EXPECTED, {})
+    store.save(0, OUTS)
+    return store
+
+
+def _loads_exactly_or_names(store: checkpoint.ChunkStore, path: Path, what: str) -> None:
+    try:
+        got = store.load(0, 5)
+    except ValueError as err:
+        assert str(path) in str(err) and "\n" not in str(err), (what, err)
+        return
+    assert all(got[k].tobytes() == OUTS[k].tobytes() for k in OUTS), what
+
+
+def test_every_damaged_byte_or_length_of_a_chunk_is_refused_by_name_or_harmless(tmp_path):
+    """A flipped byte anywhere (local headers, array headers, data, the zip's central directory) or a truncation:
+    the chunk loads bit for bit or is refused naming it. Before, a flip in the central directory raised
+    NotImplementedError or OSError as a traceback."""
+    store = _store(tmp_path)
+    path = store.path(0)
+    good = path.read_bytes()
+    for k in range(0, len(good), 3):
+        path.write_bytes(good[:k] + bytes([good[k] ^ 0xFF]) + good[k + 1 :])
+        _loads_exactly_or_names(store, path, f"byte {k} flipped")
+    for n in range(0, len(good), 7):
+        path.write_bytes(good[:n])
+        _loads_exactly_or_names(store, path, f"truncated to {n} bytes")
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        "[]",
+        '"text"',
+        "{}",
+        '{"fingerprint": 1}',
+        '{"fingerprint": "FP", "chunks": []}',
+        '{"fingerprint": "FP", "chunks": "0"}',
+        '{"fingerprint": "FP", "chunks": {"0": 1}}',
+        '{"fingerprint": "FP", "chunks": {"0": null}}',
+        "{",
+        "\udcff",
+    ],
+)
+def test_a_manifest_of_the_wrong_shape_is_refused_by_name(tmp_path, content):
+    """Before, ``chunks`` as a list (or another type) raised AttributeError or TypeError."""
+    store = _store(tmp_path)
+    manifest = store.directory / "manifest.json"
+    manifest.write_bytes(content.replace("FP", "f" * 64).encode("utf-8", "surrogateescape"))
+    calls = [
+        lambda: checkpoint.ChunkStore(store.directory, "f" * 64, EXPECTED, {}),
+        lambda: store.load(0, 5),
+        lambda: store.save(1, OUTS),
+    ]
+    for call in calls:
+        with pytest.raises(ValueError, match=f"checkpoint manifest {re.escape(str(manifest))} is unreadable"):
+            call()
+
+
+@pytest.mark.slow  # four command-line runs: ~14 s
+def test_the_command_line_refuses_a_damaged_checkpoint_in_one_line_and_its_advice_works(tmp_path, run_cli):
+    """A damaged chunk: exit 2 and one line naming it; deleting it, as the line says, lets the rerun finish.
+    A damaged manifest: likewise, deleting the directory."""
+    argv = ["basins", "markov", "--grid", "4", "--chunk", "8", "--method", "gd", "--steps", "5", "--quiet"]
+    argv += ["--out", tmp_path / "out", "--checkpoint", tmp_path / "ck"]
+    assert run_cli(*argv).returncode == 0
+    chunk, manifest = tmp_path / "ck" / "chunk_00001.npz", tmp_path / "ck" / "manifest.json"
+    data = bytearray(chunk.read_bytes())
+    central = data.rfind(b"PK\x01\x02")  # the zip's central directory: its compression-method field
+    data[central + 10] ^= 0x01
+    chunk.write_bytes(bytes(data))
+    code, _, err = run_cli(*argv)
+    assert code == 2 and err.count("\n") == 1 and f"{chunk} is unreadable" in err and "delete it" in err
+    chunk.unlink()
+    assert run_cli(*argv).returncode == 0
+    manifest.write_text(json.dumps({"fingerprint": "x", "chunks": []}))
+    code, _, err = run_cli(*argv)
+    assert code == 2 and err.count("\n") == 1 and f"manifest {manifest} is unreadable" in err
+    assert "delete the directory" in err
+    for p in (tmp_path / "ck").iterdir():
+        p.unlink()
+    (tmp_path / "ck").rmdir()
+    assert run_cli(*argv).returncode == 0

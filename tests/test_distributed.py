@@ -4,6 +4,7 @@ the checkpoint, a resumed run recomputes only the missing chunks, and disagreeme
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -78,6 +79,27 @@ report = {"processes": jax.process_count(), "devices": jax.local_device_count(),
 if num_processes > 1:
     theta0 = {"w": np.full(4, float(process_id)), "e": np.zeros(4)}
     report["disagree"] = errors(lambda: popdyn.gradient_flow(prob, theta0, t1=1.0, chunk_size=2))
+    other = Canonical(0.9 + 0.01 * process_id, 0.9)  # another problem option on process 1, same starts
+    report["other problem"] = errors(lambda: popdyn.basin_map(other, grid, "gd", steps=30, chunk_size=30))
+    sizes = popdyn.Grid.square("w", "e", -3.0, 3.0, 12 + 2 * process_id)  # other grids: other chunk counts
+    report["other grid"] = errors(lambda: popdyn.basin_map(prob, sizes, "gd", steps=30, chunk_size=30))
+    # one input of a user's model run changed on process 1 alone, down to one ulp: every process refuses
+    def user(half=0.5, c=0.0):
+        return popdyn.Problem.from_loss(
+            lambda th, data: half * (th["a"] * th["b"] - 1.0) ** 2 + data["c"] * th["b"] ** 2,
+            init={"a": 0.0, "b": 0.0}, data={"c": c})
+
+    starts = {"a": np.linspace(-1.0, 1.0, 8), "b": np.linspace(1.0, -0.5, 8)}
+    one_ulp = float(np.nextafter(0.5, 1.0)) if process_id else 0.5
+    cases = {"literal": ({"half": one_ulp}, {}), "data leaf": ({"c": 5e-324 * process_id}, {}),
+             "lr": ({}, {"lr": 0.1 + 1e-12 * process_id}), "steps": ({}, {"steps": 40 + process_id}),
+             "momentum": ({}, {"momentum": 0.5 * process_id}), "noise": ({}, {"noise": 1e-3 * process_id}),
+             "chunk": ({}, {"chunk_size": 4 - 2 * process_id}),
+             "start": ({}, {"theta0": starts | {"a": starts["a"] + 1e-15 * process_id}})}
+    report["perturbed"] = {
+        name: errors(lambda made=made, opts=opts: popdyn.gradient_descent(
+            user(**made), **({"theta0": starts, "lr": 0.1, "steps": 40, "chunk_size": 4} | opts)))
+        for name, (made, opts) in cases.items()}
     if distributed.is_writer():
         (ck / "manifest.json").write_text(json.dumps({"fingerprint": "written for other inputs"}))
     report["refused"] = errors(lambda: basins("flow", checkpoint=ck))
@@ -166,8 +188,13 @@ def test_two_processes_give_the_one_process_basin_map_bit_for_bit(tmp_path):
 
     # different initialisations on the two processes, and a checkpoint only process 0 can see is foreign:
     # both processes stop with a ValueError instead of one of them waiting on the other for ever
+    # another problem option or another grid on one process: the run identities differ, and every process
+    # refuses before any work (another grid used to abort inside the collective library)
     for name in ("p0", "p1"):
-        assert "same program on the same inputs" in report[name]["disagree"]
+        for case in ("disagree", "other problem", "other grid"):
+            assert "the processes were given different runs" in report[name][case], (name, case)
+        for case, err in report[name]["perturbed"].items():
+            assert err is not None and "the processes were given different runs" in err, (name, case, err)
     assert "different inputs" in report["p0"]["refused"]
     assert "process 0 could not use the checkpoint" in report["p1"]["refused"]
 
@@ -235,3 +262,88 @@ def test_the_command_line_on_two_processes_writes_once_the_one_process_result(tm
     one, two = (np.load(tmp_path / name / "basins.npz") for name in ("one", "p0"))
     for key in ("labels", "times", "status"):
         assert np.array_equal(one[key], two[key], equal_nan=True), key
+
+
+# ---- the command line: signals and misuse stop every process with one line ------------------------------------
+CLI = [sys.executable, "-m", "popdyn.cli"]
+
+
+def _start_cli(tmp_path: Path, name: str, argv: list, **environ: str) -> subprocess.Popen:
+    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env |= {"JAX_PLATFORMS": "cpu", "POPDYN_CACHE_DIR": "off", **environ}
+    with open(tmp_path / f"{name}.err", "w") as err:
+        return subprocess.Popen([*CLI, *map(str, argv)], env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err)
+
+
+def _finish_all(tmp_path: Path, procs: dict[str, subprocess.Popen], timeout: float) -> dict[str, tuple[int, list]]:
+    """Wait for every process (killing those still running after ``timeout`` s); name → (exit code, stderr lines)."""
+    deadline = time.monotonic() + timeout
+    for p in procs.values():
+        try:
+            p.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return {name: (p.returncode, (tmp_path / f"{name}.err").read_text().splitlines()) for name, p in procs.items()}
+
+
+def _processes(port: int, count: int, i: int, *more) -> list:
+    return ["--coordinator", f"localhost:{port}", "--num-processes", count, "--process-id", i, *more]
+
+
+@pytest.mark.slow  # two command-line processes, stopped after their first chunk: ~20 s on two shared cores
+def test_sigint_and_sigterm_stop_every_process_of_a_command_line_run(tmp_path):
+    """Before, ``jax.distributed.initialize`` replaced popdyn's SIGTERM handler by JAX's preemption notifier: a
+    cancelled run went on computing, wrote --out and exited 0."""
+    argv = ["basins", "markov", "--p", "0.2", "--q", "0.3", "--grid", "16", "--chunk", "32", "--method", "gd"]
+    argv += ["--steps", "100000", "--quiet", "--out", "out", "--checkpoint", "ck"]
+    port = _free_port()
+    procs = {f"p{i}": _start_cli(tmp_path, f"p{i}", [*argv, *_processes(port, 2, i)]) for i in (0, 1)}
+    deadline = time.monotonic() + 240
+    while not (tmp_path / "ck" / "chunk_00000.npz").exists() and time.monotonic() < deadline:
+        assert all(p.poll() is None for p in procs.values()), _finish_all(tmp_path, procs, 1)
+        time.sleep(0.01)
+    procs["p0"].send_signal(signal.SIGINT)
+    procs["p1"].send_signal(signal.SIGTERM)
+    done = _finish_all(tmp_path, procs, 60)
+    resume = "popdyn: interrupted; finished chunks are in ck, run the same command again to resume"
+    assert done == {"p0": (130, [resume]), "p1": (143, [resume])}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ck", "p0.err", "p1.err"]  # no --out, no lock file
+
+
+@pytest.mark.slow  # seven command-line processes at once: ~25 s on two shared cores
+def test_misuse_of_several_processes_is_one_line_and_exit_2_on_every_process(tmp_path):
+    """Before: another --num-processes was ignored, another grid aborted inside the collective library, a taken
+    coordinator port gave a traceback and a 300 s wait, and two processes 0 waited, then aborted natively."""
+    argv = ["basins", "markov", "--grid", "4", "--method", "gd", "--steps", "5", "--quiet"]
+    ports = [_free_port() for _ in range(4)]
+    runs = {
+        "count-0": [*argv, *_processes(ports[0], 2, 0)],
+        "count-1": [*argv, *_processes(ports[0], 3, 1)],
+        "grid-0": [*argv, *_processes(ports[1], 2, 0)],
+        "grid-1": [*argv, *_processes(ports[1], 2, 1, "--grid", "6")],
+        "twice-a": [*argv, *_processes(ports[2], 2, 0)],
+        "twice-b": [*argv, *_processes(ports[2], 2, 0)],
+        "taken-0": [*argv, *_processes(ports[3], 2, 0)],
+    }
+    with socket.socket() as server:  # another server on the coordinator's port
+        server.bind(("localhost", ports[3]))
+        server.listen()
+        started = time.monotonic()
+        procs = {name: _start_cli(tmp_path, name, a, POPDYN_CONNECT_TIMEOUT="10") for name, a in runs.items()}
+        done = _finish_all(tmp_path, procs, 120)
+    assert time.monotonic() - started < 100
+    for name, (code, lines) in done.items():
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("popdyn: error: "), (name, code, lines)
+    expect = {
+        "count": "num_processes is 2 on process 0 but 3 on process 1",
+        "grid": "grid is 4 on process 0 but 6 on process 1",
+        "taken": f"port {ports[3]} is taken on this machine",
+    }
+    for name, words in expect.items():
+        assert all(words in done[k][1][0] for k in done if k.startswith(name)), (name, done)
+    twice = sorted(done[k][1][0] for k in ("twice-a", "twice-b"))
+    assert "another process 0 already serves port" in " ".join(twice)
+    assert "did not all join within POPDYN_CONNECT_TIMEOUT=10 s" in " ".join(twice)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(f"{name}.err" for name in runs)

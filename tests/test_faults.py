@@ -4,6 +4,8 @@ before any computing, one command's results per folder, nothing left behind by a
 
 import json
 import math
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -69,7 +71,7 @@ def test_an_out_holding_another_commands_results_is_refused_before_computing(tmp
 def test_an_out_holding_other_files_is_refused(tmp_path, run_cli):
     (tmp_path / "notes.txt").write_text("mine")
     code, _, err = run_cli(*ARGV, "--out", tmp_path)
-    assert code == 2 and "holds other files (notes.txt)" in err
+    assert code == 2 and "holds files popdyn did not write (notes.txt)" in err
     assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
@@ -128,3 +130,53 @@ def test_oversize_requests_are_refused_with_an_estimate(argv, run_cli, tmp_path)
 def test_counts_beyond_int32_are_refused_by_name(run_cli, tmp_path):
     code, _, err = run_cli("basins", "markov", "--method", "gd", "--steps", "99999999999999999999", "--out", tmp_path)
     assert code == 2 and "steps=99999999999999999999 is out of range: must be an integer <= 2,147,483,647" in err
+
+
+# ---- the compilation cache ----------------------------------------------------------------------------------
+def test_a_cache_folder_anyone_may_write_and_another_user_owns_is_refused(tmp_path, run_cli, monkeypatch):
+    """Whoever writes the cache chooses the programs a run executes."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    if os.getuid() == 0:
+        os.chown(shared, 65534, 65534)  # nobody's
+    elif Path("/tmp").stat().st_uid != os.getuid() and Path("/tmp").stat().st_mode & 0o002:
+        shared = Path("/tmp")
+    else:
+        pytest.skip("needs a world-writable folder of another user")
+    monkeypatch.setenv("POPDYN_CACHE_DIR", str(shared))
+    with no_compilation("JAX compiled before the shared cache was refused"):
+        code, _, err = run_cli(*ARGV)
+    assert code == 2 and err.count("\n") == 1
+    assert f"POPDYN_CACHE_DIR={str(shared)!r} is refused: every user may write to that folder" in err
+
+
+def test_an_unusable_cache_folder_is_one_warning_and_no_cache(monkeypatch, recwarn):
+    import jax
+
+    from popdyn.cli import _compilation_cache
+
+    before = jax.config.jax_compilation_cache_dir
+    monkeypatch.setenv("POPDYN_CACHE_DIR", "/proc/popdyn-test/cache")
+    _compilation_cache()
+    assert [str(w.message) for w in recwarn] == [
+        "compilation cache /proc/popdyn-test/cache is unusable (No such file or directory); running without it"
+    ]
+    assert jax.config.jax_compilation_cache_dir == before
+
+
+def test_unreadable_cache_entries_are_one_warning_line(monkeypatch):
+    """JAX warns once per program whose cache entry it cannot read: 13 to 18 lines for one command."""
+    import warnings
+
+    from popdyn.cli import _one_line_warnings
+
+    monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)
+    _one_line_warnings()
+    text = "".join(
+        warnings.formatwarning(
+            f"Error reading persistent compilation cache entry for '{name}': error: -3", UserWarning, "f", 1
+        )
+        for name in ("jit_a", "jit_b", "jit_c")
+    )
+    assert text.count("\n") == 1 and text.startswith("popdyn: warning: Error reading persistent compilation cache")
