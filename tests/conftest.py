@@ -76,3 +76,27 @@ def run_cli(capsys):
         return CliRun(code, captured.out, captured.err)
 
     return run
+
+
+def _mappings() -> tuple[int, int]:
+    """(memory mappings of this process, the kernel's limit on them); (0, 1) where /proc cannot tell."""
+    try:
+        with open("/proc/self/maps") as maps, open("/proc/sys/vm/max_map_count") as limit:
+            return sum(1 for _ in maps), int(limit.read())
+    except (OSError, ValueError):
+        return 0, 1
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _compiled_programs_freed():
+    """Drop JAX's caches of traced and compiled programs after a test module once this worker holds half the
+    kernel's limit on memory mappings (vm.max_map_count, 65 530 by default). Every compiled CPU program keeps its
+    machine code in mappings of its own (about 100 more a second while a worker compiles), and at the limit the next
+    compilation crashes the worker (a segmentation fault inside XLA); below it, programs stay cached for the next
+    modules."""
+    yield
+    count, limit = _mappings()
+    if count > limit // 2:
+        import jax
+
+        jax.clear_caches()

@@ -170,7 +170,8 @@ def fig6_grid(n_query: int, seeds: int, steps: int) -> np.ndarray:
         traj = gradient_descent(
             prob, batch, lr=lrs, steps=steps, record_every=steps, momentum=MOMENTUM, time_scales={"Y": ratio}
         )
-        ok = np.isin(np.asarray(traj.status), (Status.CONVERGED, Status.MAX_STEPS))  # diverged/NaN stay visible as NaN
+        failed = (Status.DIVERGED, Status.NAN, Status.SOLVER_FAILED)  # these stay visible as NaN
+        ok = ~np.isin(np.asarray(traj.status), failed)  # every run that ended somewhere, a degenerate point too
         ent = np.where(ok, np.asarray(distinct_entropy(prob, traj.final)), np.nan)
         out[:, j, :] = ent.reshape(len(FIG6_ETA_Z), seeds)
     return out
