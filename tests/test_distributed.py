@@ -188,8 +188,9 @@ def test_two_processes_give_the_one_process_basin_map_bit_for_bit(tmp_path):
 
     # different initialisations on the two processes, and a checkpoint only process 0 can see is foreign:
     # both processes stop with a ValueError instead of one of them waiting on the other for ever
-    # another problem option or another grid on one process: the run identities differ, and every process
-    # refuses before any work (another grid used to abort inside the collective library)
+    # the maps above ran on both processes, so the two interpreters (each with its own random hash seed) computed
+    # the same run identities. Another problem option or another grid on one process: the identities differ, and
+    # every process refuses before any work (another grid used to abort inside the collective library)
     for name in ("p0", "p1"):
         for case in ("disagree", "other problem", "other grid"):
             assert "the processes were given different runs" in report[name][case], (name, case)

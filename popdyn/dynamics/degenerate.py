@@ -44,6 +44,8 @@ N_STEPS = 20
 """Greedy steps on the sphere from each start."""
 MARGIN = 4.0
 """Safety factor on the allowance A(r)."""
+CHUNK = 32
+"""Points probed in one call: every call has this shape, so the probe compiles once per problem."""
 
 
 def flat(lam: Float[Array, "*B n"], saddle_tol: float) -> Bool[Array, "*B"]:
@@ -122,14 +124,17 @@ def _verdicts(prob: Problem, batch: Theta, saddle_tol: float) -> Int[Array, " B"
 def refine(prob: Problem, final: Theta, status: np.ndarray, flat_points: np.ndarray, saddle_tol: float) -> np.ndarray:
     """The statuses after the probe at the points ``flat_points`` marks (converged or late, zero eigenvalues): a
     SADDLE verdict makes the point SADDLE, DEGENERATE makes it DEGENERATE, CONVERGED keeps its status. The points
-    run in a batch padded to a power of two, so few programs are compiled."""
+    run in chunks of CHUNK (the last one padded with its first point), so one program is compiled per problem."""
     idx = np.flatnonzero(flat_points)
     if idx.size == 0:
         return status
-    size = 1 << int(idx.size - 1).bit_length()
-    take = np.concatenate([idx, np.full(size - idx.size, idx[0])])
-    sub = jax.tree_util.tree_map(lambda a: jnp.asarray(a)[take], final)
-    verdict = np.asarray(_verdicts(prob, sub, saddle_tol))[: idx.size]
+    verdicts = []
+    for start in range(0, idx.size, CHUNK):
+        part = idx[start : start + CHUNK]
+        take = np.concatenate([part, np.full(CHUNK - part.size, part[0])])
+        sub = jax.tree_util.tree_map(lambda a, take=take: jnp.asarray(a)[take], final)
+        verdicts.append(np.asarray(_verdicts(prob, sub, saddle_tol))[: part.size])
+    verdict = np.concatenate(verdicts)
     out = np.array(status, copy=True)
     out[idx] = np.where(verdict == int(Status.CONVERGED), out[idx], verdict)
     return out
