@@ -31,6 +31,7 @@ from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Bool, Float, Int
 
 from popdyn.curvature import hessian_matrix
+from popdyn.dynamics import stopping
 from popdyn.dynamics.status import Status
 from popdyn.problem import Problem, Theta
 
@@ -51,19 +52,18 @@ CHUNK = 32
 def flat(lam: Float[Array, "*B n"], saddle_tol: float) -> Bool[Array, "*B"]:
     """Whether a spectrum (ascending) has a zero eigenvalue: min |λ| ≤ saddle_tol·max(|λ_min|, |λ_max|)
     (all of them at a zero Hessian)."""
-    rho = jnp.maximum(jnp.abs(lam[..., 0]), jnp.abs(lam[..., -1]))
-    return jnp.min(jnp.abs(lam), axis=-1) <= saddle_tol * rho
+    return jnp.any(_null(lam, saddle_tol), axis=-1)
 
 
-def _norm(v: Array) -> Array:
-    """‖v‖ as 2^e·‖v·2^−e‖ (max|v·2^−e| in [½, 1)): no square of a tiny or huge entry is formed."""
-    e = jnp.frexp(jnp.max(jnp.abs(v)))[1]
-    return jnp.ldexp(jnp.linalg.norm(jnp.ldexp(v, -e)), e)
+def _null(lam: Float[Array, "*B n"], saddle_tol: float) -> Bool[Array, "*B n"]:
+    """Which eigenvalues of a spectrum (ascending) count as zero: |λ| ≤ saddle_tol·max(|λ_min|, |λ_max|)."""
+    rho = jnp.maximum(jnp.abs(lam[..., :1]), jnp.abs(lam[..., -1:]))
+    return jnp.abs(lam) <= saddle_tol * rho
 
 
 def _unit(v: Array) -> Array:
     """v/‖v‖ without underflow or overflow; 0 ↦ 0."""
-    n = _norm(v)
+    n = stopping.norm(v)
     return v / jnp.where(n > 0, n, 1.0)
 
 
@@ -92,13 +92,12 @@ def _verdict_one(prob: Problem, theta: Theta, saddle_tol: float) -> Int[Array, "
     loss = lambda z: prob.loss(unravel(z))  # noqa: E731
     n = x.shape[0]
     lam, V = jnp.linalg.eigh(hessian_matrix(prob, theta))
-    rho = jnp.maximum(jnp.abs(lam[0]), jnp.abs(lam[-1]))
-    null = jnp.abs(lam) <= saddle_tol * rho
+    null = _null(lam, saddle_tol)
     l0, g = jax.value_and_grad(loss)(x)
     c = V.T @ g
     eps = jnp.finfo(x.dtype).eps
     quad = 0.5 * jnp.sum(jnp.where(null, 0.0, c / jnp.where(null, 1.0, lam) * c))  # (c/λ)·c: no c² to underflow
-    g_null = _norm(jnp.where(null, c, 0.0))
+    g_null = stopping.norm(jnp.where(null, c, 0.0))
     k = min(n, N_EIGEN)
     eig = jnp.where(null[:k], V[:, :k], 0.0).T
     mix = jax.random.normal(jax.random.PRNGKey(0), (N_RANDOM, n), x.dtype) @ (V * null).T
