@@ -368,7 +368,7 @@ def _descend_batch(gd: _GD, batch: Theta, lrs, keys) -> dict:
         gn, speed = recs["grad_norm"], recs.pop("speed")
         if cfg.gtol is not None:
             below = speed < cfg.gtol
-        else:  # the rule with the curvature along f and δ at the end point: exact at the last record, one JVP a point
+        else:  # the rule with the effective curvature and δ at the end point: exact at the last record
             tol = stopping.state_tol(final, cfg.rtol, cfg.atol)
             below = stopping.rule(speed, stopping.along(gd.field, final)[1], tol, floor)
         first = jnp.where(jnp.any(below), ts[jnp.argmax(below)], float(steps))
