@@ -9,9 +9,11 @@ and finished chunks can be checkpointed to disk to resume a long run.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import jax
 import jax.numpy as jnp
@@ -128,6 +130,26 @@ def _nbytes(tree) -> float:
     return float(sum(np.prod(x.shape) * np.dtype(x.dtype).itemsize for x in jax.tree_util.tree_leaves(tree)))
 
 
+_REHEARSING = contextvars.ContextVar("popdyn_rehearsing", default=False)
+
+
+class Rehearsed(Exception):
+    """Raised by ``map_chunks`` inside ``rehearsal()``: everything before the first chunk was checked."""
+
+
+@contextlib.contextmanager
+def rehearsal() -> Iterator[None]:
+    """Run code up to its first batched computation: ``map_chunks`` checks its sizes (``check_memory``) and then
+    raises ``Rehearsed`` instead of tracing or computing anything, and writes no checkpoint. A job called inside
+    ``rehearsal()`` thus validates its arguments and builds its problem, and stops. Used by sweeps to check every
+    point's options and sizes before the first point runs."""
+    token = _REHEARSING.set(True)
+    try:
+        yield
+    finally:
+        _REHEARSING.reset(token)
+
+
 def map_chunks(
     fn: Callable,
     theta: PyTree[Shaped[Array, "n ..."]],
@@ -147,7 +169,8 @@ def map_chunks(
     (``popdyn.checkpoint``) and is recorded for the command's ``summary.json``. With several processes
     (``popdyn.distributed``), every process compares its identity with the others' before any work (ValueError on
     every process when they differ), whole chunks are dealt out to the processes and every process returns every
-    output, bit for bit those of one process; process 0 alone writes the checkpoint (docs/distributed.md).
+    output, bit for bit those of one process; process 0 alone writes the checkpoint (docs/distributed.md). Inside
+    ``rehearsal()`` it stops (``Rehearsed``) once the sizes are checked.
     """
     n = jax.tree_util.tree_leaves(theta)[0].shape[0]
     check_chunk_size(chunk_size)
@@ -157,6 +180,8 @@ def map_chunks(
     if n > LARGE:  # outputs of all chunks, held as chunks and once concatenated
         per_point = _nbytes(jax.eval_shape(fn, jax.tree_util.tree_map(lambda x: x[:size], theta))) / size
         check_memory(2 * per_point * n, f"a batch of {n:,} initialisations")
+    if _REHEARSING.get():
+        raise Rehearsed
     if checkpoint is None and not several and sharding.device_count() == 1 and (chunk_size is None or chunk_size >= n):
         identity.run(fn, theta, theta, n)  # traced once: the call below reuses the trace
         return fn(theta)

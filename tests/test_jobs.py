@@ -211,6 +211,29 @@ def test_a_task_sweep_refuses_what_it_cannot_sweep(run_cli, tmp_path):
     assert code == 2 and "--alpha is also swept with --vary: give it once" in err and not out.exists()
 
 
+@pytest.mark.parametrize(
+    "task,vary,message",
+    [
+        ("teacher", "D=4:1000000:2", "at D=1000000: a teacher with D=1,000,000 tokens needs about"),
+        ("scb", "N=10:1000000:2", "at N=1000000: an instance with N=1,000,000, T=50 needs about"),
+        ("teacher", "D=2:8:2", "at D=2: K=2 is out of range"),
+    ],
+)
+def test_a_task_sweep_checks_every_point_before_the_first_runs(task, vary, message, run_cli, tmp_path, monkeypatch):
+    """A point the basins job refuses (a size too large to hold, a value out of range) is refused with one line
+    before any point runs (no batch is traced: every run's identity is taken first) and nothing is written."""
+    import popdyn.identity
+
+    def ran(*args, **kwargs):
+        raise AssertionError("a point ran before the refused point was checked")
+
+    monkeypatch.setattr(popdyn.identity, "run", ran)
+    out = tmp_path / "o"
+    code, _, err = run_cli("sweep", task, "--vary", vary, "--grid", "2", "--out", str(out))
+    assert code == 2 and message in err and err.count("\n") == 1, err
+    assert not out.exists()
+
+
 def test_the_readme_command_table_is_the_registry():
     text = README.read_text(encoding="utf-8")
     section = re.search(r"^## Commands\s*$(.*?)(?=^## )", text, flags=re.M | re.S).group(1)

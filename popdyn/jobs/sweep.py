@@ -20,7 +20,7 @@ from tqdm.auto import tqdm
 from popdyn import _validate
 from popdyn.analysis import Grid, basin_fractions, lambda_max
 from popdyn.analysis.basins import UNRESOLVED
-from popdyn.batching import check_memory
+from popdyn.batching import Rehearsed, check_memory, rehearsal
 from popdyn.io import Result
 from popdyn.jobs.model import build, parse_params, theta_bytes, warn_if_init_ignores_key
 from popdyn.problem import Problem, Theta
@@ -377,6 +377,32 @@ def sweep_markov(
     return _result(sw, inputs, f"Markov (p, q), {method}, {grid}x{grid} starts", theory_line=line)
 
 
+def _task_call(job, numeric: dict, options: dict, point: dict, checkpoint) -> tuple[dict, dict]:
+    """(The point's swept values, with integer options as ints; the basins job's keywords at that point)."""
+    values = {name: numeric[name].type(v) for name, v in point.items()}
+    kw = dict(options)
+    for name, v in values.items():
+        kw.update(numeric[name].kwargs(v))
+    if job.takes_progress:
+        kw["progress"] = False
+    if job.takes_checkpoint:
+        kw["checkpoint"] = checkpoint
+    return values, kw
+
+
+def _rehearse(run: Callable, kw: dict, values: dict) -> None:
+    """Call the job up to its first batched computation (``popdyn.batching.rehearsal``): its options and sizes
+    checked, nothing computed; a refusal names the point."""
+    try:
+        with rehearsal():
+            run(**kw)
+    except Rehearsed:
+        return
+    except ValueError as err:
+        where = ", ".join(f"{k}={v}" if isinstance(v, int) else f"{k}={v:g}" for k, v in values.items())
+        raise ValueError(f"at {where}: {err}") from None
+
+
 def sweep_task(task: str, vary=None, progress: bool = False, checkpoint=None, **options) -> Result:
     """``popdyn sweep TASK --vary NAME=LO:HI:N``: the task's basins job (docs/jobs.md) at every point of a grid of one
     or two of its numeric options, its other options fixed: each attractor's share of the resolved starts, the
@@ -397,16 +423,11 @@ def sweep_task(task: str, vary=None, progress: bool = False, checkpoint=None, **
         axes.append((name, np.round(vals) if numeric[name].type is int else vals))
     shape, grid = _points(axes)
     run = job.function()
+    calls = [_task_call(job, numeric, options, point, _point_folder(checkpoint, i)) for i, point in enumerate(grid)]
+    for values, kw in calls:  # every point's options and sizes are checked before the first point runs
+        _rehearse(run, kw, values)
     rows: list[dict[str, Any]] = []
-    for i, point in enumerate(tqdm(grid, desc="sweep", disable=not progress)):
-        values = {name: numeric[name].type(v) for name, v in point.items()}  # an integer option as an int
-        kw = dict(options)
-        for name, v in values.items():
-            kw.update(numeric[name].kwargs(v))
-        if job.takes_progress:
-            kw["progress"] = False
-        if job.takes_checkpoint:
-            kw["checkpoint"] = _point_folder(checkpoint, i)
+    for values, kw in tqdm(calls, desc="sweep", disable=not progress):
         out = run(**kw).results
         resolved = 1.0 - out["fractions"].get(UNRESOLVED, 0.0)
         share = {
