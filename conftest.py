@@ -6,6 +6,29 @@ os.environ.setdefault("POPDYN_NOTEBOOK_SMALL", "1")
 # the command line's persistent compilation cache stays off in tests (its own test turns it on in a temporary folder)
 os.environ.setdefault("POPDYN_CACHE_DIR", "off")
 
+
+def _session_compilation_cache() -> None:
+    """One JAX persistent compilation cache for the whole test session, in a temporary folder made by the first
+    process (the pytest controller) and removed when it exits: the xdist workers, the command lines the tests start
+    as subprocesses and the notebooks' kernels inherit it, so a program compiled in one of them is loaded, not
+    compiled again, in the others (the suite is compile-bound on 2 cores). JAX's cache size limit is set so that
+    every read and write holds its file lock (processes share the folder). A hit still counts as a compilation in
+    JAX's logs and events, which tests that count compilations read. POPDYN_TEST_JAX_CACHE=off turns it off."""
+    if os.environ.get("POPDYN_TEST_JAX_CACHE") == "off" or "JAX_COMPILATION_CACHE_DIR" in os.environ:
+        return
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="popdyn-tests-jax-cache-")
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
+    os.environ["JAX_COMPILATION_CACHE_MAX_SIZE"] = str(8 << 30)
+    os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0.1"
+
+
+_session_compilation_cache()
+
 import jax  # noqa: E402
 from hypothesis import settings  # noqa: E402
 

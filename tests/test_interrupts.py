@@ -22,6 +22,7 @@ RUNS, AT_ONCE, LATEST = 20, 4, 4.0  # an uninterrupted run takes ~7 s here, comp
 
 def _start(out: Path) -> subprocess.Popen:
     env = dict(os.environ, POPDYN_CACHE_DIR="off")  # every run compiles: the moment that used to crash
+    env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the test session's shared cache (conftest.py) too
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return subprocess.Popen(
         [sys.executable, "-m", "popdyn.cli", *ARGV, "--out", str(out)],
