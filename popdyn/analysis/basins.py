@@ -141,12 +141,19 @@ def morse_index(prob: Problem, theta: Theta, saddle_tol: float = 1e-7) -> np.nda
     return np.asarray(negative(lo, lo, hi, saddle_tol)).astype(int)
 
 
+def _shown_level(level: float, scale: float) -> float:
+    """The level a name shows: 0 where |L| ≤ LEVEL_TOL·``scale``, the level's resolution at the run's loss scale
+    (a minimum reached at round-off, L = 1.1e-16 or 2.7e-16, is "L=0" at every point of a sweep), else L."""
+    return 0.0 if abs(level) <= LEVEL_TOL * scale else level
+
+
 def _level_labels(
     prob: Problem, final, final_loss, status: np.ndarray, todo: np.ndarray, start: int, scale: float
 ) -> tuple[np.ndarray, tuple[str, ...]]:
     """Label the points in ``todo`` by (kind, loss level): names "min L=…", "saddle(k) L=…" (k the Morse index;
     "saddle(0)" for a saddle found by the higher-order probe), "degenerate L=…" (status DEGENERATE, never a min).
-    Levels closer than LEVEL_TOL·max(``scale``, |L|) are one (``scale``: the loss scale of the run's starts)."""
+    Levels closer than LEVEL_TOL·max(``scale``, |L|) are one (``scale``: the loss scale of the run's starts); a
+    name shows the median level to 6 significant digits, or 0 within LEVEL_TOL·``scale`` of it (``_shown_level``)."""
     labels = np.full(len(todo), -1)
     idx = np.flatnonzero(todo)
     if idx.size == 0:
@@ -167,7 +174,7 @@ def _level_labels(
         for g in range(group[-1] + 1):
             members = order[group == g]
             labels[idx[members]] = start + len(names)
-            names.append(f"{prefix} L={float(np.median(loss[members])):.6g}")
+            names.append(f"{prefix} L={_shown_level(float(np.median(loss[members])), scale):.6g}")
     return labels, tuple(names)
 
 
