@@ -1,12 +1,45 @@
 """popdyn: exact population dynamics of small transformer models from learning theory.
 
 The public API is re-exported here and loaded on first use (PEP 562), so ``import popdyn.dynamics`` loads
-no analysis, task or job module and the command line starts without importing what a command does not need.
+no analysis, task or job module and the command line starts without importing what a command does not need. A
+type checker reads the same names from the ``TYPE_CHECKING`` block (explicit ``X as X`` re-exports, with their
+real signatures; the package ships ``py.typed``); a test holds the block and ``_HOME`` to the same names.
 """
 
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what a type checker sees: the real names and signatures (at run time, loaded on first use)
+    from popdyn import analysis as analysis
+    from popdyn import dynamics as dynamics
+    from popdyn import exact as exact
+    from popdyn import jobs as jobs
+    from popdyn import tasks as tasks
+    from popdyn.analysis import BasinFractions as BasinFractions
+    from popdyn.analysis import BasinMap as BasinMap
+    from popdyn.analysis import Distance as Distance
+    from popdyn.analysis import GradNormBelow as GradNormBelow
+    from popdyn.analysis import Grid as Grid
+    from popdyn.analysis import HittingTimes as HittingTimes
+    from popdyn.analysis import LossBelow as LossBelow
+    from popdyn.analysis import StepSizeAudit as StepSizeAudit
+    from popdyn.analysis import basin_fractions as basin_fractions
+    from popdyn.analysis import basin_map as basin_map
+    from popdyn.analysis import extreme_eigenvalues as extreme_eigenvalues
+    from popdyn.analysis import hessian_spectrum as hessian_spectrum
+    from popdyn.analysis import hitting_times as hitting_times
+    from popdyn.analysis import lambda_max as lambda_max
+    from popdyn.analysis import lambda_min as lambda_min
+    from popdyn.analysis import step_size_audit as step_size_audit
+    from popdyn.dynamics import STATUS_NAMES as STATUS_NAMES
+    from popdyn.dynamics import Status as Status
+    from popdyn.dynamics import Trajectory as Trajectory
+    from popdyn.dynamics import gradient_descent as gradient_descent
+    from popdyn.dynamics import gradient_flow as gradient_flow
+    from popdyn.problem import Overlay as Overlay
+    from popdyn.problem import Problem as Problem
 
 __version__ = "0.1.0"
 

@@ -4,6 +4,14 @@ packages load on first use (PEP 562), so importing one task does not import the 
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what a type checker sees; at run time each package loads on first use (below)
+    from popdyn.tasks import decision_list as decision_list
+    from popdyn.tasks import markov as markov
+    from popdyn.tasks import scan_snap as scan_snap
+    from popdyn.tasks import scb as scb
+    from popdyn.tasks import teacher as teacher
 
 __all__ = ["decision_list", "markov", "scan_snap", "scb", "teacher"]
 

@@ -147,7 +147,9 @@ def converge_markov(p, q, n_init=8, std=1.0, seed=0, eps=1e-6, t1=1e4) -> Result
     else:  # no closed form at p+q = 1: measure against the flow's own end point
         limit = traj.final
         basin = np.full(n_init, -2)
-    dist = np.sqrt(sum((np.asarray(traj.params[k]) - np.asarray(limit[k])[:, None]) ** 2 for k in ("e", "w")))
+    params = traj.params
+    assert params is not None  # recorded: save_params=True
+    dist = np.sqrt(sum((np.asarray(params[k]) - np.asarray(limit[k])[:, None]) ** 2 for k in ("e", "w")))
     rows, rates = [], []
     for i in range(n_init):
         lim_i = {k: limit[k][i] for k in ("e", "w")}
