@@ -248,7 +248,11 @@ def _stop(args, signum, frame):
     if io is not None:
         io.discard_partial()
     sys.stdout.flush()
-    os._exit(_interrupted(args, signum))
+    code = _interrupted(args, signum)
+    distributed = sys.modules.get("popdyn.distributed")
+    if distributed is not None:  # in a run of several processes, process 0 (the coordinator) leaves last
+        distributed.leave(LEAVE_S)
+    os._exit(code)
 
 
 def _prepare_everywhere(args, held: contextlib.ExitStack, wait: int | None) -> Path:
@@ -347,12 +351,23 @@ def _connect_timeout() -> int:
 GRACE_S = 2.0
 """Seconds a signal waits for the main thread before another thread ends the process (``_watch_signals``)."""
 
+POLL_S = 0.2
+"""Seconds between two looks for a stop announced by another process of the run (``_watch_signals``)."""
+
+LEAVE_S = GRACE_S + 3.0
+"""Seconds process 0 waits for the other processes to leave before it ends (``popdyn.distributed.leave``)."""
+
 
 def _watch_signals(args) -> None:
-    """In a run of several processes: end the process (``_stop``) from a thread of its own when a SIGINT or SIGTERM
-    has not been handled within ``GRACE_S`` seconds. The main thread is then waiting inside JAX's runtime for a
-    process that has already stopped, and would not return to Python before the runtime's heartbeat timeout."""
-    from popdyn import io
+    """In a run of several processes, a thread of its own: when this process receives SIGINT or SIGTERM, it tells the
+    others (``popdyn.distributed.announce_stop``); when another process announces one, it sends this process the
+    same signal, so a signal to any one process stops them all, each with the one line and the exit code of that
+    signal. When the main thread has not handled the signal within ``GRACE_S`` seconds, the thread ends the process
+    itself (``_stop``): the main thread is then waiting inside JAX's runtime for a process that has already stopped,
+    and would not return to Python before the runtime's heartbeat timeout."""
+    import select
+
+    from popdyn import distributed, io
 
     if threading.current_thread() is not threading.main_thread():  # the wake-up descriptor is set there only
         return
@@ -361,7 +376,12 @@ def _watch_signals(args) -> None:
     signal.set_wakeup_fd(write)  # Python writes the number of every signal it catches here
 
     def watch():
+        while not select.select([read], [], [], POLL_S)[0]:
+            announced = distributed.stop_signal()
+            if announced is not None:
+                os.kill(os.getpid(), announced)  # read back from the descriptor on the next turn
         signum = os.read(read, 1)[0]
+        distributed.announce_stop(signum)
         time.sleep(GRACE_S)
         with io.MOVING:  # results that are moving into place finish first
             _stop(args, signum, None)

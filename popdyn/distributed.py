@@ -10,10 +10,12 @@ import atexit
 import json
 import socket
 import tempfile
+import time
 from contextlib import ExitStack
 from pathlib import Path
 
 import jax
+from jax._src import distributed as _runtime
 
 from popdyn import _validate
 from popdyn.io import exclusive
@@ -142,6 +144,55 @@ def preflight(settings: dict[str, str], refused: ValueError | None = None, timeo
     stopped = next(((i, theirs["refused"]) for i, theirs in enumerate(every) if theirs["refused"]), None)
     if stopped:
         raise ValueError(f"process {stopped[0]} stopped: {stopped[1]}")
+
+
+def _client():
+    """(JAX's distributed client, this process's number); the client is None outside a run of several processes.
+    Imports nothing: signal handlers call it."""
+    return _runtime.global_state.client, _runtime.global_state.process_id
+
+
+def announce_stop(signum: int) -> None:
+    """Tell the other processes of the run that this one stops on signal ``signum`` (``stop_signal`` reads it);
+    best effort: nothing happens when the runtime cannot be reached any more."""
+    client, me = _client()
+    if client is None:
+        return
+    try:
+        client.key_value_set(f"popdyn/stop/{me}", str(int(signum)), allow_overwrite=True)
+    except jax.errors.JaxRuntimeError:
+        return
+
+
+def stop_signal() -> int | None:
+    """The signal another process of the run announced it stops on (``announce_stop``), or None: none did, or the
+    runtime cannot answer."""
+    client, me = _client()
+    if client is None:
+        return None
+    try:
+        entries = client.key_value_dir_get("popdyn/stop/")
+    except jax.errors.JaxRuntimeError:
+        return None
+    others = [int(value) for key, value in entries if key.rstrip("/").rpartition("/")[2] != str(me)]
+    return others[0] if others else None
+
+
+def leave(timeout_s: float) -> None:
+    """Mark this process as leaving the run; on process 0, first wait (at most ``timeout_s`` seconds in all) until
+    every other process has left. Process 0's runtime serves the others, and JAX's runtime ends a process whose
+    coordinator vanished (SIGABRT, a native stack trace): so process 0 leaves last."""
+    client, me = _client()
+    if client is None:
+        return
+    try:
+        client.key_value_set(f"popdyn/left/{me}", "1", allow_overwrite=True)
+        deadline = time.monotonic() + timeout_s
+        for other in range(1, _runtime.global_state.num_processes if me == 0 else 1):
+            wait_ms = max(1, int(1000 * (deadline - time.monotonic())))
+            client.blocking_key_value_get(f"popdyn/left/{other}", wait_ms)
+    except jax.errors.JaxRuntimeError:  # the runtime is gone, or a process did not leave in time
+        return
 
 
 def process_id() -> int:
