@@ -114,3 +114,27 @@ def test_degenerate_critical_points_are_probed(case):
         assert int(traj.status[0]) == expected, (case, c)
     labels, names = label_end_points(prob, traj)
     assert labels[0] == 0 and names[0].startswith({0: "min", 1: "saddle(0)", 8: "degenerate"}[int(expected)])
+
+
+def test_the_smallest_sphere_first_gives_the_verdicts_of_every_sphere_at_once():
+    """The probe searches the larger spheres only where the smallest one shows a fall; its verdicts are those of
+    searching all spheres at every point (the rule of docs/dynamics.md), for every case above at c = 1 and for the
+    end points of a GD basin map on the hyperbola of minima (all of them flagged)."""
+    from popdyn.dynamics import degenerate
+
+    def all_at_once(prob, final, idx):
+        d, a = degenerate._falls_at(prob, final, idx, 1e-7, degenerate.RADII)
+        saddle, held = np.all(d < -a, axis=1), d[:, -1] >= -a[:, -1]
+        return np.where(saddle, int(Status.SADDLE), np.where(held, int(Status.CONVERGED), int(Status.DEGENERATE)))
+
+    for loss, start, _ in CASES.values():
+        prob = popdyn.Problem.from_loss(loss, jnp.zeros(2), data=1.0)
+        final = jnp.asarray([start, start])
+        got = degenerate.refine(prob, final, np.zeros(2, int), np.ones(2, bool), 1e-7)
+        np.testing.assert_array_equal(got, all_at_once(prob, final, np.arange(2)))
+    prob = popdyn.Problem.from_loss(CASES["hyperbola of minima ab = 1"][0], jnp.zeros(2), data=1.0)
+    starts = jnp.asarray(np.random.default_rng(0).uniform(0.2, 2.0, size=(64, 2)))
+    final = popdyn.gradient_descent(prob, starts, lr=0.1, steps=3000, record_every=3000).final
+    got = degenerate.refine(prob, final, np.zeros(64, int), np.ones(64, bool), 1e-7)
+    np.testing.assert_array_equal(got, all_at_once(prob, final, np.arange(64)))
+    assert np.all(got == int(Status.CONVERGED))
