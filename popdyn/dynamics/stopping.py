@@ -89,31 +89,32 @@ def along(field: Callable[[Theta], Theta], y: Theta) -> tuple[Float[Array, ""], 
 
     **Arguments:** ``field`` the direction of motion θ ↦ f(θ); ``y`` the point θ."""
     f = field(y)
-    u, unravel = jax.flatten_util.ravel_pytree(_scaled(f, _exponent(f)))
+    e_f = _exponent(f)
+    u, unravel = jax.flatten_util.ravel_pytree(_scaled(f, e_f))
     size = jnp.linalg.norm(u)
     tiny = jnp.finfo(u.dtype).tiny
     breakdown = jnp.sqrt(jnp.finfo(u.dtype).eps)  # a residual below √ε·‖Av‖ is round-off (see below)
-    basis, images = [], []
-    v = u / jnp.maximum(size, tiny)
-    for _ in range(KRYLOV):
-        image = -jax.flatten_util.ravel_pytree(jax.jvp(field, (y,), (unravel(v),))[1])[0]
-        basis.append(v)
+    basis, images = [u / jnp.maximum(size, tiny)], []
+    while True:
+        image = -jax.flatten_util.ravel_pytree(jax.jvp(field, (y,), (unravel(basis[-1]),))[1])[0]
         images.append(image)
+        if len(basis) == KRYLOV:
+            break
         r = image - sum(jnp.vdot(b, image) * b for b in basis)  # full reorthogonalisation against the basis so far
         r = r - sum(jnp.vdot(b, r) * b for b in basis)
-        e = jnp.frexp(jnp.max(jnp.abs(image)))[1]  # both scaled by one power of two (exact) before their norms
+        e = _exponent(image)  # both scaled by one power of two (exact) before their norms
         r, norm_r = jnp.ldexp(r, -e), jnp.linalg.norm(jnp.ldexp(image, -e))
         new = jnp.linalg.norm(r) > breakdown * norm_r  # else the space is invariant: r is round-off, no new direction
-        v = jnp.where(new, r / jnp.maximum(jnp.linalg.norm(r), tiny), 0.0)
+        basis.append(jnp.where(new, r / jnp.maximum(jnp.linalg.norm(r), tiny), 0.0))
     V, AV = jnp.stack(basis, axis=1), jnp.stack(images, axis=1)
     T = V.T @ AV
     T = 0.5 * (T + T.T)
-    k = jnp.frexp(jnp.max(jnp.abs(T)))[1]
+    k = _exponent(T)
     ritz, Q = jnp.linalg.eigh(jnp.ldexp(T, -k))
     cut = jnp.maximum(FLAT * jnp.max(jnp.abs(ritz)), tiny)
     step = (Q.T[:, 0] * size) / jnp.maximum(jnp.abs(ritz), cut)
     curvature = jnp.ldexp(size / jnp.maximum(jnp.linalg.norm(step), tiny), k)
-    speed = jnp.ldexp(size, _exponent(f))
+    speed = jnp.ldexp(size, e_f)
     return speed, jnp.where((T[0, 0] > 0) & (size > 0), curvature, jnp.minimum(T[0, 0], 0.0))
 
 
