@@ -34,6 +34,8 @@ if TYPE_CHECKING:  # what a type checker sees: the real names and signatures (at
     from popdyn.analysis import lambda_min as lambda_min
     from popdyn.analysis import step_size_audit as step_size_audit
     from popdyn.dynamics import STATUS_NAMES as STATUS_NAMES
+    from popdyn.dynamics import GradientDescent as GradientDescent
+    from popdyn.dynamics import GradientFlow as GradientFlow
     from popdyn.dynamics import Status as Status
     from popdyn.dynamics import Trajectory as Trajectory
     from popdyn.dynamics import gradient_descent as gradient_descent
@@ -65,7 +67,18 @@ _HOME = {
         ],
         "popdyn.analysis",
     ),
-    **dict.fromkeys(["STATUS_NAMES", "Status", "Trajectory", "gradient_descent", "gradient_flow"], "popdyn.dynamics"),
+    **dict.fromkeys(
+        [
+            "GradientDescent",
+            "GradientFlow",
+            "STATUS_NAMES",
+            "Status",
+            "Trajectory",
+            "gradient_descent",
+            "gradient_flow",
+        ],
+        "popdyn.dynamics",
+    ),
     **dict.fromkeys(["Overlay", "Problem"], "popdyn.problem"),
 }
 _SUBPACKAGES = ("analysis", "dynamics", "exact", "jobs", "tasks")

@@ -1,5 +1,6 @@
 """Step-size audits (λ_max along GD against 1/η and 2/η) and hitting times / rates (docs/models/markov.md §4.6)."""
 
+import dataclasses
 import math
 
 import jax.numpy as jnp
@@ -155,7 +156,8 @@ def test_heavy_ball_thresholds_are_those_of_the_recursion(eta_lam, mu, verdict, 
     assert (audit.loss_rises == 0) == (verdict == "held")
     assert audit.monotone_threshold == pytest.approx((1 - math.sqrt(mu)) ** 2 / eta_lam)
     assert audit.stability_threshold == pytest.approx(2 * (1 + mu) / eta_lam)
-    plain = popdyn.step_size_audit(prob, traj, eta_lam)  # read as plain GD, the stable 3.0 run would be "unstable"
+    as_plain = dataclasses.replace(traj, dynamics=None)  # a record that forgot its momentum, read as plain GD:
+    plain = popdyn.step_size_audit(prob, as_plain, eta_lam)  # the stable 3.0 run would be "unstable"
     assert bool(plain.flagged) == (eta_lam > 2)
     row = audit.summary()
     assert row["momentum"] == mu and row["stability_threshold"] == pytest.approx(2 * (1 + mu) / eta_lam)

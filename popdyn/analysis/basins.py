@@ -29,7 +29,8 @@ from popdyn.analysis.cluster import cluster_points
 from popdyn.analysis.grid import Grid
 from popdyn.batching import as_batch, check_chunk_size
 from popdyn.curvature import EXACT_MAX_DIM, extreme_eigenvalues, hessian_spectrum
-from popdyn.dynamics import Status, Trajectory, gradient_descent
+from popdyn.dynamics import AbstractDynamics, Status, Trajectory, gradient_descent
+from popdyn.dynamics.base import run_options
 from popdyn.dynamics.status import RESOLVED, count, negative
 from popdyn.problem import Problem, Theta, ThetaLike
 
@@ -231,6 +232,11 @@ def _draw(prob: Problem, keys: jax.Array) -> Theta:
 
 
 def _run(prob, theta, method, t1, lr, steps, chunk_size, progress, checkpoint, dynamics_kwargs) -> Trajectory:
+    if isinstance(method, AbstractDynamics):
+        run_options(method, {k: v for k, v in (("t1", t1), ("lr", lr), ("steps", steps)) if v is not None})
+        run_options(method, dynamics_kwargs)
+        return method.end_points().run(prob, theta, chunk_size=chunk_size, progress=progress, checkpoint=checkpoint)
+    t1, lr, steps = 1e4 if t1 is None else t1, 0.1 if lr is None else lr, 2000 if steps is None else steps
     if method == "flow":
         return dynamics.gradient_flow(
             prob,
@@ -257,7 +263,8 @@ def _run(prob, theta, method, t1, lr, steps, chunk_size, progress, checkpoint, d
 
 
 def _check(method, tol, cluster_radius, features, chunk_size) -> None:
-    _validate.choice("method", method, ("flow", "gd"))
+    if not isinstance(method, AbstractDynamics):
+        _validate.choice("method", method, ("flow", "gd"))
     _validate.positive("tol", tol)
     _validate.positive("cluster_radius", cluster_radius)
     if not (callable(features) or features in ("level", "position")):
@@ -268,12 +275,12 @@ def _check(method, tol, cluster_radius, features, chunk_size) -> None:
 def basin_fractions(
     prob: Problem,
     inits: ThetaLike | int,
-    method: str = "flow",
+    method: str | AbstractDynamics = "flow",
     *,
     seed: int = 0,
-    t1: float = 1e4,
-    lr: float | Float[ArrayLike, " B"] = 0.1,
-    steps: int = 2000,
+    t1: float | None = None,
+    lr: float | Float[ArrayLike, " B"] | None = None,
+    steps: int | None = None,
     tol: float = 1e-3,
     use_theory: bool = True,
     features: str | Callable[[Theta], jax.Array] = "level",
@@ -286,11 +293,13 @@ def basin_fractions(
     """Basin fractions from a batch of initialisations ``inits`` (any θ pytree with a leading batch axis), or from
     ``inits`` = n draws of ``prob.init`` with keys split from ``seed``.
 
-    ``method="flow"`` integrates gradient flow to ``t1``; ``"gd"`` runs ``steps`` of GD at ``lr`` (a number, or one
-    per point). End points are labelled by ``label_end_points`` (theory residuals < ``tol`` where the problem has
-    attractors, else ``features``). ``fractions`` come with binomial standard errors (``stderr``); unresolved points
-    are counted in ``fractions["unresolved"]`` and left out of ``fractions_of_resolved``. Extra keywords go to
-    ``gradient_flow`` / ``gradient_descent``; chunks and checkpoints as there.
+    ``method`` is a dynamics object (``popdyn.dynamics.GradientFlow()``, ``GradientDescent(lr=…)`` or one of your
+    own), run to its end points, with its own settings; or, as a shortcut, ``"flow"`` (gradient flow to ``t1``,
+    default 1e4) or ``"gd"`` (``steps`` of GD at ``lr``, a number or one per point; defaults 2000 and 0.1), where
+    extra keywords go to ``gradient_flow`` / ``gradient_descent``. End points are labelled by ``label_end_points``
+    (theory residuals < ``tol`` where the problem has attractors, else ``features``). ``fractions`` come with
+    binomial standard errors (``stderr``); unresolved points are counted in ``fractions["unresolved"]`` and left out
+    of ``fractions_of_resolved``. Chunks and checkpoints as in ``AbstractDynamics.run``.
     """
     _check(method, tol, cluster_radius, features, chunk_size)
     if isinstance(inits, (int, np.integer)) and not isinstance(inits, bool):
@@ -307,11 +316,16 @@ def basin_fractions(
     times = np.where(labels >= 0, np.asarray(traj.t_final), np.nan)
     final = jax.tree_util.tree_map(np.asarray, traj.final)
     return BasinFractions(
-        method=method, labels=labels, attractors=names, times=times, status=np.asarray(traj.status), final=final
+        method=method if isinstance(method, str) else method.method,
+        labels=labels,
+        attractors=names,
+        times=times,
+        status=np.asarray(traj.status),
+        final=final,
     )
 
 
-def basin_map(prob: Problem, grid: Grid, method: str = "flow", **options) -> BasinMap:
+def basin_map(prob: Problem, grid: Grid, method: str | AbstractDynamics = "flow", **options) -> BasinMap:
     """Label every initialisation of ``grid`` (a 2-D slice through any two coordinates of θ) by the attractor it
     reaches: ``basin_fractions(prob, grid.points(prob), method, **options)`` (same options: t1, lr, steps, tol,
     use_theory, features, cluster_radius, chunk_size, progress, checkpoint and those of the dynamics), every
@@ -332,7 +346,7 @@ def basin_map(prob: Problem, grid: Grid, method: str = "flow", **options) -> Bas
     shape = grid.shape
     final = jax.tree_util.tree_map(lambda v: v.reshape(shape + v.shape[1:]), bf.final)
     return BasinMap(
-        method=method,
+        method=bf.method,
         labels=bf.labels.reshape(shape),
         attractors=bf.attractors,
         times=bf.times.reshape(shape),

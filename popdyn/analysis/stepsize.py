@@ -15,7 +15,7 @@ import numpy as np
 
 from popdyn import _validate
 from popdyn.curvature import lambda_max
-from popdyn.dynamics import Status, Trajectory
+from popdyn.dynamics import GradientDescent, Status, Trajectory
 from popdyn.dynamics.status import AT_MINIMUM
 from popdyn.problem import Problem
 
@@ -177,11 +177,37 @@ def _rates(lr, lead: tuple) -> float | np.ndarray:
     return arr
 
 
-def step_size_audit(prob: Problem, traj: Trajectory, lr, method: str = "auto", momentum: float = 0.0) -> StepSizeAudit:
-    """Audit a trajectory recorded with ``save_params=True`` against the learning rate ``lr`` (one number, or one
-    per initialisation as ``gradient_descent`` sweeps them) and the heavy-ball ``momentum`` it ran with."""
+def _run_settings(traj: Trajectory, lr, momentum) -> tuple:
+    """(lr, momentum) of the audit: the run's own (``traj.dynamics``, a ``GradientDescent``) where not given; given
+    values must agree with the run's, as a setting is never passed twice with two values."""
+    run = traj.dynamics
+    if not isinstance(run, GradientDescent):
+        if lr is None:
+            raise ValueError("lr is required: traj was not run by GradientDescent, so it carries no learning rate")
+        return lr, 0.0 if momentum is None else momentum
+    if lr is not None and not np.array_equal(np.asarray(lr, dtype=float), np.asarray(run.lr, dtype=float)):
+        raise ValueError(f"lr={lr!r} differs from the run's lr={run.lr!r}: leave it out, the audit reads the run's")
+    if momentum is not None and float(momentum) != float(run.momentum):
+        raise ValueError(f"momentum={momentum!r} differs from the run's momentum={run.momentum!r}: leave it out")
+    return run.lr, run.momentum
+
+
+def step_size_audit(
+    prob: Problem, traj: Trajectory, lr=None, method: str = "auto", momentum: float | None = None
+) -> StepSizeAudit:
+    """Audit a trajectory recorded with θ at every record (``SaveAt(params=True)``, ``save_params=True``) against its
+    learning rate η and heavy-ball momentum μ.
+
+    **Arguments:**
+
+    - ``prob``: the Problem the run was on.
+    - ``traj``: the run. A run of ``GradientDescent`` carries η (one, or one per initialisation) and μ.
+    - ``lr``, ``momentum``: only for a run that does not carry them (e.g. a flow audited against a step size).
+    - ``method``: how λ_max is computed (``popdyn.lambda_max``).
+    """
     if traj.params is None:
         raise ValueError("traj has no saved parameters: run gradient_descent/gradient_flow with save_params=True")
+    lr, momentum = _run_settings(traj, lr, momentum)
     ts = np.asarray(traj.ts)
     lead = ts.shape  # (*B, T)
     lr = _rates(lr, lead)

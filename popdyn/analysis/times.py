@@ -13,7 +13,8 @@ from jaxtyping import Array, ArrayLike, Float, PyTree
 
 from popdyn import _validate, dynamics
 from popdyn.curvature import hessian_spectrum
-from popdyn.dynamics import Status, Trajectory, gradient_descent
+from popdyn.dynamics import AbstractDynamics, Status, Trajectory, gradient_descent
+from popdyn.dynamics.base import run_options
 from popdyn.dynamics.status import count
 from popdyn.problem import Problem, Theta, ThetaLike
 
@@ -84,31 +85,37 @@ def hitting_times(
     prob: Problem,
     theta0: ThetaLike,
     target,
-    method: str = "flow",
+    method: str | AbstractDynamics = "flow",
     *,
-    t1: float = 1e4,
-    lr=0.1,
-    steps: int = 10_000,
+    t1: float | None = None,
+    lr=None,
+    steps: int | None = None,
     **dynamics_kwargs,
 ) -> HittingTimes:
     """First time each run from θ0 (one point or a batch) meets ``target``: a function θ → real, reached when it
     first falls to ≤ 0 (``Distance``, ``LossBelow``, ``GradNormBelow`` or a user's own; an equinox Module keeps its
     numbers traced, so a new ε compiles nothing).
 
+    ``method`` is a dynamics object (its own settings; extra keywords: ``chunk_size``, ``progress``, ``checkpoint``),
+    or ``"flow"`` (to ``t1``, default 1e4) or ``"gd"`` (``steps`` at ``lr``, defaults 10,000 and 0.1), where extra
+    keywords go to ``gradient_flow`` / ``gradient_descent`` (e.g. ``rtol``/``atol`` for tighter times).
     Flow: the time is found by a root finder on the solver's dense output inside the step where the condition
     changes sign (diffrax events), so it is exact to the solver's tolerance, not rounded to a step end. GD: the
-    exact index of the first step k with target(θ_k) ≤ 0. Extra keywords go to ``gradient_flow`` /
-    ``gradient_descent`` (e.g. ``rtol``/``atol`` for tighter times)."""
-    _validate.choice("method", method, ("flow", "gd"))
+    exact index of the first step k with target(θ_k) ≤ 0."""
     if not callable(target):
         raise ValueError(f"target={target!r} is invalid: must be a function θ -> real (reached when <= 0)")
-    if method == "flow":
+    if isinstance(method, AbstractDynamics):
+        run_options(method, {k: v for k, v in (("t1", t1), ("lr", lr), ("steps", steps)) if v is not None})
+        traj = method.reaching(target).end_points().run(prob, theta0, **run_options(method, dynamics_kwargs))
+    elif _validate.choice("method", method, ("flow", "gd")) == "flow":
+        t1 = 1e4 if t1 is None else t1
         traj = dynamics.gradient_flow(prob, theta0, t1=t1, ts=None, until=target, **dynamics_kwargs)
     else:
+        steps = 10_000 if steps is None else steps
         traj = gradient_descent(
             prob,
             theta0,
-            lr=lr,
+            lr=0.1 if lr is None else lr,
             steps=steps,
             record_every=dynamics_kwargs.pop("record_every", steps),
             until=target,

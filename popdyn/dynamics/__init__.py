@@ -1,22 +1,42 @@
-"""Gradient flow and gradient descent over batches of initialisations (docs/architecture.md, layer 3)."""
+"""Dynamics as objects over batches of initialisations (docs/dynamics.md; docs/architecture.md, layer 3): gradient
+flow and gradient descent, what a run saves and when a point is steady."""
 
 from typing import TYPE_CHECKING
 
-from popdyn.dynamics.descent import gradient_descent
+from popdyn.dynamics.base import AbstractDynamics, SaveAt, Steady
+from popdyn.dynamics.descent import GradientDescent, gradient_descent
 from popdyn.dynamics.prox import L1Prox, soft_threshold
 from popdyn.dynamics.status import STATUS_NAMES, Status
 from popdyn.dynamics.trajectory import Trajectory
 
-if TYPE_CHECKING:  # a type checker sees the real signature; at run time it loads on first use (below)
+if TYPE_CHECKING:  # a type checker sees the real names; at run time they load on first use (below)
+    from popdyn.dynamics.flow import GradientFlow as GradientFlow
     from popdyn.dynamics.flow import gradient_flow as gradient_flow
+    from popdyn.dynamics.flow import pid_controller as pid_controller
 
-__all__ = ["L1Prox", "STATUS_NAMES", "Status", "Trajectory", "gradient_descent", "gradient_flow", "soft_threshold"]
+_FLOW = ("GradientFlow", "gradient_flow", "pid_controller")
+
+__all__ = [
+    "AbstractDynamics",
+    "GradientDescent",
+    "GradientFlow",
+    "L1Prox",
+    "STATUS_NAMES",
+    "SaveAt",
+    "Status",
+    "Steady",
+    "Trajectory",
+    "gradient_descent",
+    "gradient_flow",
+    "pid_controller",
+    "soft_threshold",
+]
 
 
 def __getattr__(name: str):
-    """``gradient_flow`` is imported on first use: it brings diffrax (~0.5 s), which descent does not need."""
-    if name == "gradient_flow":
-        from popdyn.dynamics.flow import gradient_flow
+    """The flow's names are imported on first use: they bring diffrax (~0.5 s), which descent does not need."""
+    if name in _FLOW:
+        from popdyn.dynamics import flow
 
-        return gradient_flow
+        return getattr(flow, name)
     raise AttributeError(f"module 'popdyn.dynamics' has no attribute {name!r}")

@@ -9,9 +9,11 @@ so one diverging member never poisons the batch.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ClassVar, TypeAlias
 
 import equinox as eqx
 import jax
@@ -25,20 +27,149 @@ from jaxtyping import Array, Float
 from popdyn import _validate
 from popdyn.batching import apply_scales, as_batch, check_chunk_size, map_chunks, scale_tree
 from popdyn.dynamics import stopping
+from popdyn.dynamics.base import AbstractDynamics, SaveAt, Steady, check_hooks, check_lanes
 from popdyn.dynamics.lanes import lane_width, run_lanes
 from popdyn.dynamics.status import Status
 from popdyn.dynamics.trajectory import Trajectory, finish, frozen_scales
 from popdyn.problem import Problem, Theta, ThetaLike
 
+Optimizer: TypeAlias = optax.GradientTransformation | Callable[[Array], optax.GradientTransformation]
+"""An optax transformation used as is, or a factory lr → transformation (e.g. ``optax.adam``), called with each
+point's own learning rate."""
 
-def _optimizer(optimizer, lr: float) -> optax.GradientTransformation:
-    if isinstance(optimizer, optax.GradientTransformation):
-        return optimizer
-    if callable(optimizer):  # e.g. optax.adam: called with the learning rate
-        return optimizer(lr)
-    raise ValueError(
-        f"optimizer={optimizer!r} is invalid: must be None, an optax transformation or a factory lr -> transformation"
-    )
+
+class GradientDescent(AbstractDynamics):
+    """Gradient descent θ ← θ − η τ ⊙ d (heavy-ball momentum optional), or any optax optimizer, for ``steps`` steps
+    from each start, as one compiled ``lax.scan`` vmapped over the starts.
+
+    The direction is d = P(g) + σξ: g = ∇L, or the ``gradient`` hook (θ, key) → g, a stochastic estimate such as a
+    sampled minibatch gradient (the key is per start and step); P is ``precondition``; ``noise`` σ adds i.i.d.
+    N(0, σ²) entries drawn from ``seed``, one stream per start and step. ``prox`` (θ, η) → θ' runs after every step
+    (proximal GD, e.g. ``L1Prox``). A point whose ‖θ‖ exceeds ``diverge`` or turns non-finite is frozen where it was
+    and marked DIVERGED / NAN; with a ``target``, a point stops at the first step k with target(θ_k) ≤ 0 (REACHED,
+    ``t_final`` = k exactly). The status of the other points comes from ``stopping`` at the end point, on the
+    noise-free direction f = −τ ⊙ P(∇L); ``t_final`` is the first record where the rule holds (with δ and the
+    curvature taken at the end point), or ``steps``.
+
+    **Arguments:**
+
+    - ``lr``: the learning rate η > 0, or one per start (an array as long as the batch of starts), for plain GD, heavy
+      ball and any optimizer given as a factory.
+    - ``steps``: the number of steps (≥ 1).
+    - ``optimizer``: None (plain or heavy-ball GD), an optax transformation (its own rate), or a factory
+      lr → transformation such as ``optax.adam``.
+    - ``momentum``: heavy-ball μ in [0, 1), PyTorch's convention b ← μb + d, θ ← θ − ηb (b₀ = 0); plain GD only.
+    - ``precondition``, ``prox``, ``gradient``: the hooks above, or None.
+    - ``noise``: σ ≥ 0, one number or {top-level block of θ: σ}.
+    - ``seed``: the seed of the noise and of the ``gradient`` hook's keys.
+    - ``stopping``: the steady-state rule (``Steady``).
+    - ``save``: what is recorded (``SaveAt``: ``every``, ``params``, ``metrics``); by default the start and the end.
+    - ``diverge``: the norm above which a point is DIVERGED (> 0).
+    - ``time_scales``: {top-level block of θ: multiplier τ > 0} (per-block learning rates).
+    - ``target``: θ → real, reached when ≤ 0.
+    - ``lanes``, ``lane_steps``: when only end points are recorded and a chunk holds more points than lanes (by
+      default min(1024, max(64, ⌈chunk/4⌉))), the chunk runs through vmapped lanes: a point stops at the first
+      multiple of ``lane_steps`` where it is steady, diverged or at its target, and its lane takes the next point
+      (``popdyn.dynamics.lanes``); its record at ``ts[1]`` is then that step.
+    """
+
+    lr: float | Float[ArrayLike, " B"] = 0.1
+    steps: int = 1000
+    optimizer: Optimizer | None = None
+    momentum: float = 0.0
+    precondition: Callable[[Theta], Theta] | None = None
+    prox: Callable[[Theta, Array], Theta] | None = None
+    gradient: Callable[[Theta, Array], Theta] | None = None
+    noise: float | dict[str, float] = 0.0
+    seed: int = 0
+    stopping: Steady = Steady()
+    save: SaveAt = SaveAt()
+    diverge: float = 1e8
+    time_scales: dict[str, float] | None = None
+    target: Callable[[Theta], Array] | None = None
+    lanes: int | None = None
+    lane_steps: int = 64
+    time_unit: ClassVar[str] = "step"
+
+    @property
+    def method(self) -> str:
+        """ "gd"."""
+        return "gd"
+
+    def __check_init__(self) -> None:
+        if np.ndim(self.lr) == 0:
+            _validate.positive("lr", np.asarray(self.lr).item())
+        _validate.int_at_least("steps", self.steps, 1)
+        _validate.half_open_unit("momentum", self.momentum)
+        _validate.seed("seed", self.seed)
+        _validate.positive("diverge", self.diverge)
+        every = self.steps if self.save.every is None else self.save.every
+        if self.steps % every:
+            raise ValueError(f"steps={self.steps} is invalid: must be a multiple of record_every={every}")
+        if self.save.ts is not None:
+            raise ValueError("save: ts applies to a flow; a step dynamics records every save.every steps")
+        if not (self.optimizer is None or isinstance(self.optimizer, optax.GradientTransformation)):
+            if not callable(self.optimizer):
+                raise ValueError(
+                    f"optimizer={self.optimizer!r} is invalid: must be None, an optax transformation or a factory "
+                    "lr -> transformation"
+                )
+        if self.optimizer is not None and self.momentum:
+            raise ValueError(
+                f"momentum={self.momentum} is heavy-ball GD's (optimizer=None): an optax optimizer carries its own "
+                "(e.g. optax.sgd(lr, momentum=0.9))"
+            )
+        check_hooks(precondition=self.precondition, prox=self.prox, gradient=self.gradient, target=self.target)
+        check_lanes(self.lanes, self.lane_steps)
+
+    def run(
+        self,
+        prob: Problem,
+        theta0: ThetaLike,
+        *,
+        chunk_size: int | None = None,
+        progress: bool = False,
+        checkpoint: str | os.PathLike | None = None,
+    ) -> Trajectory:
+        """Descend from ``theta0`` (one θ, or a batch on a leading axis); ``AbstractDynamics.run``."""
+        check_chunk_size(chunk_size)
+        noise_levels = _noise_levels(prob, self.noise)
+        rule, k = self.stopping, self.steps if self.save.every is None else self.save.every
+        cfg = _DescentConfig(
+            steps=self.steps,
+            record_every=k,
+            save_params=self.save.params,
+            gtol=rule.gtol,
+            rtol=rule.rtol,
+            atol=rule.atol,
+            diverge=self.diverge,
+            scales=frozen_scales(scale_tree(prob, self.time_scales)),
+            momentum=float(self.momentum),
+            noise=noise_levels,
+        )
+        batch, batched = as_batch(prob, theta0)
+        n = jax.tree_util.tree_leaves(batch)[0].shape[0]
+        lrs = _learning_rates(self.lr, n, batched)
+        if isinstance(self.optimizer, optax.GradientTransformation) and np.ptp(lrs) > 0:
+            raise ValueError(
+                "lr: per-initialisation learning rates need an optimizer given as a factory lr -> transformation "
+                "(e.g. optax.adam), not a built transformation with its own rate"
+            )
+        lr_arr = jnp.asarray(lrs, dtype=jnp.result_type(float))
+        keys = _keys(self.seed, n, stochastic=self.gradient is not None or noise_levels != 0.0)
+        hooks = (self.precondition, self.prox, self.gradient, self.save.metrics, self.target)
+        gd = _GD(prob, self.optimizer, hooks, cfg)
+        width = lane_width(self.lanes, n, chunk_size)
+        run: Callable[[tuple[Theta, Array, Array]], dict]  # b = (a chunk of θ0, its learning rates, its keys)
+        if k == self.steps and not self.save.params and self.save.metrics is None and width is not None:
+            run = lambda b: _descend_lanes(gd, *b, width, self.lane_steps)  # noqa: E731
+        else:
+            run = lambda b: _descend_batch(gd, *b)  # noqa: E731
+        out = map_chunks(
+            run, (batch, lr_arr, keys), chunk_size, progress=progress, desc="gradient descent", checkpoint=checkpoint
+        )
+        traj = finish(prob, out, batched, rule.saddle_tol, "step", rule.rtol, rule.atol)
+        return dataclasses.replace(traj, dynamics=self)
 
 
 def gradient_descent(
@@ -48,7 +179,7 @@ def gradient_descent(
     steps: int = 1000,
     *,
     momentum: float = 0.0,
-    optimizer: optax.GradientTransformation | Callable | None = None,
+    optimizer: Optimizer | None = None,
     precondition: Callable[[Theta], Theta] | None = None,
     prox: Callable[[Theta, Array], Theta] | None = None,
     gradient: Callable[[Theta, Array], Theta] | None = None,
@@ -70,91 +201,39 @@ def gradient_descent(
     lanes: int | None = None,
     lane_steps: int = 64,
 ) -> Trajectory:
-    """Run ``steps`` steps of GD (``optimizer=None``) or of an optax optimizer from θ0 (batched or not).
+    """``steps`` steps of GD (``optimizer=None``) or of an optax optimizer from θ0 (one point, or a batch on a leading
+    axis): a convenience for ``GradientDescent(…).run(prob, theta0, …)`` with the settings as keywords (see
+    ``GradientDescent``). Unlike ``GradientDescent``, it records every step by default.
 
-    ``lr`` is one number or, for a batched θ0, one learning rate per initialisation. ``momentum`` μ > 0 gives
-    heavy-ball GD in PyTorch's convention, b ← μb + τ ⊙ d, θ ← θ − η b (b₀ = 0). ``optimizer`` may be a
-    GradientTransformation (used as is) or a factory such as ``optax.adam`` (called with ``lr``).
+    **Arguments:**
 
-    The step direction is d = P(g) + σξ:
-
-    * g = ∇L, or ``gradient`` (θ, key) → g, a stochastic estimate such as a sampled minibatch gradient (SGD;
-      the key is per initialisation and step);
-    * ``precondition`` P maps a gradient pytree to a direction (a plain function or an equinox Module, e.g. a
-      bound method of the problem);
-    * ``noise`` σ (one number, or one per top-level parameter block) adds i.i.d. N(0, σ²) entries drawn from
-      ``seed``, one stream per initialisation and step: a noisy surrogate of minibatch SGD.
-
-    ``prox`` (θ, η) → θ' runs after every step (proximal GD, e.g. ``L1Prox``). ``metrics`` θ → {name: scalar}
-    is recorded with the loss (``Trajectory.metrics``): quantities along a run too large to keep θ for.
-    ``time_scales`` multiplies each parameter block's direction (per-block learning rates). Records at
-    steps 0, k, 2k, …; the status comes from the scale-aware rule of ``popdyn.dynamics.stopping`` at the end point
-    (δ = atol + rtol‖θ‖ on the noise-free direction f), or ‖f‖ < ``gtol`` when given; ``t_final`` is the first
-    recorded step where ‖f‖ ≤ δ·R with δ and R (the curvature along f) taken at the end point (or ``steps``).
-    With ``until`` (θ → real), a point stops at the first step k with until(θ_k) ≤ 0: status REACHED,
-    ``t_final`` = k exactly, θ frozen there. Status as for ``gradient_flow``.
-
-    Batches run in chunks of ``chunk_size`` spread over all devices; ``checkpoint`` (a directory) saves each
-    finished chunk and resumes from them (``popdyn.batching.map_chunks``). When only end points are recorded
-    (``record_every == steps``, no ``save_params`` or ``metrics``) and a chunk holds more points than
-    lanes (``lanes``; by default min(1024, max(64, ⌈chunk/4⌉))), it runs through vmapped lanes
-    (``popdyn.dynamics.lanes``): a point stops at the first multiple of ``lane_steps`` where it is steady,
-    diverged or at its target, and its lane takes the next point; its record at ``ts[1]`` is then that step.
+    - ``record_every``, ``save_params``, ``metrics``: ``SaveAt(every=record_every, params=save_params,
+      metrics=metrics)``.
+    - ``rtol``, ``atol``, ``gtol``, ``saddle_tol``: the stopping rule ``Steady(rtol, atol, gtol, saddle_tol)``.
+    - ``until``: the ``target`` (θ → real, reached when ≤ 0).
+    - ``lr``, ``steps``, ``momentum``, ``optimizer``, ``precondition``, ``prox``, ``gradient``, ``noise``, ``seed``,
+      ``diverge``, ``time_scales``, ``lanes``, ``lane_steps``: as ``GradientDescent``.
+    - ``chunk_size``, ``progress``, ``checkpoint``: as ``GradientDescent.run``.
     """
-    steps = _validate.int_at_least("steps", steps, 1)
-    momentum = _validate.half_open_unit("momentum", momentum)
-    k = _validate.int_at_least("record_every", record_every, 1)
-    noise_levels = _noise_levels(prob, noise)
-    seed = _validate.seed("seed", seed)
-    for name, v in (("rtol", rtol), ("atol", atol), ("diverge", diverge)):
-        _validate.positive(name, v)
-    if gtol is not None:
-        _validate.positive("gtol", gtol)
-    if until is not None and not callable(until):
-        raise ValueError(f"until={until!r} is invalid: must be a function θ -> real (reached when <= 0)")
-    _validate.positive("saddle_tol", saddle_tol, allow_zero=True)
-    check_chunk_size(chunk_size)
-    if steps % k:
-        raise ValueError(f"steps={steps} is invalid: must be a multiple of record_every={k}")
-    cfg = _DescentConfig(
+    dynamics = GradientDescent(
+        lr=lr,
         steps=steps,
-        record_every=k,
-        save_params=save_params,
-        gtol=gtol,
-        rtol=rtol,
-        atol=atol,
-        diverge=diverge,
-        scales=frozen_scales(scale_tree(prob, time_scales)),
+        optimizer=optimizer,
         momentum=momentum,
-        noise=noise_levels,
+        precondition=precondition,
+        prox=prox,
+        gradient=gradient,
+        noise=noise,
+        seed=seed,
+        stopping=Steady(rtol=rtol, atol=atol, gtol=gtol, saddle_tol=saddle_tol),
+        save=SaveAt(every=_validate.int_at_least("record_every", record_every, 1), params=save_params, metrics=metrics),
+        diverge=diverge,
+        time_scales=time_scales,
+        target=until,
+        lanes=lanes,
+        lane_steps=lane_steps,
     )
-    batch, batched = as_batch(prob, theta0)
-    n = jax.tree_util.tree_leaves(batch)[0].shape[0]
-    lrs = _learning_rates(lr, n, batched)
-    if optimizer is not None and (momentum or np.ptp(lrs) > 0):
-        raise ValueError("optimizer is given: momentum and per-initialisation learning rates apply to plain GD only")
-    opt = None if optimizer is None else _optimizer(optimizer, float(lrs[0]))
-    lr_arr = jnp.asarray(lrs, dtype=jnp.result_type(float))
-    keys = _keys(seed, n, stochastic=gradient is not None or noise_levels != 0.0)
-    gd = _GD(prob, opt, (precondition, prox, gradient, metrics, until), cfg)
-    if lanes is not None:
-        _validate.int_at_least("lanes", lanes, 1)
-    segment = _validate.int_at_least("lane_steps", lane_steps, 1)
-    width = lane_width(lanes, n, chunk_size)
-    run: Callable[[tuple[Theta, Array, Array]], dict]  # b = (a chunk of θ0, its learning rates, its keys)
-    if k == steps and not save_params and metrics is None and width is not None:
-        run = lambda b: _descend_lanes(gd, *b, width, segment)  # noqa: E731
-    else:
-        run = lambda b: _descend_batch(gd, *b)  # noqa: E731
-    out = map_chunks(
-        run,
-        (batch, lr_arr, keys),
-        chunk_size,
-        progress=progress,
-        desc="gradient descent",
-        checkpoint=checkpoint,
-    )
-    return finish(prob, out, batched, saddle_tol, "step", rtol, atol)
+    return dynamics.run(prob, theta0, chunk_size=chunk_size, progress=progress, checkpoint=checkpoint)
 
 
 def _noise_levels(prob: Problem, noise) -> float | tuple:
@@ -215,9 +294,15 @@ class _GD(eqx.Module):
     the recorded batch run and the lane run."""
 
     prob: Problem
-    opt: optax.GradientTransformation | None
+    optimizer: Optimizer | None
     hooks: tuple
     cfg: _DescentConfig = eqx.field(static=True)
+
+    def transform(self, lr) -> optax.GradientTransformation | None:
+        """The optax transformation of a point with learning rate ``lr`` (None: plain or heavy-ball GD)."""
+        if self.optimizer is None or isinstance(self.optimizer, optax.GradientTransformation):
+            return self.optimizer
+        return self.optimizer(lr)
 
     def field(self, theta):  # the noise-free direction, −τ⊙P(∇L), for the stopping rule
         return self.field_from(jax.grad(self.prob.loss)(theta))
@@ -261,19 +346,21 @@ class _GD(eqx.Module):
     def update(self, theta, state, lr, key, g=None):
         prox = self.hooks[1]
         g = self.direction(theta, key, g)
-        if self.opt is None and self.cfg.momentum:  # heavy ball: the state is the buffer b
+        opt = self.transform(lr)
+        if opt is None and self.cfg.momentum:  # heavy ball: the state is the buffer b
             state = jax.tree_util.tree_map(lambda b, d: self.cfg.momentum * b + d, state, g)
             new = jax.tree_util.tree_map(lambda x, b: x - lr * b, theta, state)
-        elif self.opt is None:  # plain GD: no optimizer state
+        elif opt is None:  # plain GD: no optimizer state
             new = jax.tree_util.tree_map(lambda x, d: x - lr * d, theta, g)
         else:
-            updates, state = self.opt.update(g, state, theta)
+            updates, state = opt.update(g, state, theta)
             new = optax.apply_updates(theta, updates)
         return (new if prox is None else prox(new, lr)), state
 
-    def init_state(self, theta):
-        if self.opt is not None:
-            return self.opt.init(theta)
+    def init_state(self, theta, lr):
+        opt = self.transform(lr)
+        if opt is not None:
+            return opt.init(theta)
         return jax.tree_util.tree_map(jnp.zeros_like, theta) if self.cfg.momentum else ()
 
     def start_code(self, theta) -> Array:
@@ -361,7 +448,7 @@ def _descend_batch(gd: _GD, batch: Theta, lrs, keys) -> dict:
             return carry, snapshot(carry[0], carry[3] if len(carry) == 4 else None)
 
         lg0 = vg(theta) if gd.carries_gradient() else None
-        carry0 = (theta, gd.init_state(theta), gd.start_code(theta)) + ((lg0,) if lg0 is not None else ())
+        carry0 = (theta, gd.init_state(theta, lr), gd.start_code(theta)) + ((lg0,) if lg0 is not None else ())
         (final, _, bad, *_), recs = jax.lax.scan(block, carry0, jnp.arange(n_rec))
         recs = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), snapshot(theta, lg0), recs)
         ts = jnp.arange(n_rec + 1, dtype=jnp.result_type(float)) * k
@@ -401,7 +488,7 @@ def _descend_lanes(gd: _GD, batch: Theta, lrs, keys, width: int, segment: int) -
         theta, lr, key = point
         return {
             "theta": theta,
-            "state": gd.init_state(theta),
+            "state": gd.init_state(theta, lr),
             "bad": gd.start_code(theta),
             "lr": lr,
             "key": key,

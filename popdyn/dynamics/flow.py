@@ -8,9 +8,11 @@ crosses zero (its time found by root finding on the solver's dense output), thro
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import diffrax
 import equinox as eqx
@@ -24,6 +26,7 @@ from jaxtyping import Array, ArrayLike, Float
 from popdyn import _validate
 from popdyn.batching import apply_scales, as_batch, check_chunk_size, map_chunks, scale_tree
 from popdyn.dynamics import stopping
+from popdyn.dynamics.base import AbstractDynamics, SaveAt, Steady, check_hooks, check_lanes
 from popdyn.dynamics.lanes import lane_width, run_lanes
 from popdyn.dynamics.status import Status, finite_tree
 from popdyn.dynamics.trajectory import Trajectory, finish, frozen_scales
@@ -51,6 +54,126 @@ def _solver(solver):
     return SOLVERS[_validate.choice("solver", solver, tuple(SOLVERS))]()
 
 
+def pid_controller(rtol: float = 1e-8, atol: float = 1e-10, pcoeff: float = 0.3, icoeff: float = 0.4):
+    """diffrax's PID controller with popdyn's defaults: PI coefficients (``pcoeff=0.3, icoeff=0.4``) and an error norm
+    that is right at any scale of θ (``popdyn.dynamics.stopping.rms_norm``).
+
+    PI rather than diffrax's default I controller: near a manifold of minima an explicit solver runs at its stability
+    limit, where the I controller oscillates and ‖∇L‖ stalls (measured on the Markov (e, w) plane: 126/256 points
+    unfinished at t = 1e4 with the I controller, 0/256 with PI, ≤ 160 steps each).
+
+    **Arguments:**
+
+    - ``rtol``, ``atol``: the solver's error tolerances (> 0).
+    - ``pcoeff`` (≥ 0), ``icoeff`` (> 0): the proportional and integral coefficients.
+    """
+    for name, value in (("rtol", rtol), ("atol", atol), ("icoeff", icoeff)):
+        _validate.positive(name, value)
+    _validate.positive("pcoeff", pcoeff, allow_zero=True)
+    return diffrax.PIDController(rtol=rtol, atol=atol, pcoeff=pcoeff, icoeff=icoeff, norm=stopping.rms_norm)
+
+
+class GradientFlow(AbstractDynamics):
+    """Gradient flow θ̇ = −τ ⊙ P(∇L(θ)) from each start up to ``t1``, solved by diffrax (P: ``precondition``, τ:
+    ``time_scales``).
+
+    A point stops once it is steady by ``stopping`` (CONVERGED, or SADDLE when its Hessian has a negative eigenvalue),
+    at ‖θ‖ > ``diverge`` (DIVERGED), at non-finite values (NAN), and, with a ``target`` (θ → real), when it first
+    falls to ≤ 0 (REACHED; the time is located by a root finder on the dense output to the solver's tolerance).
+    Otherwise MAX_STEPS, refined to CONVERGED_LATE when the end point passes the Newton test
+    (``popdyn.dynamics.trajectory.finish``). Every point gets a ``Status``; a failing point never stops the batch.
+
+    **Arguments:**
+
+    - ``t1``: the horizon (> 0).
+    - ``solver``: a diffrax solver (Tsit5; Kvaerno5 for stiff flows).
+    - ``controller``: a diffrax adaptive step-size controller (``pid_controller()``: PI, tolerances 1e-8 / 1e-10);
+      its tolerances also set the first step and the root finder of targets.
+    - ``stopping``: the steady-state rule (``Steady``).
+    - ``save``: what is recorded (``SaveAt``: ``ts`` and ``params``); by default the start and the end.
+    - ``max_steps``: the solver's step budget per point (≥ 1).
+    - ``diverge``: the norm above which a point is DIVERGED (> 0).
+    - ``time_scales``: {top-level block of θ: rate τ > 0}; missing blocks run at 1.
+    - ``precondition``: a gradient → direction map P (a function or an equinox Module), or None.
+    - ``target``: θ → real, reached when ≤ 0 (``popdyn.analysis`` has ``Distance``, ``LossBelow``, ``GradNormBelow``).
+    - ``lanes``, ``lane_steps``: when only end points are recorded and a chunk holds more points than lanes
+      (by default min(1024, max(64, ⌈chunk/4⌉))), the chunk runs through vmapped lanes in segments of
+      ``lane_steps`` solver steps: a finished point frees its lane for the next one (``popdyn.dynamics.lanes``; a
+      point's step-size controller restarts every ``lane_steps`` steps).
+    """
+
+    t1: float = 1e4
+    solver: diffrax.AbstractSolver = diffrax.Tsit5()
+    controller: diffrax.AbstractAdaptiveStepSizeController = eqx.field(default_factory=pid_controller)
+    stopping: Steady = Steady()
+    save: SaveAt = SaveAt()
+    max_steps: int = 100_000
+    diverge: float = 1e8
+    time_scales: dict[str, float] | None = None
+    precondition: Callable[[Theta], Theta] | None = None
+    target: Callable[[Theta], Array] | None = None
+    lanes: int | None = None
+    lane_steps: int = 64
+    time_unit: ClassVar[str] = "time"
+
+    @property
+    def method(self) -> str:
+        """ "flow"."""
+        return "flow"
+
+    def __check_init__(self) -> None:
+        _validate.positive("t1", self.t1)
+        _validate.positive("diverge", self.diverge)
+        _validate.int_at_least("max_steps", self.max_steps, 1)
+        if not isinstance(self.solver, diffrax.AbstractSolver):
+            raise ValueError(f"solver={self.solver!r} is invalid: must be a diffrax solver (e.g. diffrax.Tsit5())")
+        if not isinstance(self.controller, diffrax.AbstractAdaptiveStepSizeController):
+            raise ValueError(
+                f"controller={self.controller!r} is invalid: must be a diffrax adaptive step-size controller "
+                "(e.g. popdyn.dynamics.pid_controller())"
+            )
+        if self.save.every is not None or self.save.metrics is not None:
+            raise ValueError("save: every and metrics apply to step dynamics; a flow records at save.ts")
+        check_hooks(precondition=self.precondition, target=self.target)
+        check_lanes(self.lanes, self.lane_steps)
+
+    def run(
+        self,
+        prob: Problem,
+        theta0: ThetaLike,
+        *,
+        chunk_size: int | None = None,
+        progress: bool = False,
+        checkpoint: str | os.PathLike | None = None,
+    ) -> Trajectory:
+        """Integrate from ``theta0`` (one θ, or a batch on a leading axis); ``AbstractDynamics.run``."""
+        check_chunk_size(chunk_size)
+        times = record_times(self.t1, self.save.ts)
+        rule = self.stopping
+        cfg = _FlowConfig(
+            save_params=self.save.params,
+            rtol=rule.rtol,
+            atol=rule.atol,
+            gtol=rule.gtol,
+            diverge=self.diverge,
+            max_steps=self.max_steps,
+            scales=frozen_scales(scale_tree(prob, self.time_scales)),
+        )
+        batch, batched = as_batch(prob, theta0)
+        pieces = _Pieces(prob, self.precondition, self.target, self.controller, cfg)
+        t1_ = jnp.asarray(self.t1, dtype=jnp.result_type(float))
+        n = jax.tree_util.tree_leaves(batch)[0].shape[0]
+        width = lane_width(self.lanes, n, chunk_size)
+        solver, segment = self.solver, self.lane_steps
+        if self.save.ts is None and not self.save.params and width is not None:
+            run = lambda b: _solve_lanes(pieces, b, t1_, solver, width, segment)  # noqa: E731
+        else:
+            run = lambda b: _solve_batch(pieces, b, t1_, jnp.asarray(times, dtype=t1_.dtype), solver)  # noqa: E731
+        out = map_chunks(run, batch, chunk_size, progress=progress, desc="gradient flow", checkpoint=checkpoint)
+        traj = finish(prob, out, batched, rule.saddle_tol, "time", rule.rtol, rule.atol)
+        return dataclasses.replace(traj, dynamics=self)
+
+
 def gradient_flow(
     prob: Problem,
     theta0: ThetaLike,
@@ -76,77 +199,35 @@ def gradient_flow(
     lanes: int | None = None,
     lane_steps: int = 64,
 ) -> Trajectory:
-    """Integrate θ̇ = −τ ⊙ P(∇L(θ)) from θ0 (one point, or a batch on a leading axis) up to ``t1``; P is
-    ``precondition``, a gradient → direction map (default: the identity).
+    """Gradient flow from θ0 (one point, or a batch on a leading axis) up to ``t1``: a convenience for
+    ``GradientFlow(…).run(prob, theta0, …)`` with the settings as keywords (see ``GradientFlow``).
 
-    Stops a point once it is steady (CONVERGED, or SADDLE when its Hessian has a negative eigenvalue): by
-    default when the quadratic model along θ̇ puts the critical point within atol + rtol·‖θ‖, or θ̇ is at
-    round-off relative to its start (``popdyn.dynamics.stopping``); with ``gtol``, when ‖θ̇‖ < gtol. It stops
-    at ‖θ‖ > ``diverge`` (DIVERGED), at non-finite values (NAN), and, with ``until`` (θ → real), when
-    until(θ) first falls to ≤ 0 (REACHED; ``t_final`` is that time, located by a root finder on the dense
-    output to the solver's tolerance, not at a step end). Otherwise MAX_STEPS, refined to CONVERGED_LATE
-    when the end point passes the Newton test of ``popdyn.dynamics.trajectory.finish``.
-    Records loss and ‖∇L‖ (and θ with ``save_params``) at ``ts``; ``time_scales`` maps parameter
-    names to per-block rates τ. Tsit5 by default; "kvaerno5" for stiff flows.
+    **Arguments:**
 
-    The step-size controller is PI (``pcoeff=0.3, icoeff=0.4``) rather than diffrax's default I
-    controller: near a manifold of minima an explicit solver runs at its stability limit, where the
-    I controller oscillates and ‖∇L‖ stalls above ``gtol`` (measured on the Markov (e, w) plane:
-    126/256 points unfinished at t = 1e4 with the I controller, 0/256 with PI, ≤ 160 steps each).
-
-    Batches run in chunks of ``chunk_size`` spread over all devices; ``checkpoint`` (a directory) saves each
-    finished chunk and resumes from them (``popdyn.batching.map_chunks``). When only end points are asked for
-    (``ts=None``, no ``save_params``) and a chunk holds more points than lanes (``lanes``; by default
-    min(1024, max(64, ⌈chunk/4⌉))), it runs through vmapped lanes in segments of ``lane_steps`` solver steps: a
-    finished point frees its lane for the next one (``popdyn.dynamics.lanes``; a point's solve restarts its
-    step-size controller every ``lane_steps`` steps).
+    - ``ts``, ``save_params``: ``SaveAt(ts=ts, params=save_params)``; 64 log-spaced record times by default.
+    - ``solver``: "tsit5", "kvaerno5", "dopri8" or a diffrax solver.
+    - ``rtol``, ``atol``, ``pcoeff``, ``icoeff``: ``pid_controller(rtol, atol, pcoeff, icoeff)``; ``rtol``, ``atol``,
+      ``gtol`` and ``saddle_tol`` also make the stopping rule ``Steady(rtol, atol, gtol, saddle_tol)``.
+    - ``until``: the ``target`` (θ → real, reached when ≤ 0).
+    - ``diverge``, ``max_steps``, ``time_scales``, ``precondition``, ``lanes``, ``lane_steps``: as ``GradientFlow``.
+    - ``chunk_size``, ``progress``, ``checkpoint``: as ``GradientFlow.run``.
     """
-    t1 = _validate.positive("t1", t1)
-    for name, v in (("rtol", rtol), ("atol", atol), ("diverge", diverge)):
-        _validate.positive(name, v)
-    if gtol is not None:
-        _validate.positive("gtol", gtol)
-    _validate.int_at_least("max_steps", max_steps, 1)
-    _validate.positive("pcoeff", pcoeff, allow_zero=True)
-    _validate.positive("icoeff", icoeff)
-    _validate.positive("saddle_tol", saddle_tol, allow_zero=True)
-    check_chunk_size(chunk_size)
-    times = record_times(t1, ts)
-    cfg = _FlowConfig(
-        save_params=save_params,
-        rtol=rtol,
-        atol=atol,
-        gtol=gtol,
-        diverge=diverge,
+    rule = Steady(rtol=rtol, atol=atol, gtol=gtol, saddle_tol=saddle_tol)
+    dynamics = GradientFlow(
+        t1=_validate.positive("t1", t1),
+        solver=_solver(solver),
+        controller=pid_controller(rtol, atol, pcoeff, icoeff),
+        stopping=rule,
+        save=SaveAt(ts=ts, params=save_params),
         max_steps=max_steps,
-        pcoeff=pcoeff,
-        icoeff=icoeff,
-        scales=frozen_scales(scale_tree(prob, time_scales)),
+        diverge=diverge,
+        time_scales=time_scales,
+        precondition=precondition,
+        target=until,
+        lanes=lanes,
+        lane_steps=lane_steps,
     )
-    if until is not None and not callable(until):
-        raise ValueError(f"until={until!r} is invalid: must be a function θ -> real (reached when <= 0)")
-    if lanes is not None:
-        _validate.int_at_least("lanes", lanes, 1)
-    segment = _validate.int_at_least("lane_steps", lane_steps, 1)
-    batch, batched = as_batch(prob, theta0)
-    solver_ = _solver(solver)
-    pieces = _Pieces(prob, precondition, until, cfg)
-    t1_ = jnp.asarray(t1, dtype=jnp.result_type(float))
-    n = jax.tree_util.tree_leaves(batch)[0].shape[0]
-    width = lane_width(lanes, n, chunk_size)
-    if ts is None and not save_params and width is not None:
-        run = lambda b: _solve_lanes(pieces, b, t1_, solver_, width, segment)  # noqa: E731
-    else:
-        run = lambda b: _solve_batch(pieces, b, t1_, jnp.asarray(times, dtype=t1_.dtype), solver_)  # noqa: E731
-    out = map_chunks(
-        run,
-        batch,
-        chunk_size,
-        progress=progress,
-        desc="gradient flow",
-        checkpoint=checkpoint,
-    )
-    return finish(prob, out, batched, saddle_tol, "time", rtol, atol)
+    return dynamics.run(prob, theta0, chunk_size=chunk_size, progress=progress, checkpoint=checkpoint)
 
 
 @dataclass(frozen=True)
@@ -160,8 +241,6 @@ class _FlowConfig:
     gtol: float | None
     diverge: float
     max_steps: int
-    pcoeff: float
-    icoeff: float
     scales: tuple | None
 
 
@@ -171,6 +250,7 @@ class _Pieces(eqx.Module):
     prob: Problem
     precondition: Callable | None
     until: Callable | None
+    controller: diffrax.AbstractAdaptiveStepSizeController
     cfg: _FlowConfig = eqx.field(static=True)
 
     def field(self, t, y, args):
@@ -207,23 +287,18 @@ class _Pieces(eqx.Module):
         def target(t, y, args, **kwargs):
             return jnp.where(args[1], jnp.asarray(until(y), dtype=jnp.result_type(t, float)), 1.0)
 
-        return diffrax.Event(
-            (steady, blowup, target), root_finder=optx.Newton(rtol=cfg.rtol * 1e-2, atol=cfg.atol * 1e-2)
-        )
+        rtol, atol = float(self.controller.rtol), float(self.controller.atol)
+        return diffrax.Event((steady, blowup, target), root_finder=optx.Newton(rtol=rtol * 1e-2, atol=atol * 1e-2))
 
     def solve(self, solver, y0, t0, t1, floor, saveat, max_steps: int, moves=True):
         """diffeqsolve from (t0, y0); with ``moves`` False the field is zero and no event fires, so the point stays
         at y0 to t1 in a few growing steps (a point already stopped at t0 keeps a vmapped batch cheap: frozen by
         an event at t0 instead, its lane would re-save all pending records inside each later step)."""
-        cfg = self.cfg
 
         def term(t, y, args):
             return jax.tree_util.tree_map(lambda f: jnp.where(args[1], f, 0.0), self.field(t, y, None))
 
         terms, args = diffrax.ODETerm(term), (floor, jnp.asarray(moves))
-        controller = diffrax.PIDController(
-            rtol=cfg.rtol, atol=cfg.atol, pcoeff=cfg.pcoeff, icoeff=cfg.icoeff, norm=stopping.rms_norm
-        )
         return diffrax.diffeqsolve(
             terms,
             solver,
@@ -233,7 +308,7 @@ class _Pieces(eqx.Module):
             y0=y0,
             args=args,
             saveat=saveat,
-            stepsize_controller=controller,
+            stepsize_controller=self.controller,
             event=self.event(),
             max_steps=max_steps,
             throw=False,
@@ -245,9 +320,10 @@ class _Pieces(eqx.Module):
 
         diffrax's own rule (``dt0=None``) is not invariant when L is multiplied by a constant, which rescales time: it
         falls back on absolute times (1e-6) when d1 < 1e-5, and its second estimate overflows to a zero step when L
-        is large (multiplied by 1e150, say). This one is, so the flow takes the same steps in θ for any scale of L."""
-        cfg = self.cfg
-        s = jax.tree_util.tree_map(lambda y: cfg.atol + cfg.rtol * jnp.abs(y), y0)
+        is large (multiplied by 1e150, say). This one is, so the flow takes the same steps in θ for any scale of L. The
+        tolerances are the controller's."""
+        tol = self.controller
+        s = jax.tree_util.tree_map(lambda y: tol.atol + tol.rtol * jnp.abs(y), y0)
         ratio = lambda a: jax.tree_util.tree_map(lambda x, s_: x / s_, a, s)  # noqa: E731
         d0 = stopping.rms_norm(ratio(y0))
         d1 = stopping.rms_norm(ratio(terms.vf(t0, y0, args)))

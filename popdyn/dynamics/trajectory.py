@@ -11,6 +11,7 @@ from jaxtyping import Array, Bool, Float, Int
 from popdyn.batching import unbatch
 from popdyn.curvature import EXACT_MAX_DIM, extreme_eigenvalues, hessian_spectrum
 from popdyn.dynamics import degenerate, stopping
+from popdyn.dynamics.base import AbstractDynamics
 from popdyn.dynamics.status import STATUS_NAMES, Status, count, refine_saddles
 from popdyn.problem import Problem, Theta
 
@@ -22,7 +23,8 @@ class Trajectory(eqx.Module):
     after a point stopped early are NaN (diffrax's inf padding is masked). ``metrics`` holds user quantities
     recorded at ``ts`` (``gradient_descent(metrics=…)``), without storing θ. ``t_final`` is when a
     point stopped: its steady-state time if it converged, else the end of the budget. ``final_loss`` is
-    L(final), so it is never padding, unlike ``loss[..., -1]`` for a flow that stopped early.
+    L(final), so it is never padding, unlike ``loss[..., -1]`` for a flow that stopped early. ``dynamics`` is the
+    dynamics object that ran (``popdyn.dynamics.AbstractDynamics``): analyses read the run's settings from it.
     """
 
     final: Theta
@@ -36,6 +38,7 @@ class Trajectory(eqx.Module):
     n_steps: Int[Array, " *B"]
     time_unit: str = eqx.field(static=True)
     metrics: dict | None = None
+    dynamics: AbstractDynamics | None = None
 
     @property
     def status_names(self) -> tuple[str, ...]:

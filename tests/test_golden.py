@@ -1,0 +1,39 @@
+"""Results recorded on small instances of every task (``tests/data/golden.npz``, written by
+``tests/data/record_golden.py``) are reproduced bit for bit: a refactor of the engine keeps every result.
+
+With other versions of JAX, NumPy or the solvers than those recorded, the last bits may legitimately move, so the
+comparison is then to 1e-9 relative (still far below any result's meaning) and says so."""
+
+import importlib.util
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+DATA = Path(__file__).parent / "data"
+
+
+def _recorder():
+    spec = importlib.util.spec_from_file_location("record_golden", DATA / "record_golden.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+RECORDER = _recorder()
+GOLDEN = np.load(DATA / "golden.npz")
+SAME_VERSIONS = sorted(GOLDEN["__versions__"].tolist()) == sorted(f"{k}={v}" for k, v in RECORDER.versions().items())
+
+
+@pytest.mark.parametrize("case", sorted(RECORDER.cases()))
+def test_recorded_results_are_reproduced(case):
+    compute = RECORDER.cases()[case]
+    arrays = compute()
+    recorded = sorted(k.removeprefix(f"{case}/") for k in GOLDEN.files if k.startswith(f"{case}/"))
+    assert sorted(arrays) == recorded
+    for key, value in arrays.items():
+        expected = GOLDEN[f"{case}/{key}"]
+        if SAME_VERSIONS:
+            np.testing.assert_array_equal(value, expected, err_msg=f"{case}/{key}", strict=True)
+        else:
+            np.testing.assert_allclose(value, expected, rtol=1e-9, atol=0, err_msg=f"{case}/{key} (other versions)")
