@@ -5,8 +5,9 @@
   (``docs/models/markov.md §4.4``), else the one the file names nearest before it (a module names its page once,
   in its docstring, and then cites bare ``§4.4``). No reference points outside the repository.
 * ``mkdocs build --strict`` passes (broken links, anchors and API references fail it), when mkdocs is installed.
-* The CLI reference (docs/cli.md) lists exactly the registry's jobs, each with exactly its options, and the
-  figures of ``popdyn reproduce``.
+* The CLI reference (docs/cli.md) is what ``popdyn.jobs.reference`` generates from the job registry
+  (``python -m popdyn.jobs.reference`` rewrites it): every job with exactly its options, as ``--help`` shows
+  them, and the figures of ``popdyn reproduce``; a help text citing a missing model-page section fails it.
 """
 
 from __future__ import annotations
@@ -121,37 +122,92 @@ def test_mkdocs_build_strict(tmp_path):
     assert (tmp_path / "site" / "models" / "markov" / "index.html").is_file()
 
 
-def _cli_sections() -> dict[str, str]:
-    """Heading text → section body of docs/cli.md, for the headings that name a ``popdyn`` command."""
-    text = _text(DOCS / "cli.md")
+def _cli_sections(text: str) -> dict[str, str]:
+    """Heading text → section body of a CLI reference page, for the headings that name a ``popdyn`` command."""
     parts = re.split(r"^(#{2,3} `popdyn [^`]+`)\s*$", text, flags=re.M)
     return {parts[i].split("`")[1]: parts[i + 1] for i in range(1, len(parts), 2)}
 
 
 def _flags(body: str) -> list[str]:
+    """The flags of a section's option table, in order."""
     return re.findall(r"^\| `(-[-\w]+)", body, flags=re.M)
 
 
-def test_the_cli_reference_lists_every_job_with_its_options():
+def test_the_cli_reference_is_generated_from_the_registry():
+    """docs/cli.md is exactly what ``popdyn.jobs.reference.render()`` makes of the registry."""
+    import difflib
+
+    from popdyn.jobs.reference import render
+
+    page, generated = _text(DOCS / "cli.md"), render()
+    diff = difflib.unified_diff(page.splitlines(), generated.splitlines(), "docs/cli.md", "render()", lineterm="")
+    assert page == generated, (
+        "docs/cli.md differs from what the registry generates; run `python -m popdyn.jobs.reference`:\n"
+        + "\n".join(list(diff)[:60])
+    )
+
+
+def test_the_generated_reference_lists_every_job_with_its_options_and_every_figure():
+    """The generated page has a section for every job of the registry and no other, with the job's options in
+    order and the checkpoint line where it takes one, a section for every command, and every figure."""
+    from popdyn.figures import FIGURES
+    from popdyn.jobs.reference import render
     from popdyn.jobs.registry import COMMANDS, MODEL, REGISTRY
 
-    sections = _cli_sections()
+    sections = _cli_sections(render())
     jobs = {}
     for heading, body in sections.items():
         words = heading.split()
         if len(words) == 3 and words[1] in COMMANDS:
             task = MODEL if words[2] == "module.path:factory" else words[2]
             jobs[(words[1], task)] = body
-    assert set(jobs) == set(REGISTRY), "docs/cli.md lists other jobs than the registry"
+    assert set(jobs) == set(REGISTRY), "the reference lists other jobs than the registry"
     for key, job in REGISTRY.items():
         listed = _flags(jobs[key])
-        assert sorted(listed) == sorted(o.flag for o in job.options), key
+        assert listed == [o.flag for o in job.options], key
         assert ("--checkpoint" in jobs[key]) == job.takes_checkpoint, key
     assert {f"popdyn {c}" for c in COMMANDS} | {"popdyn demo", "popdyn reproduce"} <= set(sections)
-
-
-def test_the_cli_reference_lists_every_figure():
-    from popdyn.figures import FIGURES
-
-    body = _cli_sections()["popdyn reproduce"]
+    body = sections["popdyn reproduce"]
     assert re.findall(r"^\| `([\w-]+)` \|", body, flags=re.M) == list(FIGURES)
+
+
+def test_the_reference_shows_each_option_as_its_help_does(capsys, monkeypatch):
+    """Every option's flag and values in the reference are those ``popdyn COMMAND TASK --help`` prints (where the
+    help lists an option's choices, the reference names the value and lists the choices beside it)."""
+    from popdyn.cli import main
+    from popdyn.jobs.reference import metavar
+    from popdyn.jobs.registry import REGISTRY
+
+    monkeypatch.setenv("COLUMNS", "400")
+    for (command, task), job in REGISTRY.items():
+        assert main([command, task, "--help"]) == 0
+        shown = capsys.readouterr().out
+        for o in job.options:
+            values = metavar(o).replace("…", "...")
+            if o.choices is not None:
+                values = values.replace(o.dest.upper(), "{" + ",".join(map(str, o.choices)) + "}")
+            assert re.search(rf"^  {re.escape(f'{o.flag} {values}')}(  |$)", shown, re.M), (command, task, values)
+
+
+def test_a_help_text_citing_a_missing_section_or_page_fails_the_reference(monkeypatch):
+    """A citation ``docs/models/<model>.md §N`` becomes a link to that heading; one of a section or a page that
+    does not exist, or a § number without its page, is a ValueError, and so is ``render()`` when an option's help
+    has one."""
+    import dataclasses
+
+    from popdyn.jobs import reference, registry
+
+    assert reference.linked("basins (docs/models/markov.md §4.4)") == (
+        "basins ([§4.4](models/markov.md#44-basins-and-limits))"
+    )
+    assert reference.linked("docs/models/decision_lists.md §3 C").endswith("#3-c-structured-reduction)")
+    sign = "\N{SECTION SIGN}"  # not written out: the citation checks above read this file too
+    missing = [f"docs/models/markov.md {sign}4.9", f"docs/models/markov.md {sign}3 C", f"see {sign}4.4"]
+    for text in [*missing, "docs/models/" + f"nope.md {sign}1", "docs/" + "nope.md"]:
+        with pytest.raises(ValueError):
+            reference.linked(text)
+    job = registry.REGISTRY[("basins", "markov")]
+    bad = dataclasses.replace(job.options[0], help=f"P(next=1 | current=0) ({missing[0]})")
+    monkeypatch.setitem(registry.REGISTRY, ("basins", "markov"), dataclasses.replace(job, options=(bad,)))
+    with pytest.raises(ValueError, match=r"markov\.md has no heading §4\.9"):
+        reference.render()

@@ -14,6 +14,7 @@ import jax
 import numpy as np
 import pytest
 
+import popdyn
 from popdyn.jobs.registry import COMMANDS, JOBS, MODEL, REGISTRY
 
 README = Path(__file__).resolve().parents[1] / "README.md"
@@ -39,7 +40,7 @@ def test_help_lists_the_jobs_own_options_only(job, run_cli):
     for o in job.options:
         entry = re.search(rf"^\s+{re.escape(o.flag)}(?=[\s,])(.*?)(?=^\s+-|\Z)", out, flags=re.M | re.S).group(1)
         assert o.help in " ".join(entry.split())
-        if o.default is not None:
+        if o.default not in (None, ()):  # an empty list of values has no default to show
             assert "default" in entry
 
 
@@ -280,3 +281,38 @@ def test_markov_basins_take_the_papers_training_options(run_cli, tmp_path):
     assert summary["results"]["agreement_with_theory"] is None
     code, _, err = run_cli("basins", "markov", "--momentum", "0.5", "--out", tmp_path / "p")
     assert code == 2 and "--momentum applies only with --method gd" in err
+
+
+def test_the_dynamics_settings_reach_the_run_from_the_command_line(tmp_path, monkeypatch, run_cli):
+    """--solver, --rtol, --atol and --max-steps make the job's dynamics object: the map is the one Python draws with
+    that object, the summary records the settings, and a flow setting given with --method gd is refused."""
+    import diffrax
+
+    from popdyn.dynamics import GradientFlow, Steady, pid_controller
+
+    _readme_model(tmp_path, monkeypatch)
+    import double_well
+
+    out = tmp_path / "o"
+    argv = ["basins", "double_well:double_well", "--grid", "4", "--solver", "kvaerno5", "--rtol", "1e-9"]
+    code, _, err = run_cli(*argv, "--atol", "1e-12", "--max-steps", "5000", "--out", out, "--quiet")
+    assert code == 0, err
+    inputs = json.loads((out / "summary.json").read_text())["inputs"]
+    assert (inputs["solver"], inputs["rtol"], inputs["atol"], inputs["max_steps"]) == ("kvaerno5", 1e-9, 1e-12, 5000)
+    assert inputs["method"] == "flow" and inputs["gtol"] is None
+    prob = double_well.double_well()
+    grid = popdyn.Grid.square("x", "y", -3.0, 3.0, 4, base=prob.init(jax.random.PRNGKey(0)))
+    flow = GradientFlow(
+        solver=diffrax.Kvaerno5(),
+        controller=pid_controller(1e-9, 1e-12),
+        stopping=Steady(rtol=1e-9, atol=1e-12),
+        max_steps=5000,
+    )
+    bm = popdyn.basin_map(prob, grid, flow)
+    with np.load(out / "basins.npz") as saved:
+        np.testing.assert_array_equal(saved["labels"], bm.labels, strict=True)
+        np.testing.assert_array_equal(saved["times"], bm.times, strict=True)
+    code, _, err = run_cli("basins", "double_well:double_well", "--method", "gd", "--solver", "kvaerno5", "--out", out)
+    assert code == 2 and "--solver applies only with --method flow" in err
+    code, _, err = run_cli("converge", "double_well:double_well", "--rtol", "0", "--out", tmp_path / "c")
+    assert code == 2 and "rtol" in err and not (tmp_path / "c").exists()

@@ -26,6 +26,7 @@ from popdyn.batching import check_memory
 from popdyn.dynamics import gradient_descent
 from popdyn.io import Result
 from popdyn.jobs.basin_result import basin_result
+from popdyn.jobs.dynamics_options import job_dynamics, settings
 from popdyn.plot import plot_step_size_audit, plot_times
 from popdyn.problem import Problem, Theta, check_problem
 
@@ -228,16 +229,24 @@ def basins_model(
     t1: float = 1e4,
     lr: float = 0.1,
     steps: int = 2000,
+    solver: str = "tsit5",
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    gtol: float | None = None,
+    max_steps: int = 100_000,
     chunk: int = 16384,
     progress: bool = False,
     checkpoint=None,
 ) -> Result:
-    """Basin map over coordinates (x, y) ∈ [lo, hi]² of θ, every other coordinate from prob.init(PRNGKey(seed));
-    attractors from the problem's residuals, else by loss level and Morse index (``popdyn.basin_map``)."""
+    """Basin map over coordinates (x, y) ∈ [lo, hi]² of θ, every other coordinate from prob.init(PRNGKey(seed)), run
+    by ``job_dynamics`` of the method and its settings; attractors from the problem's residuals, else by loss level
+    and Morse index (``popdyn.basin_map``)."""
     prob = build(factory, param)
     n = _validate.int_at_least("grid", grid, 2)
     lo, hi = _validate.interval("range", (lo, hi))
-    _validate.choice("method", method, ("flow", "gd"))
+    dynamics = job_dynamics(
+        method, t1=t1, lr=lr, steps=steps, solver=solver, rtol=rtol, atol=atol, gtol=gtol, max_steps=max_steps
+    )
     base = prob.init(jax.random.PRNGKey(_validate.seed("seed", seed)))
     coords = coordinate_names(prob.template())
     if len(coords) < 2:
@@ -245,9 +254,7 @@ def basins_model(
     x = coords[0] if x is None else x
     y = (coords[1] if coords[1] != x else coords[0]) if y is None else y
     g = Grid.square(x, y, lo, hi, n, base=base)
-    bm = basin_map(
-        prob, g, method, t1=t1, lr=lr, steps=steps, chunk_size=chunk, progress=progress, checkpoint=checkpoint
-    )
+    bm = basin_map(prob, g, dynamics, chunk_size=chunk, progress=progress, checkpoint=checkpoint)
     title = f"{_title(factory, param)}, {method}"
     inputs = {
         "task": factory,
@@ -257,8 +264,7 @@ def basins_model(
         "grid": n,
         "range": [lo, hi],
         "seed": seed,
-        "method": method,
-        **({"t1": t1} if method == "flow" else {"lr": lr, "steps": steps}),
+        **settings(dynamics),
     }
     results = {
         "fractions": bm.fractions,
@@ -275,19 +281,29 @@ def basins_model(
 
 
 def converge_model(
-    factory: str, param=(), n_init: int = 16, seed: int = 0, eps: float = 1e-6, t1: float = 1e4
+    factory: str,
+    param=(),
+    n_init: int = 16,
+    seed: int = 0,
+    eps: float = 1e-6,
+    t1: float = 1e4,
+    solver: str = "tsit5",
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    max_steps: int = 100_000,
 ) -> Result:
     """From n_init draws of prob.init: the flow time to ‖∇L‖ ≤ ε (exact to the solver's tolerance:
-    ``popdyn.hitting_times`` with ``GradNormBelow``), the status of each run and its end loss."""
+    ``popdyn.hitting_times`` with ``GradNormBelow``), the status of each run and its end loss; the flow is
+    ``job_dynamics`` of its settings."""
     prob = build(factory, param)
     n_init = _validate.int_at_least("n-init", n_init, 1)
     eps = _validate.positive("eps", eps)
-    t1 = _validate.positive("t1", t1)
+    flow = job_dynamics("flow", t1=t1, solver=solver, rtol=rtol, atol=atol, max_steps=max_steps)
     theta0 = draw_inits(prob, factory, n_init, seed)
-    ht = hitting_times(prob, theta0, GradNormBelow(prob, eps), t1=t1)
+    ht = hitting_times(prob, theta0, GradNormBelow(prob, eps), flow)
     final_loss = np.asarray(jax.vmap(prob.loss)(ht.final))
     times = ht.times
-    inputs = {"task": factory, "param": list(param), "n_init": n_init, "seed": seed, "eps": eps, "t1": t1}
+    inputs = {"task": factory, "param": list(param), "n_init": n_init, "seed": seed, "eps": eps, **settings(flow)}
     results = {
         "reached": int(ht.reached.sum()),
         "status_counts": ht.status_counts(),

@@ -47,7 +47,7 @@ class Option:
 
     def help_text(self) -> str:
         extra = [] if self.choices is None else ["one of " + ", ".join(map(str, self.choices))]
-        if self.default is not None:
+        if self.default is not None and self.default != ():
             shown = " ".join(map(str, self.default)) if isinstance(self.default, (tuple, list)) else self.default
             extra.append(f"default {shown}")
         if self.when is not None:
@@ -143,6 +143,22 @@ SEED = Option("--seed", int, 0, "random seed")
 AUDIT_MOMENTUM = Option(
     "--momentum", float, 0.0, "heavy-ball momentum μ in [0, 1): thresholds (1 − √μ)²/η and 2(1 + μ)/η"
 )
+SOLVER = Option(
+    "--solver",
+    str,
+    "tsit5",
+    "the flow's diffrax solver (kvaerno5 for stiff flows)",
+    choices=("tsit5", "kvaerno5", "dopri8"),
+    when=("method", "flow"),
+)
+RTOL = Option("--rtol", float, 1e-8, "relative tolerance of the stopping rule δ = atol + rtol‖θ‖ and the flow's solver")
+ATOL = Option("--atol", float, 1e-10, "absolute tolerance of the stopping rule and the flow's solver")
+GTOL = Option("--gtol", float, None, "stop at ‖∇L‖ < gtol (default: the scale-aware rule)")
+MAX_STEPS = Option("--max-steps", int, 100_000, "the flow's solver steps per start", when=("method", "flow"))
+DYNAMICS = (SOLVER, RTOL, ATOL, GTOL, MAX_STEPS)
+"""The dynamics' own settings (docs/dynamics.md), for jobs with --method."""
+FLOW = tuple(dataclasses.replace(o, when=None) for o in (SOLVER, RTOL, ATOL, MAX_STEPS))
+"""The flow's settings, for jobs that always run the flow."""
 
 MARKOV = _opts(
     Option("--p", float, 0.1, "P(next=1 | current=0), in (0, 1)"),
@@ -218,7 +234,7 @@ JOBS: tuple[Job, ...] = (
                 "the bias b: profiled out (docs/models/markov.md §2.2) or trained from b = 0",
                 choices=("profiled", "trained"),
             ),
-            Option("--gtol", float, None, "stop at ‖∇L‖ < gtol (default: the scale-aware rule)"),
+            *DYNAMICS,
             CHUNK,
         ),
         takes_progress=True,
@@ -283,6 +299,7 @@ JOBS: tuple[Job, ...] = (
             Option("--t1", float, 1e4, "flow horizon", when=("method", "flow")),
             Option("--lr", float, 0.5, "GD learning rate", when=("method", "gd")),
             Option("--steps", int, 2000, "GD steps", when=("method", "gd")),
+            *DYNAMICS,
             CHUNK,
         ),
         takes_progress=True,
@@ -507,6 +524,7 @@ JOBS: tuple[Job, ...] = (
             Option("--t1", float, 1e4, "flow horizon", when=("method", "flow")),
             Option("--lr", float, 0.1, "GD learning rate", when=("method", "gd")),
             Option("--steps", int, 2000, "GD steps", when=("method", "gd")),
+            *DYNAMICS,
             CHUNK,
         ),
         takes_progress=True,
@@ -523,6 +541,7 @@ JOBS: tuple[Job, ...] = (
             SEED,
             Option("--eps", float, 1e-6, "target gradient norm"),
             Option("--t1", float, 1e4, "flow horizon"),
+            *FLOW,
         ),
     ),
     Job(
@@ -559,6 +578,7 @@ JOBS: tuple[Job, ...] = (
             Option("--t1", float, 1e4, "flow horizon", when=("method", "flow")),
             Option("--lr", float, 0.1, "GD learning rate", when=("method", "gd")),
             Option("--steps", int, 2000, "GD steps", when=("method", "gd")),
+            *DYNAMICS,
             CHUNK,
         ),
         takes_progress=True,

@@ -21,7 +21,9 @@ from popdyn import _validate
 from popdyn.analysis import Grid, basin_fractions, lambda_max
 from popdyn.analysis.basins import UNRESOLVED
 from popdyn.batching import Rehearsed, check_memory, rehearsal
+from popdyn.dynamics import AbstractDynamics
 from popdyn.io import Result
+from popdyn.jobs.dynamics_options import job_dynamics, settings
 from popdyn.jobs.model import build, parse_params, theta_bytes, warn_if_init_ignores_key
 from popdyn.problem import Problem, Theta
 
@@ -135,11 +137,8 @@ def run_sweep(
     axes: list[tuple[str, np.ndarray]],
     inits: Theta | int,
     *,
-    method: str = "flow",
+    dynamics: AbstractDynamics | None = None,
     seed: int = 0,
-    t1: float = 1e4,
-    lr: float = 0.1,
-    steps: int = 2000,
     chunk: int = 16384,
     progress: bool = False,
     checkpoint=None,
@@ -149,8 +148,9 @@ def run_sweep(
     end points, from the initialisations ``inits``: one batch for every point, or a number n of draws of each
     point's own init with the same n keys (split from ``seed``), so a swept value that sets the init draws its own
     starts and one that does not reuses the same starts. Every point's problem is built and checked before the
-    first point runs (``_problems``). Checkpoints: one folder per parameter point under ``checkpoint``."""
-    _validate.choice("method", method, ("flow", "gd"))
+    first point runs (``_problems``). ``dynamics``: the dynamics run at every point (gradient flow to t = 1e4 by
+    default). Checkpoints: one folder per parameter point under ``checkpoint``."""
+    dynamics = job_dynamics() if dynamics is None else dynamics
     shape, grid = _points(axes)
     n_init = _validate.int_at_least("n-init", inits, 1) if isinstance(inits, (int, np.integer)) else None
     problems = _problems(make, axes, grid, n_init)
@@ -161,11 +161,8 @@ def run_sweep(
         bf = basin_fractions(
             prob,
             inits,
-            method,
+            dynamics,
             seed=seed,
-            t1=t1,
-            lr=lr,
-            steps=steps,
             chunk_size=chunk,
             checkpoint=_point_folder(checkpoint, i),
         )
@@ -268,26 +265,31 @@ def sweep_model(
     t1: float = 1e4,
     lr: float = 0.1,
     steps: int = 2000,
+    solver: str = "tsit5",
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    gtol: float | None = None,
+    max_steps: int = 100_000,
     chunk: int = 16384,
     progress: bool = False,
     checkpoint=None,
 ) -> Result:
     """``popdyn sweep module:factory --vary NAME=LO:HI:N``: ``run_sweep`` over the factory's keywords, the same
-    n_init draws of init at every value."""
+    n_init draws of init at every value, run by ``job_dynamics`` of the method and its settings."""
     axes = parse_vary(vary)
     fixed = parse_params(param)
     clash = [name for name, _ in axes if name in fixed]
     if clash:
         raise ValueError(f"param {clash[0]!r} is also swept with vary: give it once")
+    dynamics = job_dynamics(
+        method, t1=t1, lr=lr, steps=steps, solver=solver, rtol=rtol, atol=atol, gtol=gtol, max_steps=max_steps
+    )
     sw = run_sweep(
         lambda **v: build(factory, param, **v),
         axes,
         n_init,
-        method=method,
+        dynamics=dynamics,
         seed=seed,
-        t1=t1,
-        lr=lr,
-        steps=steps,
         chunk=chunk,
         progress=progress,
         checkpoint=checkpoint,
@@ -298,8 +300,7 @@ def sweep_model(
         "vary": list(vary),
         "n_init": n_init,
         "seed": seed,
-        "method": method,
-        **({"t1": t1} if method == "flow" else {"lr": lr, "steps": steps}),
+        **settings(dynamics),
     }
     return _result(sw, inputs, factory)
 
@@ -317,14 +318,23 @@ def sweep_markov(
     t1: float = 1e4,
     lr: float = 0.5,
     steps: int = 2000,
+    solver: str = "tsit5",
+    rtol: float = 1e-8,
+    atol: float = 1e-10,
+    gtol: float | None = None,
+    max_steps: int = 100_000,
     chunk: int = 16384,
     progress: bool = False,
     checkpoint=None,
 ) -> Result:
     """Basin fractions of the profiled (e, w) flow from a grid × grid slice of (w, e), over a points × points grid
     of (p, q), with the closed-form partition of docs/models/markov.md §4.4 beside each off the line p + q = 1
-    (where it holds)."""
+    (where it holds), run by ``job_dynamics`` of the method and its settings."""
     from popdyn.tasks.markov import ATTRACTORS, Canonical
+
+    dynamics = job_dynamics(
+        method, t1=t1, lr=lr, steps=steps, solver=solver, rtol=rtol, atol=atol, gtol=gtol, max_steps=max_steps
+    )
 
     for name, v in (("p", p_lo), ("p", p_hi), ("q", q_lo), ("q", q_hi)):
         _validate.open_unit(name, v)
@@ -338,10 +348,7 @@ def sweep_markov(
         Canonical,
         axes,
         inits,
-        method=method,
-        t1=t1,
-        lr=lr,
-        steps=steps,
+        dynamics=dynamics,
         chunk=chunk,
         progress=progress,
         checkpoint=checkpoint,
@@ -371,10 +378,9 @@ def sweep_markov(
         "points": points,
         "grid": grid,
         "range": [lo, hi],
-        "method": method,
-        **({"t1": t1} if method == "flow" else {"lr": lr, "steps": steps}),
+        **settings(dynamics),
     }
-    return _result(sw, inputs, f"Markov (p, q), {method}, {grid}x{grid} starts", theory_line=line)
+    return _result(sw, inputs, f"Markov (p, q), {dynamics.method}, {grid}x{grid} starts", theory_line=line)
 
 
 def _task_call(job, numeric: dict, options: dict, point: dict, checkpoint) -> tuple[dict, dict]:

@@ -18,6 +18,7 @@ from popdyn.analysis.times import asymptotic_rate, hitting_time, local_rate
 from popdyn.dynamics import STATUS_NAMES, gradient_descent
 from popdyn.io import Result
 from popdyn.jobs.basin_result import basin_result
+from popdyn.jobs.dynamics_options import job_dynamics, settings
 from popdyn.plot import plot_convergence, plot_step_size_audit
 from popdyn.tasks.markov import ATTRACTORS, Canonical
 
@@ -39,38 +40,28 @@ def basins_markov(
     bias="profiled",
     momentum=0.0,
     gtol=None,
+    solver="tsit5",
+    rtol=1e-8,
+    atol=1e-10,
+    max_steps=100_000,
 ) -> Result:
     """Basin map of the (e, w) model over [lo, hi]² (the bias profiled out, or ``bias="trained"`` from b = 0),
-    checked against the closed form (§4.4, profiled bias only); GD with heavy-ball ``momentum``; ``gtol``: the
-    absolute stopping rule ‖∇L‖ < gtol instead of the scale-aware one; ``checkpoint``: a directory to save
-    finished chunks in and resume from (``basin_map``)."""
+    checked against the closed form (§4.4, profiled bias only), run by ``job_dynamics`` of the method and its
+    settings (GD with heavy-ball ``momentum``; ``gtol``: the absolute stopping rule ‖∇L‖ < gtol instead of the
+    scale-aware one); ``checkpoint``: a directory to save finished chunks in and resume from (``basin_map``)."""
     n = _validate.int_at_least("grid", n, 2)
     lo, hi = _validate.interval("range", (lo, hi))
-    _validate.choice("method", method, ("flow", "gd"))
     _validate.choice("bias", bias, ("profiled", "trained"))
     _validate.int_at_least("chunk", chunk, 1)
-    _validate.positive("t1", t1), _validate.positive("lr", lr), _validate.int_at_least("steps", steps, 1)
-    _validate.positive("momentum", momentum, allow_zero=True)
-    if gtol is not None:
-        _validate.positive("gtol", gtol)
+    flow = {"t1": t1, "solver": solver, "max_steps": max_steps}
+    tolerances = {"rtol": rtol, "atol": atol, "gtol": gtol}
+    dyn = job_dynamics(method, lr=lr, steps=steps, momentum=momentum, **flow, **tolerances)
     prob = Canonical(p, q, bias=bias)
     grid = Grid.square("w", "e", lo, hi, n)
-    extra = {"gtol": gtol} | ({"momentum": momentum} if method == "gd" else {})
     theory = prob.theorem_applies() and bias == "profiled"  # §4.4's closed-form basins: p+q != 1, profiled bias
     with ThreadPoolExecutor(1) as pool:  # the closed-form check needs no end point: it runs beside the dynamics
         check = pool.submit(_closed_form_basins, prob, grid) if theory else None
-        bm = basin_map(
-            prob,
-            grid,
-            method,
-            t1=t1,
-            lr=lr,
-            steps=steps,
-            chunk_size=chunk,
-            progress=progress,
-            checkpoint=checkpoint,
-            **extra,
-        )
+        bm = basin_map(prob, grid, dyn, chunk_size=chunk, progress=progress, checkpoint=checkpoint)
     if check is not None:
         predicted, far = check.result()
         judged = far & (bm.labels >= 0)  # unresolved points are not disagreements: they are counted apart
@@ -83,10 +74,8 @@ def basins_markov(
         "q": q,
         "grid": n,
         "range": [lo, hi],
-        "method": method,
         "bias": bias,
-        "gtol": gtol,
-        **({"t1": t1} if method == "flow" else {"lr": lr, "steps": steps, "momentum": momentum}),
+        **settings(dyn),
     }
     results = {
         "fractions": bm.fractions,
