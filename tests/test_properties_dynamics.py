@@ -145,9 +145,9 @@ def test_basin_map_options_are_validated(option, data):
         "method": bad_choice(("flow", "gd")),
         "tol": bad_positive(),
         "cluster_radius": bad_positive(),
-        "t1": bad_positive(),
-        "lr": bad_positive(),
-        "steps": bad_int(1),
+        "t1": bad_positive(optional=True),  # None: the method's default
+        "lr": bad_positive(optional=True),
+        "steps": bad_int(1, optional=True),
         "chunk_size": bad_int(1, optional=True),
     }[option]
     if option == "grid":

@@ -215,6 +215,7 @@ def gradient_descent(
       ``diverge``, ``time_scales``, ``lanes``, ``lane_steps``: as ``GradientDescent``.
     - ``chunk_size``, ``progress``, ``checkpoint``: as ``GradientDescent.run``.
     """
+    steps = _validate.int_at_least("steps", steps, 1)  # before record_every, which must divide it
     dynamics = GradientDescent(
         lr=lr,
         steps=steps,

@@ -86,7 +86,7 @@ class SparseBigram(Problem):
         )
 
     def precondition(self, grad: Theta, project: bool = False) -> Theta:
-        """The direction (∇_V D_μ^{-1}, ∇_{a_k}/μ_k) of §4; ``project`` applies Π_T = I − 11ᵀ/T on the left of
+        """The direction (∇_V D_μ⁻¹, ∇_(a_k)/μ_k) of §4; ``project`` applies Π_T = I − 11ᵀ/T on the left of
         the A-part, which keeps every column sum of A fixed. Pure in ``grad``: θ ← θ − η·precondition(∇L)."""
         gV, gA = grad["V"] / self.mu, grad["A"] / self.mu
         if project:
