@@ -15,6 +15,7 @@ through)
     lanes             lanes against one vmapped batch: executed and needed work                     ~5 min
     cli_startup       start-up of the command line with JAX's persistent compilation cache          ~1 min
     basins_phases     a grid-1000 basin-map command split into its phases, cold and warm            ~30 s
+    user_model_costs  a user model: cold first call of a flow and GD per step against hand-written JAX  ~1 min
 (times on 2 CPU cores; engine_overhead peaks at ~13 GB of memory, ``--skip engine_overhead`` leaves it out).
 
 What it does
@@ -78,6 +79,7 @@ BENCHMARKS = (
     "lanes",
     "cli_startup",
     "basins_phases",
+    "user_model_costs",
 )
 JSON_ONLY = ("engine_overhead",)  # writes its headline file (--json PATH), not a section of the results file
 TASKS = ("markov", "decision-list", "scan-snap", "scb", "teacher", "throughput", "engine-overhead")

@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from popdyn.analysis.basins import UNRESOLVED, BasinMap
 from popdyn.analysis.stepsize import StepSizeAudit
+from popdyn.analysis.unresolved import UnresolvedGroups
 from popdyn.problem import Problem
 
 _COLOURS = ["#4daf4a", "#e41a1c", "#ff7f00", "#377eb8", "#984ea3", "#a65628", "#f781bf", "#999999"]
@@ -26,9 +28,12 @@ def draw_overlays(ax, prob: Problem | None, x: str, y: str, x_range: tuple[float
             ax.scatter(ov.x, ov.y, label=ov.label or None, zorder=5, **ov.style)
 
 
-def plot_basin_map(bm: BasinMap, prob: Problem | None = None, title: str = "") -> Figure:
+def plot_basin_map(
+    bm: BasinMap, prob: Problem | None = None, title: str = "", unresolved: UnresolvedGroups | None = None
+) -> Figure:
     """Two panels: the attractor reached from each initialisation (with the problem's known critical
-    sets overlaid) and log10 of the time to reach it."""
+    sets overlaid) and log10 of the time to reach it; the legend lists the groups of ``unresolved`` runs under
+    "unresolved" (``popdyn.analysis.group_unresolved``)."""
     fig = Figure(figsize=(12, 5), layout="constrained")
     ax, ax_t = fig.subplots(1, 2)
     g = bm.grid
@@ -43,6 +48,9 @@ def plot_basin_map(bm: BasinMap, prob: Problem | None = None, title: str = "") -
     fr = bm.fractions
     handles = [Patch(color=cmap(i + 1), label=f"{n} ({100 * fr[n]:.1f}%)") for i, n in enumerate(bm.attractors)]
     handles.append(Patch(color=_GREY, label=f"{UNRESOLVED} ({100 * fr[UNRESOLVED]:.1f}%)"))
+    if unresolved is not None:
+        shares = unresolved.fractions.items()
+        handles += [Patch(color="none", label=f"  {name} ({100 * f:.1f}%)") for name, f in shares]
     line_handles, _ = ax.get_legend_handles_labels()
     ax.legend(handles=handles + line_handles, loc="upper left", fontsize=7, framealpha=0.85)
     ax.set(xlim=g.x_range, ylim=g.y_range, xlabel=g.x, ylabel=g.y, title=title or f"basins ({bm.method})")
@@ -58,33 +66,33 @@ def plot_basin_map(bm: BasinMap, prob: Problem | None = None, title: str = "") -
     )
     fig.colorbar(im, ax=ax_t, label="log10 " + ("time" if bm.method == "flow" else "steps") + " to steady state")
     ax_t.set(xlabel=g.x, ylabel=g.y, title="convergence time")
+    if not np.isfinite(lt).any():  # an empty panel would look like a drawing error
+        ax_t.text(0.5, 0.5, "no start reached a steady state", transform=ax_t.transAxes, ha="center", va="center")
     return fig
 
 
 def plot_step_size_audit(audits: list[StepSizeAudit], losses: list[np.ndarray], labels: list[str]) -> Figure:
     """λ_max(θ_t) against 1/η and 2/η (top; with momentum μ, (1 − √μ)²/η and 2(1 + μ)/η) and the loss (bottom),
-    one curve per (unbatched) audited run."""
+    one colour per (unbatched) audited run. The runs are named once, in the loss panel's legend; the top legend
+    explains the three line styles, so the figure stays readable with many learning rates."""
     fig = Figure(figsize=(7, 6), layout="constrained")
     ax, ax_l = fig.subplots(2, 1, sharex=True)
     for audit, loss, name in zip(audits, losses, labels, strict=False):
-        (line,) = ax.plot(audit.ts, audit.lambda_max, label=f"{name}: λ_max(θ_t)")
-        low_name, edge_name = audit.threshold_names
+        (line,) = ax.plot(audit.ts, audit.lambda_max)
         c = line.get_color()
-        ax.axhline(
-            audit.stability_threshold, color=c, ls="--", lw=1, label=f"{edge_name} = {audit.stability_threshold:.3g}"
-        )
-        ax.axhline(
-            audit.monotone_threshold, color=c, ls=":", lw=1, label=f"{low_name} = {audit.monotone_threshold:.3g}"
-        )
-        ax_l.plot(audit.ts, loss, color=line.get_color(), label=name)
+        ax.axhline(audit.stability_threshold, color=c, ls="--", lw=1)
+        ax.axhline(audit.monotone_threshold, color=c, ls=":", lw=1)
+        ax_l.plot(audit.ts, loss, color=c, label=name)
     lam = np.concatenate([np.ravel(a.lambda_max) for a in audits])
     finite = lam[np.isfinite(lam)]
     low = min(float(finite.min()), 0.0) if finite.size else 0.0
     ax.set_yscale("symlog", linthresh=1e-2)
     ax.set(ylabel="λ_max (symlog)", ylim=(low - 1e-2 if low < 0 else 0.0, None), title="step-size audit")
-    ax.legend(fontsize=7)
+    low_name, edge_name = audits[0].threshold_names if audits else ("1/η", "2/η")
+    styles = [("-", "λ_max(θ_t)"), ("--", f"{edge_name} (stability edge)"), (":", f"{low_name} (no oscillation)")]
+    ax.legend(handles=[Line2D([], [], color="k", ls=ls, lw=1, label=text) for ls, text in styles], fontsize=7)
     ax_l.set(xlabel="step", ylabel="loss (log)", yscale="log")
-    ax_l.legend(fontsize=7)
+    ax_l.legend(fontsize=7, ncol=1 + len(audits) // 8)
     return fig
 
 

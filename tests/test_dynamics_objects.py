@@ -34,7 +34,7 @@ def _same(a: popdyn.Trajectory, b: popdyn.Trajectory) -> None:
 def test_the_convenience_functions_are_the_objects_run():
     flow = GradientFlow(
         t1=50.0,
-        solver=diffrax.Kvaerno5(),
+        solver=diffrax.Dopri5(),
         controller=pid_controller(1e-9, 1e-11),
         stopping=Steady(rtol=1e-9, atol=1e-11),
         save=SaveAt(ts=5, params=True),
@@ -43,7 +43,9 @@ def test_the_convenience_functions_are_the_objects_run():
     assert traj.dynamics is flow
     _same(
         traj,
-        popdyn.gradient_flow(PROB, STARTS, t1=50.0, solver="kvaerno5", rtol=1e-9, atol=1e-11, ts=5, save_params=True),
+        popdyn.gradient_flow(
+            PROB, STARTS, t1=50.0, solver=diffrax.Dopri5(), rtol=1e-9, atol=1e-11, ts=5, save_params=True
+        ),
     )
     gd = GradientDescent(lr=0.3, steps=40, momentum=0.5, save=SaveAt(every=8))
     traj = gd.run(PROB, STARTS)
@@ -168,5 +170,3 @@ def test_a_new_dynamics_is_one_class_and_runs_through_the_analyses():
     assert traj.dynamics is dynamics and list(np.asarray(traj.status)) == [int(popdyn.Status.CONVERGED)] * 3
     bf = popdyn.basin_fractions(prob, starts, dynamics)
     assert bf.fractions_of_resolved == {"min L=0": 1.0} and bf.method == "PreconditionedFlow"
-    plain = popdyn.hitting_times(prob, starts, popdyn.Distance(jnp.zeros(2), eps), GradientFlow(t1=100.0))
-    assert not plain.reached.any()  # unpreconditioned, the slow direction (λ ≈ 6e-3) needs t ≈ 1,000

@@ -316,3 +316,15 @@ def test_the_dynamics_settings_reach_the_run_from_the_command_line(tmp_path, mon
     assert code == 2 and "--solver applies only with --method flow" in err
     code, _, err = run_cli("converge", "double_well:double_well", "--rtol", "0", "--out", tmp_path / "c")
     assert code == 2 and "rtol" in err and not (tmp_path / "c").exists()
+
+
+def test_a_sweep_where_nothing_resolves_says_so(tmp_path, monkeypatch, run_cli):
+    """One GD step resolves no run: every point's line says so (no "nan% of resolved") and the figure's panels say
+    why they are empty."""
+    _readme_model(tmp_path, monkeypatch)
+    argv = ["sweep", "double_well:double_well", "--vary", "tilt=-0.3:0.3:2", "--n-init", "4", "--method", "gd"]
+    code, out, err = run_cli(*argv, "--steps", "1", "--out", tmp_path / "o")
+    assert code == 0, err
+    assert "nan" not in out and out.count("no run resolved") == 2, out
+    summary = json.loads((tmp_path / "o" / "summary.json").read_text())
+    assert [p["resolved_fraction"] for p in summary["results"]["points"]] == [0.0, 0.0]

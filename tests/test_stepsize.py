@@ -232,3 +232,27 @@ def test_stepsize_commands_take_the_momentum_they_audit(run_cli, tmp_path):
     assert run["monotone_threshold"] == pytest.approx((1 - math.sqrt(0.5)) ** 2 / 0.5)
     code, _, err = run_cli("stepsize", "markov", "--momentum", "1", "--out", str(tmp_path / "bad"))
     assert code == 2 and "momentum=1.0 is out of range" in err and not (tmp_path / "bad").exists()
+
+
+def test_audit_rows_carry_status_and_final_loss_and_the_figure_names_each_rate_once():
+    """Each run's row says how it ended (status, loss at its end point); the figure of eight rates has a legend of
+    three line styles over λ_max and one entry per rate over the loss, not 4 × 8 entries."""
+    from popdyn.plot import plot_step_size_audit
+
+    prob = _quadratic(1.0)
+    lrs = np.linspace(0.2, 2.4, 8)
+    traj = popdyn.gradient_descent(prob, {"x": jnp.ones(8)}, lr=lrs, steps=30, save_params=True)
+    audit = popdyn.step_size_audit(prob, traj)
+    rows = audit.summary()
+    assert [r["status"] for r in rows] == [traj.status_names[s] for s in np.asarray(traj.status)]
+    assert {r["status"] for r in rows} >= {"converged", "max_steps"}  # η = 2.4 > 2/λ: still growing at step 30
+    np.testing.assert_array_equal([r["final_loss"] for r in rows], np.asarray(traj.final_loss))
+    losses = list(np.asarray(traj.loss))
+    fig = plot_step_size_audit([audit.run(i) for i in range(8)], losses, [f"η = {v:g}" for v in lrs])
+    top, bottom = fig.axes[:2]
+    assert [t.get_text() for t in top.get_legend().get_texts()] == [
+        "λ_max(θ_t)",
+        "2/η (stability edge)",
+        "1/η (no oscillation)",
+    ]
+    assert len(bottom.get_legend().get_texts()) == 8

@@ -23,10 +23,13 @@ from popdyn.analysis.times import (
     hitting_times,
     local_rate,
 )
+from popdyn.analysis.unresolved import UnresolvedGroups, group_unresolved
 from popdyn.curvature import extreme_eigenvalues, hessian_matrix, hessian_spectrum, lambda_max, lambda_min
 
 __all__ = [
     "UNRESOLVED",
+    "UnresolvedGroups",
+    "group_unresolved",
     "BasinFractions",
     "BasinMap",
     "Distance",

@@ -27,6 +27,7 @@ from jaxtyping import ArrayLike, Float, PyTree
 from popdyn import _validate, dynamics
 from popdyn.analysis.cluster import cluster_points
 from popdyn.analysis.grid import Grid
+from popdyn.analysis.levels import level_groups, shown_level
 from popdyn.batching import as_batch, check_chunk_size
 from popdyn.curvature import EXACT_MAX_DIM, extreme_eigenvalues, hessian_spectrum
 from popdyn.dynamics import AbstractDynamics, Status, Trajectory, gradient_descent
@@ -36,16 +37,12 @@ from popdyn.problem import Problem, Theta, ThetaLike
 
 UNRESOLVED = "unresolved"
 
-LEVEL_TOL = 1e-6
-"""Loss levels of end points closer than LEVEL_TOL·max(S, |L|) are one level (default featuriser), S the largest
-|L| at the run's starts: relative to the problem's own loss scale, so labels do not change when L is scaled, and
-round-off levels of one minimum (L = 1e-16 and 3e-16 on a landscape of scale 1) are one level."""
-
 
 @dataclass(frozen=True)
 class BasinFractions:
     """Per initialisation (leading axis n): the attractor label (−1: unresolved), the time (flow) or step (GD)
-    at which it stopped (NaN when unresolved), its status and end point; ``attractors`` names the labels."""
+    at which it stopped (NaN when unresolved), its status and end point; ``attractors`` names the labels;
+    ``loss_scale`` is max |L(θ0)| over the starts, the scale of loss levels (``popdyn.analysis.unresolved``)."""
 
     method: str
     labels: np.ndarray
@@ -53,6 +50,7 @@ class BasinFractions:
     times: np.ndarray
     status: np.ndarray
     final: PyTree[Float[np.ndarray, "..."]]
+    loss_scale: float = float("nan")
 
     @property
     def n(self) -> int:
@@ -142,19 +140,13 @@ def morse_index(prob: Problem, theta: Theta, saddle_tol: float = 1e-7) -> np.nda
     return np.asarray(negative(lo, lo, hi, saddle_tol)).astype(int)
 
 
-def _shown_level(level: float, scale: float) -> float:
-    """The level a name shows: 0 where |L| ≤ LEVEL_TOL·``scale``, the level's resolution at the run's loss scale
-    (a minimum reached at round-off, L = 1.1e-16 or 2.7e-16, is "L=0" at every point of a sweep), else L."""
-    return 0.0 if abs(level) <= LEVEL_TOL * scale else level
-
-
 def _level_labels(
     prob: Problem, final, final_loss, status: np.ndarray, todo: np.ndarray, start: int, scale: float
 ) -> tuple[np.ndarray, tuple[str, ...]]:
     """Label the points in ``todo`` by (kind, loss level): names "min L=…", "saddle(k) L=…" (k the Morse index;
     "saddle(0)" for a saddle found by the higher-order probe), "degenerate L=…" (status DEGENERATE, never a min).
     Levels closer than LEVEL_TOL·max(``scale``, |L|) are one (``scale``: the loss scale of the run's starts); a
-    name shows the median level to 6 significant digits, or 0 within LEVEL_TOL·``scale`` of it (``_shown_level``)."""
+    name shows the median level to 6 significant digits, or 0 within LEVEL_TOL·``scale`` of it (``shown_level``)."""
     labels = np.full(len(todo), -1)
     idx = np.flatnonzero(todo)
     if idx.size == 0:
@@ -168,14 +160,13 @@ def _level_labels(
     names: list[str] = []
     for k, sub_kind in keys:
         sel = np.flatnonzero((index == k) & (kind == sub_kind))
-        order = sel[np.argsort(loss[sel], kind="stable")]
-        gaps = np.diff(loss[order]) > LEVEL_TOL * np.maximum(scale, np.abs(loss[order][1:]))
-        group = np.concatenate([[0], np.cumsum(gaps)])
+        ranked, group = level_groups(loss[sel], scale)
+        order = sel[ranked]
         prefix = ("min" if k == 0 else f"saddle({k})", "saddle(0)", "degenerate")[sub_kind]
         for g in range(group[-1] + 1):
             members = order[group == g]
             labels[idx[members]] = start + len(names)
-            names.append(f"{prefix} L={_shown_level(float(np.median(loss[members])), scale):.6g}")
+            names.append(f"{prefix} L={shown_level(float(np.median(loss[members])), scale):.6g}")
     return labels, tuple(names)
 
 
@@ -193,6 +184,12 @@ def _cluster_labels(points: np.ndarray, status: np.ndarray, todo: np.ndarray, ra
             labels[idx[ids == k]] = start + len(names)
             names.append(f"{kind}{k}")
     return labels, tuple(names)
+
+
+def loss_scale(traj: Trajectory) -> float:
+    """S = max |L(θ0)| over the run's starts (its first record), the scale that sets the resolution of loss levels."""
+    start_loss = np.abs(np.asarray(traj.loss)[..., 0])
+    return float(np.max(start_loss, initial=0.0, where=np.isfinite(start_loss)))
 
 
 def label_end_points(
@@ -213,8 +210,7 @@ def label_end_points(
     todo = ok & (labels < 0)
     if todo.any():
         if features == "level":
-            start_loss = np.abs(np.asarray(traj.loss)[..., 0])  # the first record is L(θ0)
-            scale = float(np.max(start_loss, initial=0.0, where=np.isfinite(start_loss)))
+            scale = loss_scale(traj)
             extra, extra_names = _level_labels(prob, traj.final, traj.final_loss, status, todo, len(names), scale)
         else:
             # not "level", so "position" or a function θ → features (basin_fractions checks the name)
@@ -317,6 +313,7 @@ def basin_fractions(
     final = jax.tree_util.tree_map(np.asarray, traj.final)
     return BasinFractions(
         method=method if isinstance(method, str) else method.method,
+        loss_scale=loss_scale(traj),
         labels=labels,
         attractors=names,
         times=times,
@@ -352,5 +349,6 @@ def basin_map(prob: Problem, grid: Grid, method: str | AbstractDynamics = "flow"
         times=bf.times.reshape(shape),
         status=bf.status.reshape(shape),
         final=final,
+        loss_scale=bf.loss_scale,
         grid=grid,
     )

@@ -15,7 +15,7 @@ import numpy as np
 
 from popdyn import _validate
 from popdyn.curvature import lambda_max
-from popdyn.dynamics import GradientDescent, Status, Trajectory
+from popdyn.dynamics import STATUS_NAMES, GradientDescent, Status, Trajectory
 from popdyn.dynamics.status import AT_MINIMUM
 from popdyn.problem import Problem
 
@@ -27,7 +27,8 @@ where λ_end < 2/η; past 2/η and not settled; the run diverged or hit NaN."""
 @dataclass(frozen=True)
 class StepSizeAudit:
     """Per initialisation (leading axis when batched): λ_max at each record time, its maximum and its value at the
-    end, the first record time where it exceeds 1/η and 2/η (NaN: never), and how often the loss rose. ``lr`` is one
+    end, the first record time where it exceeds 1/η and 2/η (NaN: never), how often the loss rose, and the run's
+    status and loss at its end point (``final_loss``, never a padded record). ``lr`` is one
     rate, or one per initialisation (a step-size sweep); ``momentum`` μ the heavy-ball momentum of the run, which
     moves the two thresholds to (1 − √μ)²/η and 2(1 + μ)/η (the ``first_above_…`` fields are then the first
     times above those). For one (unbatched) run the per-initialisation values are NumPy scalars or 0-d arrays."""
@@ -41,6 +42,7 @@ class StepSizeAudit:
     first_above_2_over_lr: np.ndarray | np.number
     loss_rises: np.ndarray | np.number
     status: np.ndarray | np.number
+    final_loss: np.ndarray | np.number
     momentum: float = 0.0
 
     @property
@@ -130,6 +132,8 @@ class StepSizeAudit:
             "verdict": VERDICTS[int(self.verdict_code[i])],
             "first_step_above_2_over_lr": float(np.asarray(self.first_above_2_over_lr)[i]),
             "loss_rises": int(np.asarray(self.loss_rises)[i]),
+            "status": STATUS_NAMES[int(np.asarray(self.status)[i])],
+            "final_loss": float(np.asarray(self.final_loss)[i]),
         }
 
     def verdict(self, i=()) -> str:
@@ -230,5 +234,6 @@ def step_size_audit(
         first_above_2_over_lr=_first_time(ts, safe > edge),
         loss_rises=rises,
         status=np.asarray(traj.status),
+        final_loss=np.asarray(traj.final_loss),
         momentum=momentum,
     )

@@ -5,17 +5,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from popdyn.analysis import BasinMap
+from popdyn.analysis import BasinMap, UnresolvedGroups
 from popdyn.io import Result
 from popdyn.plot import plot_basin_map
 from popdyn.problem import Problem
 
 
 def basin_result(
-    bm: BasinMap, prob: Problem, title: str, inputs: dict, results: dict, axes: tuple[str, str] = ("x", "y"), **arrays
+    bm: BasinMap,
+    prob: Problem,
+    title: str,
+    inputs: dict,
+    results: dict,
+    axes: tuple[str, str] = ("x", "y"),
+    *,
+    unresolved: UnresolvedGroups | None = None,
+    **arrays,
 ) -> Result:
     """``Result(inputs, results)`` with the map's arrays under ``basins`` (the axes named ``axes``) and its
-    figure; ``arrays`` adds job-specific arrays (e.g. closed-form labels)."""
+    figure (with the groups of ``unresolved`` runs in its legend); ``arrays`` adds job-specific arrays (e.g.
+    closed-form labels)."""
     if bm.grid is None:
         raise ValueError("bm.grid is None: a basin-map job's result needs the map's grid")
     basins = {
@@ -27,4 +36,6 @@ def basin_result(
         "attractors": np.array(bm.attractors),
         **arrays,
     }
-    return Result(inputs, results, arrays={"basins": basins}, figures={"basins": plot_basin_map(bm, prob, title)})
+    return Result(
+        inputs, results, arrays={"basins": basins}, figures={"basins": plot_basin_map(bm, prob, title, unresolved)}
+    )

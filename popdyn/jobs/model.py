@@ -20,7 +20,15 @@ import jax
 import numpy as np
 
 from popdyn import _validate
-from popdyn.analysis import GradNormBelow, Grid, basin_map, hitting_times, lambda_max, step_size_audit
+from popdyn.analysis import (
+    GradNormBelow,
+    Grid,
+    basin_map,
+    group_unresolved,
+    hitting_times,
+    lambda_max,
+    step_size_audit,
+)
 from popdyn.analysis.coords import names as coordinate_names
 from popdyn.batching import check_memory
 from popdyn.dynamics import gradient_descent
@@ -266,16 +274,19 @@ def basins_model(
         "seed": seed,
         **settings(dynamics),
     }
+    groups = group_unresolved(prob, bm)
     results = {
         "fractions": bm.fractions,
         "stderr": bm.stderr,
         "attractors": list(bm.attractors),
         "status_counts": bm.status_counts(),
         "resolved_fraction": bm.resolved_fraction,
+        "unresolved_groups": groups.fractions,
     }
-    res = basin_result(bm, prob, title, inputs, results)
+    res = basin_result(bm, prob, title, inputs, results, unresolved=groups)
     res.lines.append(f"basins  {title}  grid {n}x{n} of ({x}, {y}) over [{lo}, {hi}]^2")
     res.lines += [f"  {k:>12s}: {100 * f:6.2f}% ± {100 * bm.stderr[k]:.2f}" for k, f in bm.fractions.items()]
+    res.lines += [f"  {'':>12s}  {name}: {100 * f:.2f}%" for name, f in groups.fractions.items()]
     res.lines.append("  status: " + ", ".join(f"{k} {v}" for k, v in bm.status_counts().items() if v))
     return res
 

@@ -179,7 +179,7 @@ def run_sweep(
                 "resolved_fraction": bf.resolved_fraction,
                 "status_counts": bf.status_counts(),
                 "time_median": float(np.nanmedian(bf.times)) if ok.any() else float("nan"),
-                "lambda_max_median": float(np.nanmedian(lam)),
+                "lambda_max_median": float(np.nanmedian(lam)) if ok.any() else float("nan"),
             }
         )
     fractions = _fraction_grids(rows, names, shape)
@@ -230,6 +230,8 @@ def plot_sweep(sw: dict, title: str, theory_line: Callable[[Figure, list], None]
         else:
             ax.plot(xs, z, "o-")
             ax.set(xlabel=xname, title=name)
+        if not np.isfinite(z).any():  # say why the panel is empty instead of drawing nothing
+            ax.text(0.5, 0.5, "no run resolved", transform=ax.transAxes, ha="center", va="center")
     for ax in axs[len(panels) :]:
         ax.set_axis_off()
     if theory_line is not None:
@@ -250,6 +252,9 @@ def _result(sw: dict, inputs: dict, title: str, extra: dict | None = None, theor
     res.lines.append(f"sweep  {title}: {' × '.join(f'{n} {len(v)} values' for n, v in sw['axes'])}")
     for r in sw["rows"]:
         where = ", ".join(f"{k}={v:.4g}" for k, v in r["values"].items())
+        if r["resolved_fraction"] == 0:  # shares of no run would read "nan%"
+            res.lines.append(f"  {where}: no run resolved")
+            continue
         shares = ", ".join(f"{a} {100 * f:5.1f}%" for a, f in r["fractions"].items() if a != UNRESOLVED)
         res.lines.append(f"  {where}: {shares} of resolved ({100 * r['resolved_fraction']:.0f}% resolved)")
     return res
