@@ -131,6 +131,7 @@ def test_basin_map_rejects_bad_arguments():
         popdyn.basin_map(prob, grid, cluster_radius=-1.0)
 
 
+@pytest.mark.slow
 def test_clustering_fallback_is_consistent_with_theory():
     prob = Canonical(0.1, 0.1)
     grid = popdyn.Grid.square("w", "e", -3.0, 3.0, 48)  # same compiled shape as the acceptance map

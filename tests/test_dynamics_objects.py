@@ -31,6 +31,7 @@ def _same(a: popdyn.Trajectory, b: popdyn.Trajectory) -> None:
         )
 
 
+@pytest.mark.slow
 def test_the_convenience_functions_are_the_objects_run():
     flow = GradientFlow(
         t1=50.0,
@@ -53,6 +54,7 @@ def test_the_convenience_functions_are_the_objects_run():
     _same(traj, popdyn.gradient_descent(PROB, STARTS, lr=0.3, steps=40, momentum=0.5, record_every=8))
 
 
+@pytest.mark.slow
 def test_objects_save_end_points_by_default():
     traj = GradientDescent(lr=0.3, steps=40).run(PROB, STARTS)
     assert traj.loss.shape == (4, 2) and traj.params is None
@@ -60,6 +62,7 @@ def test_objects_save_end_points_by_default():
     assert traj.ts.shape == (4, 2) and traj.params is None
 
 
+@pytest.mark.slow
 def test_analyses_take_a_dynamics_object_and_match_the_method_names():
     gd = GradientDescent(lr=0.5, steps=300)
     by_object, by_name = popdyn.basin_map(PROB, GRID, gd), popdyn.basin_map(PROB, GRID, "gd", lr=0.5, steps=300)
@@ -83,6 +86,7 @@ def test_a_setting_beside_an_object_is_refused(setting):
         popdyn.hitting_times(PROB, STARTS, popdyn.LossBelow(PROB, 0.4), GradientDescent(), **setting)
 
 
+@pytest.mark.slow
 def test_the_audit_reads_the_runs_rate_and_momentum():
     lrs = np.array([0.2, 0.5, 1.0, 2.5])
     traj = GradientDescent(lr=lrs, steps=30, momentum=0.3, save=SaveAt(every=1, params=True)).run(PROB, STARTS)
@@ -100,6 +104,7 @@ def test_the_audit_reads_the_runs_rate_and_momentum():
         popdyn.step_size_audit(PROB, flow)
 
 
+@pytest.mark.slow
 def test_each_start_runs_an_optimizer_factory_at_its_own_rate():
     """Adam at four rates in one call is the four one-rate runs (a factory is called with each start's rate)."""
     lrs = np.array([0.01, 0.05, 0.1, 0.3])
@@ -153,6 +158,7 @@ def _docs_example() -> type:
     return namespace["PreconditionedFlow"]
 
 
+@pytest.mark.slow
 def test_a_new_dynamics_is_one_class_and_runs_through_the_analyses():
     """The docs' preconditioned flow θ̇ = −A⁻¹∇L on ½θᵀAθ is θ(t) = e^{−t}θ0 whatever A's conditioning: the time to
     ‖θ‖ ≤ ε is ln(‖θ0‖/ε), and the basin of its one minimum is the whole plane."""

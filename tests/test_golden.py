@@ -25,7 +25,13 @@ GOLDEN = np.load(DATA / "golden.npz")
 SAME_VERSIONS = sorted(GOLDEN["__versions__"].tolist()) == sorted(f"{k}={v}" for k, v in RECORDER.versions().items())
 
 
-@pytest.mark.parametrize("case", sorted(RECORDER.cases()))
+QUICK = ("markov/gd",)
+"""The case the quick tier (-m "not slow") runs; every case runs in the full suite."""
+
+
+@pytest.mark.parametrize(
+    "case", [c if c in QUICK else pytest.param(c, marks=pytest.mark.slow) for c in sorted(RECORDER.cases())]
+)
 def test_recorded_results_are_reproduced(case):
     compute = RECORDER.cases()[case]
     arrays = compute()

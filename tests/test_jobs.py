@@ -283,6 +283,7 @@ def test_markov_basins_take_the_papers_training_options(run_cli, tmp_path):
     assert code == 2 and "--momentum applies only with --method gd" in err
 
 
+@pytest.mark.slow
 def test_the_dynamics_settings_reach_the_run_from_the_command_line(tmp_path, monkeypatch, run_cli):
     """--solver, --rtol, --atol and --max-steps make the job's dynamics object: the map is the one Python draws with
     that object, the summary records the settings, and a flow setting given with --method gd is refused."""
@@ -318,6 +319,7 @@ def test_the_dynamics_settings_reach_the_run_from_the_command_line(tmp_path, mon
     assert code == 2 and "rtol" in err and not (tmp_path / "c").exists()
 
 
+@pytest.mark.slow
 def test_a_sweep_where_nothing_resolves_says_so(tmp_path, monkeypatch, run_cli):
     """One GD step resolves no run: every point's line says so (no "nan% of resolved") and the figure's panels say
     why they are empty."""

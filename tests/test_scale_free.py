@@ -23,6 +23,7 @@ STARTS = {"x": jnp.array([0.0, 0.3, -0.7, 0.0, 2.0]), "y": jnp.array([0.0, 0.5, 
 SADDLE_AT = np.array([True, False, False, True, False])
 
 
+@pytest.mark.slow
 def test_statuses_times_and_labels_do_not_change_when_the_loss_is_scaled():
     """Flow to t1·10^−k and GD at lr·10^−k: the same statuses, the same end points, flow times ×10^−k, the same GD
     steps and the same basin labels (by position and by loss level) for every k (the data leaf c = 10^k compiles
@@ -79,6 +80,7 @@ def xor_loss(t, c):
     return c * 0.5 * jnp.mean((out - Y_XOR) ** 2)
 
 
+@pytest.mark.slow
 def test_a_higher_order_saddle_is_not_a_minimum():
     zero = {"W1": jnp.zeros((2, 2)), "b1": jnp.zeros(2), "w2": jnp.zeros(2), "b2": jnp.zeros(())}
     for c in (1e-150, 1.0, 1e150):
@@ -116,6 +118,7 @@ def test_degenerate_critical_points_are_probed(case):
     assert labels[0] == 0 and names[0].startswith({0: "min", 1: "saddle(0)", 8: "degenerate"}[int(expected)])
 
 
+@pytest.mark.slow
 def test_the_smallest_sphere_first_gives_the_verdicts_of_every_sphere_at_once():
     """The probe searches the larger spheres only where the smallest one shows a fall; its verdicts are those of
     searching all spheres at every point (the rule of docs/dynamics.md), for every case above at c = 1 and for the

@@ -21,6 +21,7 @@ def test_a_run_escaping_to_infinity_is_named_by_the_level_it_tends_to():
     assert groups.names == ("‖θ‖ → ∞, L → 0",) and groups.fractions == {"‖θ‖ → ∞, L → 0": 1.0}
 
 
+@pytest.mark.slow
 def test_runs_cut_short_are_moving_at_their_level_and_failures_are_named():
     """A bowl whose flow is stopped early: the runs move inward, one level each (levels at the starts' scale); GD
     past 2/λ diverges."""

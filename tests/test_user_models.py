@@ -272,6 +272,7 @@ def _product_problem(y):
     return popdyn.Problem.from_loss(_product_loss, init={"a": 0.0, "b": 0.0}, init_scale=1.0, data=y)
 
 
+@pytest.mark.slow
 def test_a_minimum_reached_at_round_off_has_one_name_at_every_point_of_a_sweep():
     """The sweep of ½(ab − y)² over y = 1, 2, 3 reached the minimum at L = 1.1e-16, 2.7e-16 and 2.4e-16, and named
     three attractors "min L=1.14569e-16", "min L=2.72562e-16", "min L=2.38464e-16"; it is "min L=0" everywhere."""
