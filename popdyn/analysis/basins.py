@@ -229,8 +229,7 @@ def _draw(prob: Problem, keys: jax.Array) -> Theta:
 
 def _run(prob, theta, method, t1, lr, steps, chunk_size, progress, checkpoint, dynamics_kwargs) -> Trajectory:
     if isinstance(method, AbstractDynamics):
-        run_options(method, {k: v for k, v in (("t1", t1), ("lr", lr), ("steps", steps)) if v is not None})
-        run_options(method, dynamics_kwargs)
+        run_options(method, dynamics_kwargs, t1=t1, lr=lr, steps=steps)
         return method.end_points().run(prob, theta, chunk_size=chunk_size, progress=progress, checkpoint=checkpoint)
     t1, lr, steps = 1e4 if t1 is None else t1, 0.1 if lr is None else lr, 2000 if steps is None else steps
     if method == "flow":

@@ -105,8 +105,8 @@ def hitting_times(
     if not callable(target):
         raise ValueError(f"target={target!r} is invalid: must be a function θ -> real (reached when <= 0)")
     if isinstance(method, AbstractDynamics):
-        run_options(method, {k: v for k, v in (("t1", t1), ("lr", lr), ("steps", steps)) if v is not None})
-        traj = method.reaching(target).end_points().run(prob, theta0, **run_options(method, dynamics_kwargs))
+        options = run_options(method, dynamics_kwargs, t1=t1, lr=lr, steps=steps)
+        traj = method.reaching(target).end_points().run(prob, theta0, **options)
     elif _validate.choice("method", method, ("flow", "gd")) == "flow":
         t1 = 1e4 if t1 is None else t1
         traj = dynamics.gradient_flow(prob, theta0, t1=t1, ts=None, until=target, **dynamics_kwargs)

@@ -145,9 +145,11 @@ RUN_OPTIONS = ("chunk_size", "progress", "checkpoint")
 """The keywords of ``AbstractDynamics.run``: how a run is executed, not what it computes."""
 
 
-def run_options(dynamics: AbstractDynamics, options: dict) -> dict:
-    """``options`` for ``dynamics.run``: a ValueError when one is a setting, which belongs to the dynamics object."""
-    settings = sorted(set(options) - set(RUN_OPTIONS))
+def run_options(dynamics: AbstractDynamics, options: dict, **shortcuts) -> dict:
+    """``options`` for ``dynamics.run``: a ValueError when one of them is a setting, which belongs to the dynamics
+    object, or when a method name's shortcut setting (``shortcuts``: t1, lr, steps; None when not given) is given."""
+    given = {name for name, value in shortcuts.items() if value is not None}
+    settings = sorted(given | (set(options) - set(RUN_OPTIONS)))
     if settings:
         raise ValueError(
             f"{', '.join(settings)}: settings of the dynamics, given beside a {type(dynamics).__name__} object; "

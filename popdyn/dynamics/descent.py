@@ -9,7 +9,6 @@ so one diverging member never poisons the batch.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -168,8 +167,7 @@ class GradientDescent(AbstractDynamics):
         out = map_chunks(
             run, (batch, lr_arr, keys), chunk_size, progress=progress, desc="gradient descent", checkpoint=checkpoint
         )
-        traj = finish(prob, out, batched, rule.saddle_tol, "step", rule.rtol, rule.atol)
-        return dataclasses.replace(traj, dynamics=self)
+        return finish(prob, out, batched, self, rule)
 
 
 def gradient_descent(

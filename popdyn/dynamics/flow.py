@@ -8,7 +8,6 @@ crosses zero (its time found by root finding on the solver's dense output), thro
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -170,8 +169,7 @@ class GradientFlow(AbstractDynamics):
         else:
             run = lambda b: _solve_batch(pieces, b, t1_, jnp.asarray(times, dtype=t1_.dtype), solver)  # noqa: E731
         out = map_chunks(run, batch, chunk_size, progress=progress, desc="gradient flow", checkpoint=checkpoint)
-        traj = finish(prob, out, batched, rule.saddle_tol, "time", rule.rtol, rule.atol)
-        return dataclasses.replace(traj, dynamics=self)
+        return finish(prob, out, batched, self, rule)
 
 
 def gradient_flow(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
@@ -11,7 +13,7 @@ from jaxtyping import Array, Bool, Float, Int
 from popdyn.batching import unbatch
 from popdyn.curvature import EXACT_MAX_DIM, extreme_eigenvalues, hessian_spectrum
 from popdyn.dynamics import degenerate, stopping
-from popdyn.dynamics.base import AbstractDynamics
+from popdyn.dynamics.base import AbstractDynamics, Steady
 from popdyn.dynamics.status import STATUS_NAMES, Status, count, refine_saddles
 from popdyn.problem import Problem, Theta
 
@@ -78,12 +80,12 @@ def _classify(
     return status, jax.vmap(prob.loss)(batch), probe
 
 
-def finish(
-    prob: Problem, out: dict, batched: bool, saddle_tol: float, time_unit: str, rtol: float, atol: float
-) -> Trajectory:
+def finish(prob: Problem, out: dict, batched: bool, dynamics: AbstractDynamics, rule: Steady) -> Trajectory:
     """Classify converged points by their Hessian (saddle vs minimum; degenerate ones by the higher-order probe of
     ``popdyn.dynamics.degenerate``), points whose budget ran out by the Newton test (CONVERGED_LATE or still
-    MAX_STEPS), and package a Trajectory."""
+    MAX_STEPS), both with the tolerances of the run's stopping ``rule``, and package a Trajectory that carries
+    ``dynamics`` (attached after the batch axis is dropped: its settings are not per point)."""
+    rtol, atol, saddle_tol = rule.rtol, rule.atol, rule.saddle_tol
     codes = np.asarray(out["status"])  # which tests are needed, decided on the host
     late, saddles = bool(np.any(codes == Status.MAX_STEPS)), bool(np.any(codes == Status.CONVERGED))
     status, final_loss, probe = _classify(
@@ -101,7 +103,7 @@ def finish(
         grad_norm=out["grad_norm"],
         params=out["params"],
         n_steps=jnp.asarray(out["n_steps"], jnp.int32),
-        time_unit=time_unit,
+        time_unit=dynamics.time_unit,
         metrics=out.get("metrics"),
     )
-    return unbatch(traj, batched)
+    return dataclasses.replace(unbatch(traj, batched), dynamics=dynamics)
