@@ -44,7 +44,8 @@ def plot_basin_map(
     cmap = ListedColormap([_GREY] + [_COLOURS[i % len(_COLOURS)] for i in range(k)])
     norm = BoundaryNorm(np.arange(-1.5, k), cmap.N)
     ax.imshow(bm.labels, origin="lower", extent=extent, aspect="auto", cmap=cmap, norm=norm, interpolation="nearest")
-    draw_overlays(ax, prob, g.x, g.y, g.x_range)
+    if g.axes_are_coordinates:  # overlays are drawn in θ's coordinates
+        draw_overlays(ax, prob, g.x, g.y, g.x_range)
     fr = bm.fractions
     handles = [Patch(color=cmap(i + 1), label=f"{n} ({100 * fr[n]:.1f}%)") for i, n in enumerate(bm.attractors)]
     handles.append(Patch(color=_GREY, label=f"{UNRESOLVED} ({100 * fr[UNRESOLVED]:.1f}%)"))

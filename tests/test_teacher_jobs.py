@@ -132,7 +132,7 @@ def test_basins_bad_input_is_refused_before_running(monkeypatch, kwargs, message
     def forbidden(*args, **kw):
         raise AssertionError("bad input must be refused before anything runs")
 
-    monkeypatch.setattr(commands, "hitting_times", forbidden)
+    monkeypatch.setattr(commands, "basin_fractions", forbidden)
     with pytest.raises(ValueError, match=re.escape(message)):
         basins_teacher(**dict(BASINS, **kwargs))
 

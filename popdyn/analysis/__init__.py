@@ -7,10 +7,23 @@ from popdyn.analysis.basins import (
     basin_fractions,
     basin_map,
     label_end_points,
-    morse_index,
 )
 from popdyn.analysis.cluster import cluster_points
 from popdyn.analysis.grid import Grid
+from popdyn.analysis.labellers import (
+    AbstractLabeller,
+    Clusters,
+    FirstOf,
+    Labels,
+    LossLevels,
+    Reached,
+    Residuals,
+    Rest,
+    default_labeller,
+    loss_scale,
+    morse_index,
+)
+from popdyn.analysis.slices import AbstractSlice, BlockScales, Plane
 from popdyn.analysis.stepsize import StepSizeAudit, step_size_audit
 from popdyn.analysis.times import (
     Distance,
@@ -39,8 +52,21 @@ __all__ = [
     "basin_fractions",
     "hitting_times",
     "label_end_points",
+    "AbstractLabeller",
+    "Clusters",
+    "FirstOf",
+    "Labels",
+    "LossLevels",
+    "Reached",
+    "Residuals",
+    "Rest",
+    "default_labeller",
+    "loss_scale",
     "morse_index",
     "Grid",
+    "AbstractSlice",
+    "BlockScales",
+    "Plane",
     "StepSizeAudit",
     "asymptotic_rate",
     "first_passage",

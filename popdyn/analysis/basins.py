@@ -1,38 +1,33 @@
 """Basins of attraction: fractions from any batch of initialisations, and maps over 2-D slices (docs/basins.md).
 
-Each initialisation is run to its end (gradient flow or gradient descent, batched and chunked) and labelled
-by the attractor it reaches: by the problem's theory residuals where it has them (residual < ``tol``), else
-by features of the end point — by default its loss level and Morse index (number of negative Hessian
-eigenvalues), which names a manifold of minima once however it is spread in θ; a user featuriser or the
-end point's position (``features="position"``) are the alternatives. Only resolved points are labelled
-(converged, converged late, or at a saddle); label −1 marks the rest, counted and reported, never dropped.
+Each initialisation is run to its end (any dynamics, batched and chunked) and labelled by the attractor it
+reaches, by a labeller (``popdyn.analysis.labellers``): by default the problem's theory residuals where it has
+them (residual < ``tol``), else the loss level and Morse index of the end point (number of negative Hessian
+eigenvalues), which names a manifold of minima once however it is spread in θ; a user featuriser or the end
+point's position (``features="position"``) are the alternatives, and any ``AbstractLabeller`` replaces them. Only
+resolved points are labelled (converged, converged late, at a saddle, degenerate); label −1 marks the rest,
+counted and reported, never dropped.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import cast
 
 import equinox as eqx
 import jax
-import jax.numpy as jnp
 import numpy as np
-from jax.flatten_util import ravel_pytree
 from jaxtyping import ArrayLike, Float, PyTree
 
 from popdyn import _validate, dynamics
-from popdyn.analysis.cluster import cluster_points
-from popdyn.analysis.grid import Grid
-from popdyn.analysis.levels import level_groups, shown_level
+from popdyn.analysis.labellers import AbstractLabeller, Labels, default_labeller, loss_scale
+from popdyn.analysis.slices import AbstractSlice
 from popdyn.batching import as_batch, check_chunk_size
-from popdyn.curvature import EXACT_MAX_DIM, extreme_eigenvalues, hessian_spectrum
-from popdyn.dynamics import AbstractDynamics, Status, Trajectory, gradient_descent
+from popdyn.dynamics import AbstractDynamics, Trajectory, gradient_descent
 from popdyn.dynamics.base import run_options
-from popdyn.dynamics.status import RESOLVED, count, negative
+from popdyn.dynamics.status import count
 from popdyn.problem import Problem, Theta, ThetaLike
 
 UNRESOLVED = "unresolved"
@@ -89,137 +84,51 @@ class BasinFractions:
 
 @dataclass(frozen=True)
 class BasinMap(BasinFractions):
-    """A basin map over ``grid``: every per-point array has the grid's shape (ny, nx)."""
+    """A basin map over ``grid`` (any slice, ``popdyn.analysis.slices``): every per-point array has its shape
+    (ny, nx)."""
 
-    grid: Grid | None = None
-
-
-@eqx.filter_jit
-def _attractor_residuals(prob: Problem, final) -> jax.Array:
-    """(B, n_attractors) residuals, compiled once per problem (not once per call)."""
-    return jnp.stack([jax.vmap(fn)(final) for fn in prob.attractors().values()], axis=-1)
-
-
-def _theory_labels(prob: Problem, final, ok: np.ndarray, tol: float) -> tuple[np.ndarray, tuple[str, ...]]:
-    names = tuple(prob.attractors())
-    if not names:
-        return np.full(ok.shape, -1), names
-    R = np.asarray(_attractor_residuals(prob, final))
-    bad = np.isfinite(R) & (R < 0)
-    if bad.any():
-        i, j = np.argwhere(bad)[0]
-        raise ValueError(
-            f"attractor residual {names[j]!r} returned {R[i, j]!r} at an end point: residuals must be "
-            "floats >= 0 that vanish on the attractor"
-        )
-    R = np.where(np.isfinite(R), R, np.inf)
-    within = ok[:, None] & (R < tol)
-    both = within.sum(axis=-1) > 1
-    if both.any():
-        pair = [names[j] for j in np.flatnonzero(within[np.argmax(both)])[:2]]
-        warnings.warn(
-            f"{int(both.sum())} end point(s) lie within tol={tol:g} of two attractors ({pair[0]!r} and {pair[1]!r} "
-            "at the first): their residuals overlap there, so the label is ambiguous; each is given the attractor "
-            "of the smaller residual (on a tie, the first listed). Make the residuals vanish on disjoint sets",
-            stacklevel=4,
-        )
-    best = np.argmin(R, axis=-1)
-    hit = np.take_along_axis(R, best[:, None], axis=-1)[:, 0] < tol
-    return np.where(ok & hit, best, -1), names
-
-
-def morse_index(prob: Problem, theta: Theta, saddle_tol: float = 1e-7) -> np.ndarray:
-    """Number of Hessian eigenvalues below −saddle_tol·ρ, ρ = max(|λ_min|, |λ_max|) (the saddle test of
-    ``popdyn.dynamics.status.negative``), at each point of a batch (exact spectrum up to ``EXACT_MAX_DIM``
-    parameters; above, 0 or 1 from Lanczos λ_min)."""
-    batch, _ = as_batch(prob, theta)
-    if prob.n_params() <= EXACT_MAX_DIM:
-        ev = np.asarray(hessian_spectrum(prob, batch))
-        return np.sum(np.asarray(negative(ev, ev[:, :1], ev[:, -1:], saddle_tol)), axis=-1)
-    lo, hi = (np.asarray(v) for v in extreme_eigenvalues(prob, batch))
-    return np.asarray(negative(lo, lo, hi, saddle_tol)).astype(int)
-
-
-def _level_labels(
-    prob: Problem, final, final_loss, status: np.ndarray, todo: np.ndarray, start: int, scale: float
-) -> tuple[np.ndarray, tuple[str, ...]]:
-    """Label the points in ``todo`` by (kind, loss level): names "min L=…", "saddle(k) L=…" (k the Morse index;
-    "saddle(0)" for a saddle found by the higher-order probe), "degenerate L=…" (status DEGENERATE, never a min).
-    Levels closer than LEVEL_TOL·max(``scale``, |L|) are one (``scale``: the loss scale of the run's starts); a
-    name shows the median level to 6 significant digits, or 0 within LEVEL_TOL·``scale`` of it (``shown_level``)."""
-    labels = np.full(len(todo), -1)
-    idx = np.flatnonzero(todo)
-    if idx.size == 0:
-        return labels, ()
-    sub = jax.tree_util.tree_map(lambda x: x[idx], final)
-    loss = np.asarray(final_loss)[idx]
-    index = morse_index(prob, sub)
-    codes = status[idx]
-    kind = np.where(codes == Status.DEGENERATE, 2, np.where((index == 0) & (codes == Status.SADDLE), 1, 0))
-    keys = sorted(set(zip(index.tolist(), kind.tolist(), strict=True)))
-    names: list[str] = []
-    for k, sub_kind in keys:
-        sel = np.flatnonzero((index == k) & (kind == sub_kind))
-        ranked, group = level_groups(loss[sel], scale)
-        order = sel[ranked]
-        prefix = ("min" if k == 0 else f"saddle({k})", "saddle(0)", "degenerate")[sub_kind]
-        for g in range(group[-1] + 1):
-            members = order[group == g]
-            labels[idx[members]] = start + len(names)
-            names.append(f"{prefix} L={shown_level(float(np.median(loss[members])), scale):.6g}")
-    return labels, tuple(names)
-
-
-def _cluster_labels(points: np.ndarray, status: np.ndarray, todo: np.ndarray, radius: float, start: int):
-    """Label the points in ``todo`` by clustering ``points`` (positions or features); minima and saddles apart."""
-    labels = np.full(len(status), -1)
-    names: list[str] = []
-    groups = (((Status.CONVERGED, Status.CONVERGED_LATE), "min"), ((Status.SADDLE,), "saddle"))
-    for codes, kind in groups + (((Status.DEGENERATE,), "degenerate"),):
-        idx = np.flatnonzero(todo & np.isin(status, codes))
-        if idx.size == 0:
-            continue
-        ids = cluster_points(points[idx], radius)
-        for k in range(ids.max() + 1):
-            labels[idx[ids == k]] = start + len(names)
-            names.append(f"{kind}{k}")
-    return labels, tuple(names)
-
-
-def loss_scale(traj: Trajectory) -> float:
-    """S = max |L(θ0)| over the run's starts (its first record), the scale that sets the resolution of loss levels."""
-    start_loss = np.abs(np.asarray(traj.loss)[..., 0])
-    return float(np.max(start_loss, initial=0.0, where=np.isfinite(start_loss)))
+    grid: AbstractSlice | None = None
 
 
 def label_end_points(
     prob: Problem,
     traj: Trajectory,
+    labeller: AbstractLabeller | None = None,
     *,
-    tol: float = 1e-3,
-    use_theory: bool = True,
-    features: str | Callable = "level",
-    cluster_radius: float = 1e-2,
-) -> tuple[np.ndarray, tuple]:
-    """(labels, attractor names) for the end points of a batched run: theory residuals first, then features
-    (``"level"``: loss level and Morse index; ``"position"``: clusters of θ at ``cluster_radius``; or a function
-    θ → feature vector, clustered at ``cluster_radius``). Only resolved points get a label ≥ 0."""
-    status = np.asarray(traj.status)
-    ok = np.isin(status, RESOLVED)
-    labels, names = _theory_labels(prob, traj.final, ok, tol) if use_theory else (np.full(ok.shape, -1), ())
-    todo = ok & (labels < 0)
-    if todo.any():
-        if features == "level":
-            scale = loss_scale(traj)
-            extra, extra_names = _level_labels(prob, traj.final, traj.final_loss, status, todo, len(names), scale)
-        else:
-            # not "level", so "position" or a function θ → features (basin_fractions checks the name)
-            fn = (lambda t: ravel_pytree(t)[0]) if features == "position" else cast(Callable, features)
-            pts = np.asarray(jax.vmap(lambda t: jnp.atleast_1d(jnp.ravel(fn(t))))(traj.final))
-            extra, extra_names = _cluster_labels(pts, status, todo, cluster_radius, len(names))
-        labels = np.where(todo, extra, labels)
-        names = names + extra_names
-    return labels, names
+    tol: float | None = None,
+    use_theory: bool | None = None,
+    features: str | Callable | None = None,
+    cluster_radius: float | None = None,
+) -> Labels:
+    """(labels, attractor names) for the end points of a batched run, by ``labeller`` (``popdyn.analysis.labellers``),
+    or by the one the keywords name (``default_labeller``: theory residuals < ``tol`` first, then ``features``:
+    ``"level"``, loss level and Morse index; ``"position"``, clusters of θ at ``cluster_radius``; or a function
+    θ → feature vector, clustered at ``cluster_radius``). Only resolved points get a label ≥ 0 (or the statuses a
+    given labeller declares).
+
+    **Arguments:** ``prob`` the problem; ``traj`` its batched run; ``labeller`` an ``AbstractLabeller`` or None;
+    ``tol`` (1e-3), ``use_theory`` (True), ``features`` ("level"), ``cluster_radius`` (1e-2): the default labeller's
+    settings, refused beside a ``labeller``."""
+    return _labeller(labeller, tol, use_theory, features, cluster_radius)(prob, traj)
+
+
+def _labeller(labeller, tol, use_theory, features, cluster_radius) -> AbstractLabeller:
+    """``labeller``, or the default one with the settings given (None: their defaults)."""
+    given = {"tol": tol, "use_theory": use_theory, "features": features, "cluster_radius": cluster_radius}
+    if labeller is not None:
+        if not isinstance(labeller, AbstractLabeller):
+            raise ValueError(f"labeller={labeller!r} is invalid: must be a popdyn.analysis labeller (AbstractLabeller)")
+        extra = [k for k, v in given.items() if v is not None]
+        if extra:
+            raise ValueError(f"{extra[0]} is a setting of the default labeller: give it to the labeller instead")
+        return labeller
+    tol = _validate.positive("tol", 1e-3 if tol is None else tol)
+    return default_labeller(
+        tol,
+        True if use_theory is None else use_theory,
+        "level" if features is None else features,
+        1e-2 if cluster_radius is None else cluster_radius,
+    )
 
 
 @eqx.filter_jit
@@ -257,13 +166,9 @@ def _run(prob, theta, method, t1, lr, steps, chunk_size, progress, checkpoint, d
     )
 
 
-def _check(method, tol, cluster_radius, features, chunk_size) -> None:
+def _check(method, chunk_size) -> None:
     if not isinstance(method, AbstractDynamics):
         _validate.choice("method", method, ("flow", "gd"))
-    _validate.positive("tol", tol)
-    _validate.positive("cluster_radius", cluster_radius)
-    if not (callable(features) or features in ("level", "position")):
-        raise ValueError(f"features={features!r} is invalid: must be 'level', 'position' or a function θ -> features")
     check_chunk_size(chunk_size)
 
 
@@ -276,10 +181,11 @@ def basin_fractions(
     t1: float | None = None,
     lr: float | Float[ArrayLike, " B"] | None = None,
     steps: int | None = None,
-    tol: float = 1e-3,
-    use_theory: bool = True,
-    features: str | Callable[[Theta], jax.Array] = "level",
-    cluster_radius: float = 1e-2,
+    labeller: AbstractLabeller | None = None,
+    tol: float | None = None,
+    use_theory: bool | None = None,
+    features: str | Callable[[Theta], jax.Array] | None = None,
+    cluster_radius: float | None = None,
     chunk_size: int | None = 16384,
     progress: bool = False,
     checkpoint: str | os.PathLike | None = None,
@@ -291,12 +197,15 @@ def basin_fractions(
     ``method`` is a dynamics object (``popdyn.dynamics.GradientFlow()``, ``GradientDescent(lr=…)`` or one of your
     own), run to its end points, with its own settings; or, as a shortcut, ``"flow"`` (gradient flow to ``t1``,
     default 1e4) or ``"gd"`` (``steps`` of GD at ``lr``, a number or one per point; defaults 2000 and 0.1), where
-    extra keywords go to ``gradient_flow`` / ``gradient_descent``. End points are labelled by ``label_end_points``
-    (theory residuals < ``tol`` where the problem has attractors, else ``features``). ``fractions`` come with
+    extra keywords go to ``gradient_flow`` / ``gradient_descent``. End points are named by ``labeller``
+    (``popdyn.analysis.labellers``), or by the default one that ``tol``, ``use_theory``, ``features`` and
+    ``cluster_radius`` set (``label_end_points``: theory residuals < ``tol`` where the problem has attractors, else
+    ``features``). ``fractions`` come with
     binomial standard errors (``stderr``); unresolved points are counted in ``fractions["unresolved"]`` and left out
     of ``fractions_of_resolved``. Chunks and checkpoints as in ``AbstractDynamics.run``.
     """
-    _check(method, tol, cluster_radius, features, chunk_size)
+    _check(method, chunk_size)
+    labeller = _labeller(labeller, tol, use_theory, features, cluster_radius)
     if isinstance(inits, (int, np.integer)) and not isinstance(inits, bool):
         n = _validate.int_at_least("inits", inits, 1)
         keys = jax.random.split(jax.random.PRNGKey(_validate.seed("seed", seed)), n)
@@ -305,9 +214,7 @@ def basin_fractions(
     if not batched:
         raise ValueError("inits is a single θ: basin_fractions needs a batch (a leading axis) or a number of draws")
     traj = _run(prob, theta, method, t1, lr, steps, chunk_size, progress, checkpoint, dict(dynamics_kwargs))
-    labels, names = label_end_points(
-        prob, traj, tol=tol, use_theory=use_theory, features=features, cluster_radius=cluster_radius
-    )
+    labels, names = labeller(prob, traj)
     times = np.where(labels >= 0, np.asarray(traj.t_final), np.nan)
     final = jax.tree_util.tree_map(np.asarray, traj.final)
     return BasinFractions(
@@ -321,11 +228,11 @@ def basin_fractions(
     )
 
 
-def basin_map(prob: Problem, grid: Grid, method: str | AbstractDynamics = "flow", **options) -> BasinMap:
-    """Label every initialisation of ``grid`` (a 2-D slice through any two coordinates of θ) by the attractor it
-    reaches: ``basin_fractions(prob, grid.points(prob), method, **options)`` (same options: t1, lr, steps, tol,
-    use_theory, features, cluster_radius, chunk_size, progress, checkpoint and those of the dynamics), every
-    per-point array shaped like the grid.
+def basin_map(prob: Problem, grid: AbstractSlice, method: str | AbstractDynamics = "flow", **options) -> BasinMap:
+    """Label every initialisation of ``grid`` (a 2-D slice: a ``popdyn.Grid`` through any two coordinates of θ, or
+    any ``AbstractSlice``) by the attractor it reaches: ``basin_fractions(prob, grid.points(prob), method,
+    **options)`` (same options: t1, lr, steps, labeller, tol, use_theory, features, cluster_radius, chunk_size,
+    progress, checkpoint and those of the dynamics), every per-point array shaped like the grid.
 
     The grid runs in chunks of ``chunk_size`` points, each spread over the process's devices (several
     processes share the chunks: call ``popdyn.distributed.initialize`` first, docs/distributed.md).
@@ -334,8 +241,8 @@ def basin_map(prob: Problem, grid: Grid, method: str | AbstractDynamics = "flow"
     and a directory written for other inputs is refused (``popdyn.checkpoint``). Labelling (``tol``,
     ``features``, ``use_theory``) happens after the chunks, so it may change between runs sharing a checkpoint.
     """
-    if not isinstance(grid, Grid):
-        raise ValueError(f"grid={grid!r} is invalid: must be a popdyn.Grid")
+    if not isinstance(grid, AbstractSlice):
+        raise ValueError(f"grid={grid!r} is invalid: must be a popdyn.Grid or another slice (AbstractSlice)")
     if "seed" in options:
         raise ValueError("seed is not an option of basin_map: its initialisations are the grid's points")
     bf = basin_fractions(prob, grid.points(prob), method, **options)

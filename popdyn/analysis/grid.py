@@ -1,8 +1,10 @@
-"""A 2-D slice of initialisations: two named parameter coordinates on a grid, the rest fixed."""
+"""A 2-D slice of initialisations: two named parameter coordinates on a grid, the rest fixed (an
+``AbstractSlice``)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import jax
 import numpy as np
@@ -11,17 +13,19 @@ from jaxtyping import PyTree
 
 from popdyn import _validate
 from popdyn.analysis import coords
+from popdyn.analysis.slices import AbstractSlice, check_axes
 from popdyn.batching import check_memory
 from popdyn.problem import Problem, Theta, ThetaLike
 
 
 @dataclass(frozen=True)
-class Grid:
+class Grid(AbstractSlice):
     """Initialisations θ(x_i, y_j): coordinates ``x`` and ``y`` of θ vary over ``x_range`` × ``y_range``
     with ``shape = (ny, nx)`` points (row j ↔ y_j, column i ↔ x_i); every other coordinate is taken
     from ``base`` (default: zeros; for a dict θ, a dict of some of its keys; else a whole θ). Axis names are
     coordinates of any pytree θ (``popdyn.analysis.coords``): ``"e"``, ``"W[0,1]"``, ``"[3]"`` for a flat θ."""
 
+    axes_are_coordinates: ClassVar[bool] = True
     x: str
     y: str
     x_range: tuple[float, float]
@@ -30,14 +34,7 @@ class Grid:
     base: ThetaLike | dict | None = field(default=None, compare=False)
 
     def __post_init__(self):
-        object.__setattr__(self, "x_range", _validate.interval("x_range", self.x_range))
-        object.__setattr__(self, "y_range", _validate.interval("y_range", self.y_range))
-        if isinstance(self.shape, (str, bytes)) or not hasattr(self.shape, "__len__") or len(self.shape) != 2:
-            raise ValueError(f"shape={self.shape!r} is invalid: must be a pair (ny, nx) of integers >= 2")
-        ny, nx = self.shape
-        object.__setattr__(
-            self, "shape", (_validate.int_at_least("grid (ny)", ny, 2), _validate.int_at_least("grid (nx)", nx, 2))
-        )
+        check_axes(self)
         coords.check_syntax(self.x, "x"), coords.check_syntax(self.y, "y")
         if self.x == self.y:
             raise ValueError(f"x={self.x!r} and y={self.y!r} must name different coordinates")
@@ -46,14 +43,6 @@ class Grid:
     def square(cls, x: str, y: str, lo: float, hi: float, n: int, base: ThetaLike | dict | None = None) -> Grid:
         """An n × n grid over [lo, hi]² (n even keeps the axes x = 0 and y = 0 off the grid)."""
         return cls(x, y, (lo, hi), (lo, hi), (n, n), base)
-
-    @property
-    def xs(self) -> np.ndarray:
-        return np.linspace(*self.x_range, self.shape[1])
-
-    @property
-    def ys(self) -> np.ndarray:
-        return np.linspace(*self.y_range, self.shape[0])
 
     def coordinates(self, prob: Problem) -> tuple[tuple[int, tuple[int, ...]], tuple[int, tuple[int, ...]]]:
         """The axes x and y resolved on ``prob``'s θ (``popdyn.analysis.coords.resolve``): (leaf number, index into

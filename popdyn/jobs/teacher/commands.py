@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 import jax
 import jax.numpy as jnp
@@ -12,14 +11,24 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from popdyn import _validate
-from popdyn.analysis import BasinMap, Grid, LossBelow, hitting_times, step_size_audit
-from popdyn.dynamics import STATUS_NAMES, Status, gradient_descent
-from popdyn.dynamics.status import RESOLVED, count
+from popdyn.analysis import (
+    BasinFractions,
+    BasinMap,
+    BlockScales,
+    FirstOf,
+    Grid,
+    LossBelow,
+    Reached,
+    Rest,
+    basin_fractions,
+    step_size_audit,
+)
+from popdyn.dynamics import STATUS_NAMES, GradientDescent, gradient_descent
+from popdyn.dynamics.status import count
 from popdyn.io import Result
 from popdyn.jobs.records import summary
 from popdyn.jobs.teacher.rates import NO_STOP, RatesRun, audit_summary, rates
 from popdyn.plot import plot_basin_map, plot_step_size_audit
-from popdyn.problem import Problem
 from popdyn.tasks.teacher.builders import TEACHERS, DEFAULT_d, build
 from popdyn.tasks.teacher.model import BilinearTeacher
 
@@ -189,25 +198,27 @@ def random_directions(prob: BilinearTeacher, seed: int) -> dict:
     }
 
 
-@dataclass(frozen=True)
-class ScaleSlice(Grid):
-    """The slice θ(x, y) = {W: x·W_dir, A: y·A_dir} of one random direction per parameter block
-    (``random_directions``): x is ‖W‖/‖V*‖, y the standard deviation of the logits A/√D of S = softmax(A/√D);
-    (0, 0) is the paper's zero initialisation. ``x`` and ``y`` only name the axes."""
-
-    directions: dict | None = field(default=None, compare=False)
-
-    def points(self, prob: Problem) -> dict:
-        """The batch of ny·nx initialisations, row-major (y slow, x fast), as ``Grid.points``."""
-        X, Y = np.meshgrid(self.xs, self.ys)
-        x, y = jnp.asarray(X.ravel())[:, None, None], jnp.asarray(Y.ravel())[:, None, None]
-        return {"W": x * self.directions["W"], "A": y * self.directions["A"]}  # type: ignore[index]  # a ScaleSlice is made with directions
-
-
 def _over(stat, values: np.ndarray, labels: np.ndarray, k: int) -> float | None:
     """``stat`` of ``values`` over the starts labelled ``k``; None when there are none."""
     sel = labels == k
     return float(stat(values[sel])) if sel.any() else None
+
+
+def _both_or_neither(x: str | None, y: str | None) -> None:
+    if (x is None) != (y is None):
+        raise ValueError(
+            f"x={x!r}, y={y!r} are invalid: give both coordinates of the slice, or neither for the scales of W and A"
+        )
+
+
+def teacher_slice(prob: BilinearTeacher, seed: int, x: str | None, y: str | None, lo: float, hi: float, n: int):
+    """The slice of ``basins_teacher``: ``BlockScales`` of W and A along ``random_directions`` (axes "W_scale",
+    "A_scale"), or the coordinates ``x`` and ``y`` of θ with every other coordinate from those directions."""
+    _both_or_neither(x, y)
+    dirs = random_directions(prob, seed)
+    if x is None or y is None:
+        return BlockScales("W", "A", dirs, (lo, hi), (lo, hi), (n, n), x="W_scale", y="A_scale")
+    return Grid(x, y, (lo, hi), (lo, hi), (n, n), base=dirs)
 
 
 def basins_teacher(
@@ -236,18 +247,17 @@ def basins_teacher(
     A start is labelled "teacher" when GD at ``lr`` reaches the teacher's loss level L ≤ L_opt + tol·(L(0) − L_opt)
     within ``steps`` steps (L(0): the loss at the paper's W = 0, A = 0), "other" when it became steady (converged
     or at a saddle, ``docs/basins.md``) above that level, and unresolved otherwise (still moving at the end of the
-    budget, diverged or NaN). [our choice: the paper analyses no random initialisation (§4.2, [unknown]), and the
-    teacher has no finite minimiser (S* needs Δ → ∞, §4.1), so its basin is judged by the loss level it reaches,
-    by exact hitting times (``hitting_times``, the first step at the level); ``basin_map`` labels only steady end
-    points, which the teacher's never are.]
+    budget, diverged or NaN): ``basin_fractions`` with ``GradientDescent(target=LossBelow(level))`` and the labeller
+    ``FirstOf(Reached("teacher"), Rest("other"))``. [our choice: the paper analyses no random initialisation (§4.2,
+    [unknown]), and the teacher has no finite minimiser (S* needs Δ → ∞, §4.1), so its basin is judged by the loss
+    level it reaches, at the exact first step at the level.]
 
-    The slice: by default ``ScaleSlice``, the scale x of W (‖W‖/‖V*‖) and the logit scale y of A along one random
+    The slice (``teacher_slice``): by default the scale x of W (‖W‖/‖V*‖) and the logit scale y of A along one random
     direction each (``random_directions``, from ``seed``), both over [``lo``, ``hi``]; or the coordinates ``x`` and
     ``y`` of θ (e.g. "W[0,1]", "A[2,3]"; both or neither) over [``lo``, ``hi``], every other coordinate from the
     random point W_dir, A_dir. ``D``, ``K``: from ``SMALL_SIZES`` where not given. ``lr``: default 1/λ_max at
-    the teacher (§6). ``chunk``, ``progress``, ``checkpoint`` go to the engine (``gradient_descent``), as in
-    ``basin_map``. The attractor residual ‖W − V*‖_F + ‖S − S*‖_F of ``BilinearTeacher.attractors`` is reported at
-    every end point."""
+    the teacher (§6). ``chunk``, ``progress``, ``checkpoint`` go to the engine, as in ``basin_map``. The attractor
+    residual ‖W − V*‖_F + ‖S − S*‖_F of ``BilinearTeacher.attractors`` is reported at every end point."""
     D, K = _sizes(teacher, D, K)
     grid = _validate.int_at_least("grid", grid, 2)
     lo, hi = _validate.interval("range", (lo, hi))
@@ -255,66 +265,78 @@ def basins_teacher(
     steps = _validate.int_at_least("steps", steps, 1)
     tol = _validate.open_unit("tol", tol)
     chunk = _validate.int_at_least("chunk", chunk, 1)
-    if (x is None) != (y is None):
-        raise ValueError(
-            f"x={x!r}, y={y!r} are invalid: give both coordinates of the slice, or neither for the scales of W and A"
-        )
+    _both_or_neither(x, y)
     prob = build(teacher, D, K, activation, alpha, d, M, seed)
-    dirs = random_directions(prob, seed)
-    if x is None:
-        g: Grid = ScaleSlice("W_scale", "A_scale", (lo, hi), (lo, hi), (grid, grid), directions=dirs)
-    else:
-        g = Grid(x, y, (lo, hi), (lo, hi), (grid, grid), base=dirs)  # type: ignore[arg-type]  # y is given with x (checked above)
+    g = teacher_slice(prob, seed, x, y, lo, hi, grid)
     starts = g.points(prob)  # checks the coordinate names before anything runs
     lr = 1.0 / prob.lambda_max_at_teacher() if lr is None else lr
-
     L_opt = float(prob.L_opt)
     zero_excess = float(prob.loss(prob.init(None))) - L_opt
     level = L_opt + tol * zero_excess
     zero = jax.tree_util.tree_map(lambda s, z: jnp.concatenate([s, z[None]]), starts, prob.init(None))
-    ht = hitting_times(
+    bf = basin_fractions(
         prob,
         zero,
-        LossBelow(prob, level),
-        "gd",
-        lr=lr,
-        steps=steps,
+        GradientDescent(lr=lr, steps=steps, target=LossBelow(prob, level)),
+        labeller=FirstOf(Reached("teacher"), Rest("other")),
         chunk_size=chunk,
         progress=progress,
         checkpoint=checkpoint,
     )
-    final = ht.final
-    end_excess = (np.asarray(jax.vmap(prob.loss)(final)) - L_opt) / zero_excess
-    residual = np.asarray(jax.vmap(prob.attractors()["teacher"])(final))
-    status, times = np.asarray(ht.status), np.asarray(ht.times)
-    reached = status == int(Status.REACHED)
-    labels = np.where(reached, 0, np.where(np.isin(status, RESOLVED), 1, -1))
-    t_zero = float(times[-1]) if reached[-1] else None
-    shape = g.shape
-    labels, times, status, end_excess, residual = (
-        a[:-1].reshape(shape) for a in (labels, times, status, end_excess, residual)
+    bm = _teacher_map(bf, g)
+    t_zero = float(bf.times[-1]) if bf.labels[-1] == 0 else None
+    end = _end_points(prob, bf, g.shape, L_opt, zero_excess)
+    results = _basins_results(prob, bm, end, t_zero, lr=lr, steps=steps, tol=tol, level=level, zero_excess=zero_excess)
+    slice_name = "scales of W and A along random directions" if x is None else f"{x} and {y}"
+    inputs = _teacher_inputs(prob, teacher, activation, seed) | {"x": g.x, "y": g.y, "slice": slice_name}
+    inputs |= {"grid": grid, "range": [lo, hi], "lr": lr, "steps": steps, "tol": tol, "chunk": chunk}
+    inputs["checkpoint"] = None if checkpoint is None else str(checkpoint)
+    title = (
+        f"teacher {teacher} (D={prob.D}, K={prob.K}, {activation}): GD at η = {lr:.4g}, {steps} steps; "
+        f"teacher ⇔ L − L_opt ≤ {tol:g}·(L(0) − L_opt)"
     )
-    final = jax.tree_util.tree_map(lambda v: np.asarray(v)[:-1].reshape(shape + v.shape[1:]), final)
-    bm = BasinMap(
-        method="gd",
-        labels=labels,
-        attractors=("teacher", "other"),
-        times=np.where(labels == 0, times, np.nan),
-        status=status,
-        final=final,
-        grid=g,
+    arrays = {"basins": {"labels": bm.labels, "x": g.xs, "y": g.ys, "steps_to_level": bm.times, "status": bm.status}}
+    arrays["basins"] |= end | {"attractors": np.array(bm.attractors)}
+    res = Result(inputs, results, arrays, {"basins": _basins_figure(bm, prob, title, x is None, lo, hi)})
+    res.lines += _basins_lines(bm, results, end, title, slice_name, seed, (x, lo, hi, grid, tol), t_zero)
+    return res
+
+
+def _teacher_map(bf: BasinFractions, g) -> BasinMap:
+    """The map of the slice ``g`` from the run of its starts and, last, the zero start: "teacher" times only."""
+    shape = g.shape
+    labels, times, status = (np.asarray(a)[:-1].reshape(shape) for a in (bf.labels, bf.times, bf.status))
+    final = jax.tree_util.tree_map(lambda v: np.asarray(v)[:-1].reshape(shape + v.shape[1:]), bf.final)
+    times = np.where(labels == 0, times, np.nan)
+    return BasinMap(
+        method="gd", labels=labels, attractors=bf.attractors, times=times, status=status, final=final, grid=g
     )
 
+
+def _end_points(prob: BilinearTeacher, bf: BasinFractions, shape, L_opt: float, zero_excess: float) -> dict:
+    """The end points' excess loss over that of the zero start, and their attractor residual, on the slice."""
+    final = bf.final
+    end_excess = (np.asarray(jax.vmap(prob.loss)(final)) - L_opt) / zero_excess
+    residual = np.asarray(jax.vmap(prob.attractors()["teacher"])(final))
+    return {"end_excess_over_zero_init": end_excess[:-1].reshape(shape), "residual": residual[:-1].reshape(shape)}
+
+
+def _basins_results(prob: BilinearTeacher, bm: BasinMap, end: dict, t_zero, **settings) -> dict:
+    """summary.json's results of ``basins_teacher``: ``settings`` (lr, steps, tol, level, zero_excess) and what
+    the map found."""
+    labels, times, status = bm.labels, bm.times, bm.status
+    end_excess, residual = end["end_excess_over_zero_init"], end["residual"]
     scale = float(jnp.sqrt(prob.v)) + float(jnp.linalg.norm(prob.S_star))
     hit = labels == 0
-    results: dict = {
+    lr = settings["lr"]
+    return {
         "lr": lr,
         "lr_times_lambda_max_teacher": lr * prob.lambda_max_at_teacher(),
-        "steps": steps,
-        "tol": tol,
-        "level": level,
-        "L_opt": L_opt,
-        "zero_init_excess": zero_excess,
+        "steps": settings["steps"],
+        "tol": settings["tol"],
+        "level": settings["level"],
+        "L_opt": float(prob.L_opt),
+        "zero_init_excess": settings["zero_excess"],
         "fractions": bm.fractions,
         "attractors": list(bm.attractors),
         "status_counts": count(status),
@@ -335,26 +357,13 @@ def basins_teacher(
         },
         "residual_scale": scale,
     }
-    slice_name = "scales of W and A along random directions" if x is None else f"{x} and {y}"
-    inputs = _teacher_inputs(prob, teacher, activation, seed) | {
-        "x": g.x,
-        "y": g.y,
-        "slice": slice_name,
-        "grid": grid,
-        "range": [lo, hi],
-        "lr": lr,
-        "steps": steps,
-        "tol": tol,
-        "chunk": chunk,
-        "checkpoint": None if checkpoint is None else str(checkpoint),
-    }
-    title = (
-        f"teacher {teacher} (D={prob.D}, K={prob.K}, {activation}): GD at η = {lr:.4g}, {steps} steps; "
-        f"teacher ⇔ L − L_opt ≤ {tol:g}·(L(0) − L_opt)"
-    )
+
+
+def _basins_figure(bm: BasinMap, prob: BilinearTeacher, title: str, scales: bool, lo: float, hi: float) -> Figure:
+    """The basin map of ``basins_teacher``, its axes named for the scale slice (``scales``), ★ at W = 0, A = 0."""
     fig = plot_basin_map(bm, prob, "teacher: the loss reached L_opt + tol·(L(0) − L_opt)")
     ax, ax_t = fig.axes[0], fig.axes[1]
-    if x is None:
+    if scales:
         for a in (ax, ax_t):
             a.set(
                 xlabel="scale of W: ‖W‖/‖V*‖ along a random direction",
@@ -363,44 +372,36 @@ def basins_teacher(
         if lo <= 0.0 <= hi:
             ax.plot([0.0], [0.0], "k*", ms=10, clip_on=False)  # the paper's W = 0, A = 0
     ax_t.set_title("GD steps to the teacher's loss level")
-    fig.suptitle(title + ("  (★: W = 0, A = 0)" if x is None and lo <= 0.0 <= hi else ""), fontsize=10)
+    fig.suptitle(title + ("  (★: W = 0, A = 0)" if scales and lo <= 0.0 <= hi else ""), fontsize=10)
     fig.axes[-1].set_ylabel("log10 steps to the teacher's loss level")
-    arrays = {
-        "basins": {
-            "labels": labels,
-            "x": g.xs,
-            "y": g.ys,
-            "steps_to_level": bm.times,
-            "status": status,
-            "end_excess_over_zero_init": end_excess,
-            "residual": residual,
-            "attractors": np.array(bm.attractors),
-        }
-    }
-    res = Result(inputs, results, arrays, {"basins": fig})
-    fr = bm.fractions
-    res.lines += [
+    return fig
+
+
+def _basins_lines(bm: BasinMap, results: dict, end: dict, title: str, slice_name: str, seed: int, axes, t_zero):
+    """The printed lines of ``basins_teacher`` (``axes``: x, lo, hi, grid, tol)."""
+    x, lo, hi, grid, tol = axes
+    lines = [
         f"basins teacher  {title}",
         f"  slice: {slice_name} over [{lo:g}, {hi:g}]², {grid}x{grid} starts (other coordinates: a random "
         f"initialisation, seed {seed})"
         if x is not None
         else f"  slice: {slice_name}, {grid}x{grid} over [{lo:g}, {hi:g}]² (seed {seed})",
     ]
-    res.lines += [f"  {name:>10s}: {100 * f:6.2f}%" for name, f in fr.items()]
-    res.lines.append("  status: " + ", ".join(f"{k} {v}" for k, v in count(status).items() if v))
-    if hit.any():
+    lines += [f"  {name:>10s}: {100 * f:6.2f}%" for name, f in bm.fractions.items()]
+    lines.append("  status: " + ", ".join(f"{k} {v}" for k, v in count(bm.status).items() if v))
+    if (bm.labels == 0).any():
         s = results["steps_to_level"]
-        res.lines.append(
+        lines.append(
             f"  steps to the teacher's level: min {s['min']:.0f}, median {s['median']:.0f}, max "
             f"{s['max']:.0f}; from W = 0, A = 0: " + ("not reached" if t_zero is None else f"{t_zero:.0f}")
         )
-    miss = labels != 0
+    miss = bm.labels != 0
     if miss.any():
-        res.lines.append(
-            f"  starts not at the level end at (L − L_opt)/(L(0) − L_opt) ≥ {np.min(end_excess[miss]):.3g}"
-            f" (level {tol:g})"
+        lines.append(
+            f"  starts not at the level end at (L − L_opt)/(L(0) − L_opt) ≥ "
+            f"{np.min(end['end_excess_over_zero_init'][miss]):.3g} (level {tol:g})"
         )
-    return res
+    return lines
 
 
 def stepsize_teacher(
