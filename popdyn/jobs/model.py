@@ -7,12 +7,8 @@ from __future__ import annotations
 
 import ast
 import cmath
-import importlib
-import importlib.util
 import inspect
 import math
-import os
-import sys
 import warnings
 from collections.abc import Callable
 
@@ -35,86 +31,23 @@ from popdyn.dynamics import gradient_descent
 from popdyn.io import Result
 from popdyn.jobs.basin_result import basin_result
 from popdyn.jobs.dynamics_options import job_dynamics, settings
+from popdyn.jobs.task import Task
+from popdyn.jobs.user_code import call_user, load_object
 from popdyn.plot import plot_step_size_audit, plot_times
 from popdyn.problem import Problem, Theta, check_problem
 
-LIBRARIES = frozenset({"jax", "jaxlib", "numpy", "equinox", "jaxtyping", "beartype"} | set(sys.stdlib_module_names))
-"""Top-level modules whose frames say nothing about whose code raised: an error raised there was caused by the
-nearest caller outside them."""
 
-
-def _raised_by_popdyn(err: BaseException) -> bool:
-    """Whether the innermost frame of ``err``'s traceback outside LIBRARIES (and past the frame that caught it) is
-    popdyn's: an error popdyn raised itself (its own ValueError, or a bug), not one of the user's code."""
-    owner = None
-    tb = err.__traceback__.tb_next if err.__traceback__ is not None else None
-    while tb is not None:
-        top = str(tb.tb_frame.f_globals.get("__name__", "")).split(".")[0]
-        owner = owner if top in LIBRARIES else top
-        tb = tb.tb_next
-    return owner == "popdyn"
-
-
-def call_user(what: str, fn: Callable, args: tuple = (), kwargs: dict | None = None, keep: tuple = ()):
-    """``fn(*args, **kwargs)``, a call into the user's code (importing their module, calling their factory, tracing
-    their loss). An error raised in their code becomes one ValueError ``{what} raised TYPE: message``; one that
-    popdyn raised (its own ValueError, or a bug with its traceback) passes unchanged, and so do those of the types
-    in ``keep``. A call that turns float64 off (``jax.config.update("jax_enable_x64", False)``) is refused, and
-    float64 turned back on.
-
-    Args:
-        what: the user's code in words, for the message (``factory='m:f' (called with …)``).
-        fn: the function to call, with ``args`` and ``kwargs``.
-        keep: exception types that pass unchanged (the caller words them).
-    """
-    x64 = bool(jax.config.read("jax_enable_x64"))
-    try:
-        out = fn(*args, **(kwargs or {}))
-    except Exception as err:
-        if isinstance(err, keep) or _raised_by_popdyn(err):
-            raise
-        raise ValueError(f"{what} raised {type(err).__name__}: {' '.join(str(err).split())}") from err
-    finally:
-        switched_off = x64 and not jax.config.read("jax_enable_x64")
-        if switched_off:
-            jax.config.update("jax_enable_x64", True)
-    if switched_off:
-        raise ValueError(
-            f"{what} turned float64 off (jax_enable_x64 = False): popdyn computes in float64 and a switch "
-            "half-way leaves float32 and float64 arrays side by side; remove the jax.config.update call"
-        )
-    return out
-
-
-def load_factory(factory: str) -> Callable[..., Problem]:
-    """The function named by ``"module.path:name"`` (imported from the current directory or sys.path); an import
-    that fails, whatever it raises, is a ValueError naming the module and the error."""
-    if not isinstance(factory, str) or factory.count(":") != 1 or not all(factory.split(":")):
-        raise ValueError(f"factory={factory!r} is invalid: must be 'module.path:function' returning a popdyn.Problem")
-    module, name = factory.split(":")
-    if not all(part.isidentifier() for part in module.split(".")) or not name.isidentifier():
-        raise ValueError(
-            f"factory={factory!r} is invalid: must be 'module.path:function' with Python names (a module, not a "
-            "file path: for ./models/wells.py:f run popdyn in the folder holding models/ and write models.wells:f)"
-        )
-    try:
-        mod = _import_here(factory, module)
-    except ImportError as err:
-        raise ValueError(f"factory={factory!r} is invalid: cannot import {module!r} ({err})") from None
-    fn = getattr(mod, name, None)
-    if not callable(fn):
+def load_factory(factory: str) -> Task:
+    """The model named by ``"module.path:name"``: a ``popdyn.jobs.task.Task``, or a function returning a Problem (then
+    a Task of that function alone); an import that fails, whatever it raises, is a ValueError naming the module and
+    the error."""
+    obj = load_object("factory", factory, "'module.path:function'", "returning a popdyn.Problem")
+    if isinstance(obj, Task):
+        return obj
+    if not callable(obj):
+        module, name = factory.split(":")
         raise ValueError(f"factory={factory!r} is invalid: {module!r} has no function {name!r}")
-    return fn
-
-
-def _import_here(factory: str, module: str):
-    """Import ``module`` from sys.path or else from the current directory, which ``python -m`` searches and the
-    ``popdyn`` console script does not (ImportError when neither has it; ValueError when importing it raises)."""
-    here = os.getcwd()
-    if here not in sys.path and importlib.util.find_spec(module.split(".")[0]) is None:
-        sys.path.insert(0, here)
-    what = f"factory={factory!r} is invalid: importing {module!r}"
-    return call_user(what, importlib.import_module, (module,), keep=(ImportError,))
+    return Task(problem=obj)
 
 
 def parse_params(params) -> dict[str, object]:
@@ -175,7 +108,7 @@ def build(factory: str, param=(), **overrides) -> Problem:
     Unknown or missing keywords, an import or a call that raises, and a Problem whose functions fail when traced
     are refused with one ValueError naming the factory and the error (``call_user``).
     """
-    fn = load_factory(factory)
+    fn = load_factory(factory).problem
     kwargs = parse_params(param) | overrides
     _check_keywords(factory, fn, kwargs)
     called = f"factory={factory!r}" + (f" (called with {kwargs})" if kwargs else "")
@@ -246,34 +179,24 @@ def basins_model(
     progress: bool = False,
     checkpoint=None,
 ) -> Result:
-    """Basin map over coordinates (x, y) ∈ [lo, hi]² of θ, every other coordinate from prob.init(PRNGKey(seed)), run
-    by ``job_dynamics`` of the method and its settings; attractors from the problem's residuals, else by loss level
-    and Morse index (``popdyn.basin_map``)."""
+    """Basin map over a slice of n × n starts in [lo, hi]²: the coordinates (x, y) of θ, every other coordinate from
+    prob.init(PRNGKey(seed)), or, when neither is given and the model is a ``Task`` with a slice, that slice; run by
+    ``job_dynamics`` of the method and its settings; attractors named by the task's labeller (default: the problem's
+    residuals, else loss level and Morse index; ``popdyn.basin_map``), and the task's checks reported beside them."""
+    task = load_factory(factory)
     prob = build(factory, param)
     n = _validate.int_at_least("grid", grid, 2)
     lo, hi = _validate.interval("range", (lo, hi))
     dynamics = job_dynamics(
         method, t1=t1, lr=lr, steps=steps, solver=solver, rtol=rtol, atol=atol, gtol=gtol, max_steps=max_steps
     )
-    base = prob.init(jax.random.PRNGKey(_validate.seed("seed", seed)))
-    coords = coordinate_names(prob.template())
-    if len(coords) < 2:
-        raise ValueError(f"{factory} has {len(coords)} parameter: a basin map needs two coordinates")
-    x = coords[0] if x is None else x
-    y = (coords[1] if coords[1] != x else coords[0]) if y is None else y
-    g = Grid.square(x, y, lo, hi, n, base=base)
-    bm = basin_map(prob, g, dynamics, chunk_size=chunk, progress=progress, checkpoint=checkpoint)
-    title = f"{_title(factory, param)}, {method}"
-    inputs = {
-        "task": factory,
-        "param": list(param),
-        "x": x,
-        "y": y,
-        "grid": n,
-        "range": [lo, hi],
-        "seed": seed,
-        **settings(dynamics),
-    }
+    g = task.basin_slice(prob, n, lo, hi) if x is None and y is None else None
+    g = _coordinate_grid(prob, factory, x, y, lo, hi, n, seed) if g is None else g
+    run = {"chunk_size": chunk, "progress": progress, "checkpoint": checkpoint}
+    bm = basin_map(prob, g, dynamics, labeller=task.labeller, **run)
+    title = f"{_title(factory, param)}, {dynamics.method if ':' in method else method}"
+    inputs = {"task": factory, "param": list(param), "x": g.x, "y": g.y, "grid": n, "range": [lo, hi], "seed": seed}
+    inputs |= ({"dynamics": method} if ":" in method else {}) | settings(dynamics)
     groups = group_unresolved(prob, bm)
     results = {
         "fractions": bm.fractions,
@@ -283,12 +206,27 @@ def basins_model(
         "resolved_fraction": bm.resolved_fraction,
         "unresolved_groups": groups.fractions,
     }
+    checks = task.check(prob, bm)
+    results |= {} if checks is None else {"checks": checks}
     res = basin_result(bm, prob, title, inputs, results, unresolved=groups)
-    res.lines.append(f"basins  {title}  grid {n}x{n} of ({x}, {y}) over [{lo}, {hi}]^2")
+    res.lines.append(f"basins  {title}  grid {n}x{n} of ({g.x}, {g.y}) over [{lo}, {hi}]^2")
     res.lines += [f"  {k:>12s}: {100 * f:6.2f}% ± {100 * bm.stderr[k]:.2f}" for k, f in bm.fractions.items()]
     res.lines += [f"  {'':>12s}  {name}: {100 * f:.2f}%" for name, f in groups.fractions.items()]
     res.lines.append("  status: " + ", ".join(f"{k} {v}" for k, v in bm.status_counts().items() if v))
+    res.lines += [f"  check {name}: {value:.6g}" for name, value in (checks or {}).items()]
     return res
+
+
+def _coordinate_grid(prob: Problem, factory: str, x, y, lo: float, hi: float, n: int, seed: int) -> Grid:
+    """The n × n grid of coordinates (x, y) of θ over [lo, hi]² (θ's first two where not given), every other
+    coordinate from prob.init(PRNGKey(seed))."""
+    base = prob.init(jax.random.PRNGKey(_validate.seed("seed", seed)))
+    coords = coordinate_names(prob.template())
+    if len(coords) < 2:
+        raise ValueError(f"{factory} has {len(coords)} parameter: a basin map needs two coordinates")
+    x = coords[0] if x is None else x
+    y = (coords[1] if coords[1] != x else coords[0]) if y is None else y
+    return Grid.square(x, y, lo, hi, n, base=base)
 
 
 def converge_model(
@@ -297,24 +235,31 @@ def converge_model(
     n_init: int = 16,
     seed: int = 0,
     eps: float = 1e-6,
+    method: str = "flow",
     t1: float = 1e4,
+    lr: float = 0.1,
+    steps: int = 10_000,
     solver: str = "tsit5",
     rtol: float = 1e-8,
     atol: float = 1e-10,
+    gtol: float | None = None,
     max_steps: int = 100_000,
 ) -> Result:
-    """From n_init draws of prob.init: the flow time to ‖∇L‖ ≤ ε (exact to the solver's tolerance:
-    ``popdyn.hitting_times`` with ``GradNormBelow``), the status of each run and its end loss; the flow is
-    ``job_dynamics`` of its settings."""
+    """From n_init draws of prob.init: the time (flow) or step (GD) at which ‖∇L‖ ≤ ε (a flow's exact to the
+    solver's tolerance: ``popdyn.hitting_times`` with ``GradNormBelow``), the status of each run and its end loss;
+    the dynamics is ``job_dynamics`` of the method and its settings."""
     prob = build(factory, param)
     n_init = _validate.int_at_least("n-init", n_init, 1)
     eps = _validate.positive("eps", eps)
-    flow = job_dynamics("flow", t1=t1, solver=solver, rtol=rtol, atol=atol, max_steps=max_steps)
+    dynamics = job_dynamics(
+        method, t1=t1, lr=lr, steps=steps, solver=solver, rtol=rtol, atol=atol, gtol=gtol, max_steps=max_steps
+    )
     theta0 = draw_inits(prob, factory, n_init, seed)
-    ht = hitting_times(prob, theta0, GradNormBelow(prob, eps), flow)
+    ht = hitting_times(prob, theta0, GradNormBelow(prob, eps), dynamics)
     final_loss = np.asarray(jax.vmap(prob.loss)(ht.final))
     times = ht.times
-    inputs = {"task": factory, "param": list(param), "n_init": n_init, "seed": seed, "eps": eps, **settings(flow)}
+    inputs = {"task": factory, "param": list(param), "n_init": n_init, "seed": seed, "eps": eps}
+    inputs |= ({"dynamics": method} if ":" in method else {}) | settings(dynamics)
     results = {
         "reached": int(ht.reached.sum()),
         "status_counts": ht.status_counts(),
@@ -329,7 +274,8 @@ def converge_model(
         arrays={"converge": {"times": times, "status": ht.status, "final_loss": final_loss}},
         figures={"converge": plot_times(times, f"{_title(factory, param)}: time to ‖∇L‖ ≤ {eps:g}")},
     )
-    res.lines.append(f"converge  {_title(factory, param)}: flow time to ‖∇L‖ ≤ {eps:g} from {n_init} draws of init")
+    unit = f"{dynamics.method} {'time' if dynamics.time_unit == 'time' else 'steps'}"
+    res.lines.append(f"converge  {_title(factory, param)}: {unit} to ‖∇L‖ ≤ {eps:g} from {n_init} draws of init")
     res.lines.append(
         f"  reached {results['reached']}/{n_init}; status: "
         + ", ".join(f"{k} {v}" for k, v in ht.status_counts().items() if v)

@@ -138,7 +138,14 @@ GRID_RANGE = Option(
     metavar=("LO", "HI"),
 )
 CHUNK = Option("--chunk", int, 16384, "initialisations per compiled chunk")
-METHOD = Option("--method", str, "flow", "dynamics", choices=("flow", "gd"))
+METHOD = Option(
+    "--method",
+    str,
+    "flow",
+    "dynamics: flow, gd, or MODULE:NAME, a dynamics of your own (a popdyn.dynamics.AbstractDynamics, or a function "
+    "returning one)",
+    metavar="METHOD",
+)
 SEED = Option("--seed", int, 0, "random seed")
 AUDIT_MOMENTUM = Option(
     "--momentum", float, 0.0, "heavy-ball momentum μ in [0, 1): thresholds (1 − √μ)²/η and 2(1 + μ)/η"
@@ -157,8 +164,6 @@ GTOL = Option("--gtol", float, None, "stop at ‖∇L‖ < gtol (default: the sc
 MAX_STEPS = Option("--max-steps", int, 100_000, "the flow's solver steps per start", when=("method", "flow"))
 DYNAMICS = (SOLVER, RTOL, ATOL, GTOL, MAX_STEPS)
 """The dynamics' own settings (docs/dynamics.md), for jobs with --method."""
-FLOW = tuple(dataclasses.replace(o, when=None) for o in (SOLVER, RTOL, ATOL, MAX_STEPS))
-"""The flow's settings, for jobs that always run the flow."""
 
 MARKOV = _opts(
     Option("--p", float, 0.1, "P(next=1 | current=0), in (0, 1)"),
@@ -540,8 +545,11 @@ JOBS: tuple[Job, ...] = (
             Option("--n-init", int, 16, "random initialisations (prob.init)"),
             SEED,
             Option("--eps", float, 1e-6, "target gradient norm"),
-            Option("--t1", float, 1e4, "flow horizon"),
-            *FLOW,
+            METHOD,
+            Option("--t1", float, 1e4, "flow horizon", when=("method", "flow")),
+            Option("--lr", float, 0.1, "GD learning rate", when=("method", "gd")),
+            Option("--steps", int, 10_000, "GD steps", when=("method", "gd")),
+            *DYNAMICS,
         ),
     ),
     Job(

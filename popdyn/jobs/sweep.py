@@ -18,13 +18,13 @@ from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 
 from popdyn import _validate
-from popdyn.analysis import Grid, basin_fractions, lambda_max
+from popdyn.analysis import AbstractLabeller, Grid, basin_fractions, lambda_max
 from popdyn.analysis.basins import UNRESOLVED
 from popdyn.batching import Rehearsed, check_memory, rehearsal
 from popdyn.dynamics import AbstractDynamics
 from popdyn.io import Result
 from popdyn.jobs.dynamics_options import job_dynamics, settings
-from popdyn.jobs.model import build, parse_params, theta_bytes, warn_if_init_ignores_key
+from popdyn.jobs.model import build, load_factory, parse_params, theta_bytes, warn_if_init_ignores_key
 from popdyn.problem import Problem, Theta
 
 POINT_BYTES = 4096.0
@@ -138,6 +138,7 @@ def run_sweep(
     inits: Theta | int,
     *,
     dynamics: AbstractDynamics | None = None,
+    labeller: AbstractLabeller | None = None,
     seed: int = 0,
     chunk: int = 16384,
     progress: bool = False,
@@ -149,7 +150,8 @@ def run_sweep(
     point's own init with the same n keys (split from ``seed``), so a swept value that sets the init draws its own
     starts and one that does not reuses the same starts. Every point's problem is built and checked before the
     first point runs (``_problems``). ``dynamics``: the dynamics run at every point (gradient flow to t = 1e4 by
-    default). Checkpoints: one folder per parameter point under ``checkpoint``."""
+    default); ``labeller``: what names the attractors (default: ``popdyn.analysis.default_labeller()``).
+    Checkpoints: one folder per parameter point under ``checkpoint``."""
     dynamics = job_dynamics() if dynamics is None else dynamics
     shape, grid = _points(axes)
     n_init = _validate.int_at_least("n-init", inits, 1) if isinstance(inits, (int, np.integer)) else None
@@ -162,6 +164,7 @@ def run_sweep(
             prob,
             inits,
             dynamics,
+            labeller=labeller,
             seed=seed,
             chunk_size=chunk,
             checkpoint=_point_folder(checkpoint, i),
@@ -294,19 +297,14 @@ def sweep_model(
         axes,
         n_init,
         dynamics=dynamics,
+        labeller=load_factory(factory).labeller,
         seed=seed,
         chunk=chunk,
         progress=progress,
         checkpoint=checkpoint,
     )
-    inputs = {
-        "task": factory,
-        "param": list(param),
-        "vary": list(vary),
-        "n_init": n_init,
-        "seed": seed,
-        **settings(dynamics),
-    }
+    inputs = {"task": factory, "param": list(param), "vary": list(vary), "n_init": n_init, "seed": seed}
+    inputs |= ({"dynamics": method} if ":" in method else {}) | settings(dynamics)
     return _result(sw, inputs, factory)
 
 
