@@ -84,8 +84,9 @@ def test_decoder_log_odds_is_M_h_along_the_closed_form():
 
 @pytest.mark.slow
 def test_converge_worked_case():
-    """The worked case of §5, K = 10, M = 1000, η_Y = 0.5 (about 25 s): the closed forms, the measured t₀ of
-    orthogonal classes, and the bracket with one common token."""
+    """The worked case of §5, K = 10, M = 1000, η_Y = 0.5 (about 20 s): the closed forms and the measured t₀ of
+    orthogonal classes; then the bracket with one common token at the job's default M = 200 (each flow at
+    M = 1000 runs ~10 s; M = 200 pays one compilation and ~1 s of flow; K = 2, M = 24 is checked above)."""
     K, M, eta_y = 10, 1000, 0.5
     orth = converge_scan_snap(K=K, M=M, eta_y=eta_y, ratios=(10.0,), n_common=0)
     c = orth.results["closed_form"]
@@ -95,9 +96,10 @@ def test_converge_worked_case():
     assert c["t0_sharp"] == pytest.approx(2 * K * float(x_star(M)) / eta_y, rel=1e-14)
     assert c["t0_sharp"] == pytest.approx(2 * (1 + c["omega_1"]) * K * np.log(M) / eta_y, rel=1e-12)
     assert orth.results["rows"][0]["t0_measured"] == pytest.approx(c["t0"], rel=100 * RTOL)
-    over = converge_scan_snap(K=K, M=M, eta_y=eta_y, ratios=(1.0, 100.0), n_common=1)
+    over = converge_scan_snap(K=K, M=200, eta_y=eta_y, ratios=(1.0, 100.0), n_common=1)
     t = [r["t0_measured"] for r in over.results["rows"]]
-    assert c["t0"] < t[0] < t[1] < over.results["closed_form"]["t0_remark1"]
+    c1 = over.results["closed_form"]
+    assert c1["t0"] < t[0] < t[1] < c1["t0_remark1"]  # measured 289.57 < 294.93 < 299.35 < 364.79
 
 
 # ---- stepsize ------------------------------------------------------------------------------------
