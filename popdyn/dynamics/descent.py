@@ -394,12 +394,8 @@ class _GD(eqx.Module):
         state = jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), state, new_state)
         if not lg:
             return theta, state, bad
-        return (
-            theta,
-            state,
-            bad,
-            jax.tree_util.tree_map(lambda a, b: jnp.where(keep, a, b), lg[0], jax.value_and_grad(self.prob.loss)(new)),
-        )
+        # (L, ∇L) at the point kept: a frozen point's values again, bit for bit, without selecting them
+        return theta, state, bad, jax.value_and_grad(self.prob.loss)(theta)
 
     def steady(self, theta, floor) -> Array:
         cfg = self.cfg
