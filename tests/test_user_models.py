@@ -279,9 +279,9 @@ def test_a_minimum_reached_at_round_off_has_one_name_at_every_point_of_a_sweep()
     from popdyn.jobs.sweep import run_sweep
 
     sw = run_sweep(_product_problem, [("y", np.linspace(1.0, 3.0, 3))], 64, seed=0)
-    assert sw["attractors"] == ["min L=0"]
-    for row in sw["rows"]:
-        assert row["fractions"] == {"min L=0": 1.0} and row["resolved_fraction"] == 1.0
+    assert sw.attractors == ("min L=0",)
+    for point in sw.points:
+        assert point.fractions == {"min L=0": 1.0} and point.resolved_fraction == 1.0
     prob = _product_problem(2.0)
     bf = popdyn.basin_fractions(prob, 16, seed=1)
     losses = np.asarray(jax.vmap(prob.loss)(bf.final))

@@ -25,6 +25,7 @@ from popdyn.analysis.labellers import (
 )
 from popdyn.analysis.slices import AbstractSlice, BlockScales, Plane
 from popdyn.analysis.stepsize import StepSizeAudit, step_size_audit
+from popdyn.analysis.sweeps import Sweep, SweepPoint, basin_sweep
 from popdyn.analysis.times import (
     Distance,
     GradNormBelow,
@@ -68,6 +69,9 @@ __all__ = [
     "BlockScales",
     "Plane",
     "StepSizeAudit",
+    "Sweep",
+    "SweepPoint",
+    "basin_sweep",
     "asymptotic_rate",
     "first_passage",
     "basin_map",

@@ -6,10 +6,8 @@ programs compiled for the first one: a sweep compiles once.
 from __future__ import annotations
 
 import math
-import os
 import warnings
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -18,8 +16,9 @@ from matplotlib.figure import Figure
 from tqdm.auto import tqdm
 
 from popdyn import _validate
-from popdyn.analysis import AbstractLabeller, Grid, basin_fractions, lambda_max
+from popdyn.analysis import AbstractLabeller, Grid
 from popdyn.analysis.basins import UNRESOLVED
+from popdyn.analysis.sweeps import Sweep, SweepPoint, basin_sweep, grid_points, point_folder
 from popdyn.batching import Rehearsed, check_memory, rehearsal
 from popdyn.dynamics import AbstractDynamics
 from popdyn.io import Result
@@ -68,11 +67,9 @@ def parse_vary(vary) -> list[tuple[str, np.ndarray]]:
     return [(name, np.linspace(lo, hi, n)) for name, lo, hi, n in specs]
 
 
-def _points(axes: list[tuple[str, np.ndarray]]) -> tuple[tuple[int, ...], list[dict[str, float]]]:
+def _points(axes) -> tuple[tuple[int, ...], list[dict[str, float]]]:
     """(The grid's shape, its points as {name: value}, row-major with the last axis fastest)."""
-    shape = tuple(len(v) for _, v in axes)
-    mesh = np.array(np.meshgrid(*[v for _, v in axes], indexing="ij")).reshape(len(axes), -1).T
-    return shape, [{name: float(v) for (name, _), v in zip(axes, vals, strict=False)} for vals in mesh]
+    return tuple(len(v) for _, v in axes), grid_points(tuple(axes))
 
 
 def _same_structure(a: Any, b: Any) -> bool:
@@ -127,11 +124,6 @@ def _problems(make: Callable[..., Problem], axes, grid: list[dict[str, float]], 
     return problems
 
 
-def _point_folder(checkpoint, i: int) -> str | None:
-    """The checkpoint folder of parameter point ``i`` under ``checkpoint`` (None: no checkpoint)."""
-    return None if checkpoint is None else os.fspath(Path(checkpoint) / f"point-{i:05d}")
-
-
 def run_sweep(
     make: Callable[..., Problem],
     axes: list[tuple[str, np.ndarray]],
@@ -143,59 +135,27 @@ def run_sweep(
     chunk: int = 16384,
     progress: bool = False,
     checkpoint=None,
-) -> dict:
-    """For every point of the parameter grid (row-major, the last axis fastest): basin fractions among resolved
-    runs (with standard errors), the resolved share, the median stopping time and the median λ_max at the resolved
-    end points, from the initialisations ``inits``: one batch for every point, or a number n of draws of each
-    point's own init with the same n keys (split from ``seed``), so a swept value that sets the init draws its own
-    starts and one that does not reuses the same starts. Every point's problem is built and checked before the
-    first point runs (``_problems``). ``dynamics``: the dynamics run at every point (gradient flow to t = 1e4 by
-    default); ``labeller``: what names the attractors (default: ``popdyn.analysis.default_labeller()``).
-    Checkpoints: one folder per parameter point under ``checkpoint``."""
+) -> Sweep:
+    """``popdyn.analysis.basin_sweep`` over the problems ``make(**values)`` of the parameter grid of ``axes``, every
+    one built and checked before the first point runs (``_problems``): from the initialisations ``inits`` (one batch
+    for every point, or a number n of draws of each point's own init with the same n keys, split from ``seed``),
+    run by ``dynamics`` (gradient flow to t = 1e4 by default), named by ``labeller`` (default:
+    ``popdyn.analysis.default_labeller()``). Checkpoints: one folder per parameter point under ``checkpoint``."""
     dynamics = job_dynamics() if dynamics is None else dynamics
-    shape, grid = _points(axes)
+    _, grid = _points(axes)
     n_init = _validate.int_at_least("n-init", inits, 1) if isinstance(inits, (int, np.integer)) else None
     problems = _problems(make, axes, grid, n_init)
-    names: list[str] = []
-    rows: list[dict[str, Any]] = []
-    for i, values in enumerate(tqdm(grid, desc="sweep", disable=not progress)):
-        prob = problems[i]
-        bf = basin_fractions(
-            prob,
-            inits,
-            dynamics,
-            labeller=labeller,
-            seed=seed,
-            chunk_size=chunk,
-            checkpoint=_point_folder(checkpoint, i),
-        )
-        ok = bf.labels >= 0
-        lam = np.where(ok, np.asarray(lambda_max(prob, bf.final)), np.nan)  # one shape for every value
-        names += [a for a in bf.attractors if a not in names]
-        k = int(ok.sum())
-        frac = bf.fractions_of_resolved
-        rows.append(
-            {
-                "values": values,
-                "fractions": frac,
-                "stderr": {a: (float(np.sqrt(f * (1 - f) / k)) if k else float("nan")) for a, f in frac.items()},
-                "resolved_fraction": bf.resolved_fraction,
-                "status_counts": bf.status_counts(),
-                "time_median": float(np.nanmedian(bf.times)) if ok.any() else float("nan"),
-                "lambda_max_median": float(np.nanmedian(lam)) if ok.any() else float("nan"),
-            }
-        )
-    fractions = _fraction_grids(rows, names, shape)
-    return {
-        "axes": axes,
-        "shape": shape,
-        "rows": rows,
-        "attractors": names,
-        "fractions": fractions,
-        "resolved": np.array([r["resolved_fraction"] for r in rows]).reshape(shape),
-        "time_median": np.array([r["time_median"] for r in rows]).reshape(shape),
-        "lambda_max_median": np.array([r["lambda_max_median"] for r in rows]).reshape(shape),
-    }
+    return basin_sweep(
+        problems,
+        tuple(axes),
+        inits,
+        dynamics,
+        labeller=labeller,
+        seed=seed,
+        chunk_size=chunk,
+        progress=progress,
+        checkpoint=checkpoint,
+    )
 
 
 SUMMARIES = (
@@ -206,24 +166,17 @@ SUMMARIES = (
 """Per-point arrays of a sweep beside its fractions (those it has), with their panel titles."""
 
 
-def _fraction_grids(rows: list[dict], names: list[str], shape: tuple[int, ...]) -> dict[str, np.ndarray]:
-    """Per attractor, its share of the resolved runs at every point of the grid (NaN where none resolved)."""
-    return {
-        a: np.array([r["fractions"].get(a, 0.0) if r["resolved_fraction"] > 0 else np.nan for r in rows]).reshape(shape)
-        for a in names
-    }
-
-
-def plot_sweep(sw: dict, title: str, theory_line: Callable[[Figure, list], None] | None = None) -> Figure:
+def plot_sweep(sw: Sweep, title: str, theory_line: Callable[[Figure, list], None] | None = None) -> Figure:
     """One panel per attractor (its share of resolved runs) and panels for the resolved share, the median time and
     λ_max where the sweep has them; heatmaps over two parameters, curves over one."""
-    panels = [(f"fraction: {a}", sw["fractions"][a]) for a in sw["attractors"]]
-    panels += [(name, sw[key]) for key, name in SUMMARIES if key in sw]
+    fractions = sw.fractions
+    panels = [(f"fraction: {a}", fractions[a]) for a in sw.attractors]
+    panels += [(name, getattr(sw, key)) for key, name in SUMMARIES if getattr(sw, key) is not None]
     cols = min(3, len(panels))
     rows = -(-len(panels) // cols)
     fig = Figure(figsize=(4.2 * cols, 3.6 * rows), layout="constrained")
     axs = np.atleast_1d(fig.subplots(rows, cols)).ravel()
-    (xname, xs), *rest = sw["axes"]
+    (xname, xs), *rest = sw.axes
     for ax, (name, z) in zip(axs, panels, strict=False):
         if rest:
             yname, ys = rest[0]
@@ -243,23 +196,27 @@ def plot_sweep(sw: dict, title: str, theory_line: Callable[[Figure, list], None]
     return fig
 
 
-def _result(sw: dict, inputs: dict, title: str, extra: dict | None = None, theory_line=None) -> Result:
-    arrays = {f"fraction_{a}": v for a, v in sw["fractions"].items()}
-    arrays |= {key: sw[key] for key, _ in SUMMARIES if key in sw} | {name: vals for name, vals in sw["axes"]}
+def _result(sw: Sweep, inputs: dict, title: str, extra: dict | None = None, theory_line=None, rows=None) -> Result:
+    """The job's Result of a sweep: ``rows`` (default: every point's ``record()``) under "points", the grids as
+    arrays, the figure and one line per point."""
+    arrays = {f"fraction_{a}": v for a, v in sw.fractions.items()}
+    arrays |= {key: getattr(sw, key) for key, _ in SUMMARIES if getattr(sw, key) is not None}
+    arrays |= {name: vals for name, vals in sw.axes}
+    rows = [p.record() for p in sw.points] if rows is None else rows
     res = Result(
         inputs,
-        {"points": sw["rows"], "attractors": sw["attractors"], **(extra or {})},
+        {"points": rows, "attractors": list(sw.attractors), **(extra or {})},
         arrays={"sweep": arrays},
         figures={"sweep": plot_sweep(sw, title, theory_line)},
     )
-    res.lines.append(f"sweep  {title}: {' × '.join(f'{n} {len(v)} values' for n, v in sw['axes'])}")
-    for r in sw["rows"]:
-        where = ", ".join(f"{k}={v:.4g}" for k, v in r["values"].items())
-        if r["resolved_fraction"] == 0:  # shares of no run would read "nan%"
+    res.lines.append(f"sweep  {title}: {' × '.join(f'{n} {len(v)} values' for n, v in sw.axes)}")
+    for p in sw.points:
+        where = ", ".join(f"{k}={v:.4g}" for k, v in p.values.items())
+        if p.resolved_fraction == 0:  # shares of no run would read "nan%"
             res.lines.append(f"  {where}: no run resolved")
             continue
-        shares = ", ".join(f"{a} {100 * f:5.1f}%" for a, f in r["fractions"].items() if a != UNRESOLVED)
-        res.lines.append(f"  {where}: {shares} of resolved ({100 * r['resolved_fraction']:.0f}% resolved)")
+        shares = ", ".join(f"{a} {100 * f:5.1f}%" for a, f in p.fractions.items() if a != UNRESOLVED)
+        res.lines.append(f"  {where}: {shares} of resolved ({100 * p.resolved_fraction:.0f}% resolved)")
     return res
 
 
@@ -357,8 +314,8 @@ def sweep_markov(
         checkpoint=checkpoint,
     )
     predicted: list[dict[str, float] | None] = []
-    for r in sw["rows"]:
-        p, q = r["values"]["p"], r["values"]["q"]
+    for point in sw.points:
+        p, q = point.values["p"], point.values["q"]
         prob = Canonical(p, q)
         if not prob.theorem_applies():
             predicted.append(None)
@@ -366,8 +323,7 @@ def sweep_markov(
         labels = np.asarray(jax.vmap(prob.predicted_basin)(inits))
         ok = labels >= 0
         predicted.append({a: float(np.mean(labels[ok] == i)) for i, a in enumerate(ATTRACTORS)})
-    for r, pr in zip(sw["rows"], predicted, strict=False):
-        r["predicted_fractions"] = pr
+    rows = [point.record() | {"predicted_fractions": pr} for point, pr in zip(sw.points, predicted, strict=True)]
 
     def line(fig, axs):
         for ax in axs:
@@ -383,7 +339,7 @@ def sweep_markov(
         "range": [lo, hi],
         **settings(dynamics),
     }
-    return _result(sw, inputs, f"Markov (p, q), {dynamics.method}, {grid}x{grid} starts", theory_line=line)
+    return _result(sw, inputs, f"Markov (p, q), {dynamics.method}, {grid}x{grid} starts", theory_line=line, rows=rows)
 
 
 def _task_call(job, numeric: dict, options: dict, point: dict, checkpoint) -> tuple[dict, dict]:
@@ -430,32 +386,20 @@ def sweep_task(task: str, vary=None, progress: bool = False, checkpoint=None, **
                 f"vary {name}={list(vals)} is invalid: {name} is an integer, so LO:HI:N must give integers"
             )
         axes.append((name, np.round(vals) if numeric[name].type is int else vals))
-    shape, grid = _points(axes)
+    _, grid = _points(axes)
     run = job.function()
-    calls = [_task_call(job, numeric, options, point, _point_folder(checkpoint, i)) for i, point in enumerate(grid)]
+    calls = [_task_call(job, numeric, options, point, point_folder(checkpoint, i)) for i, point in enumerate(grid)]
     for values, kw in calls:  # every point's options and sizes are checked before the first point runs
         _rehearse(run, kw, values)
-    rows: list[dict[str, Any]] = []
+    points: list[SweepPoint] = []
     for values, kw in tqdm(calls, desc="sweep", disable=not progress):
         out = run(**kw).results
         resolved = 1.0 - out["fractions"].get(UNRESOLVED, 0.0)
         share = {
             a: (f / resolved if resolved > 0 else float("nan")) for a, f in out["fractions"].items() if a != UNRESOLVED
         }
-        rows.append(
-            {"values": values, "fractions": share, "resolved_fraction": resolved, "time_median": out.get("median_time")}
-        )
-    names = list(dict.fromkeys(a for r in rows for a in r["fractions"]))
-    sw: dict[str, Any] = {
-        "axes": axes,
-        "shape": shape,
-        "rows": rows,
-        "attractors": names,
-        "fractions": _fraction_grids(rows, names, shape),
-        "resolved": np.array([r["resolved_fraction"] for r in rows]).reshape(shape),
-    }
-    if any(r["time_median"] is not None for r in rows):
-        times = [np.nan if r["time_median"] is None else r["time_median"] for r in rows]
-        sw["time_median"] = np.array(times).reshape(shape)
+        points.append(SweepPoint(values, share, resolved, out.get("median_time")))
+    names = tuple(dict.fromkeys(a for p in points for a in p.fractions))
+    sw = Sweep(axes=tuple(axes), points=tuple(points), attractors=names)
     inputs = {"task": task, "vary": list(vary), **options}
     return _result(sw, inputs, f"{task}: basins over {' × '.join(n for n, _ in axes)}")
