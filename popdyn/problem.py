@@ -31,13 +31,13 @@ class Overlay:
     """Something a task knows about a 2-D slice of its landscape, to draw over a basin map.
 
     ``kind`` is "line" (polyline through x, y; NaN breaks it) or "points"; coordinates are in the
-    slice's (x, y) axes.
+    slice's (x, y) axes, as tuples or float arrays.
     """
 
     label: str
     kind: str
-    x: tuple[float, ...]
-    y: tuple[float, ...]
+    x: tuple[float, ...] | Float[np.ndarray, " n"]
+    y: tuple[float, ...] | Float[np.ndarray, " n"]
     style: dict = field(default_factory=dict)
 
 
