@@ -64,12 +64,13 @@ def group_sparse(D: int, i_star: int = 0) -> np.ndarray:
     return S
 
 
-def random_V(key: Array, M: int, d: int, norm: float | None = None) -> Float[Array, "M d"]:
-    """V* with iid N(0, 1) entries [our choice; the paper's V* is unknown], rescaled to ‖V*‖_F = ``norm`` if given."""
+def random_V(key: Array | int, M: int, d: int, norm: float | None = None) -> Float[Array, "M d"]:
+    """V* with iid N(0, 1) entries [our choice; the paper's V* is unknown], rescaled to ‖V*‖_F = ``norm`` if given;
+    ``key`` a PRNG key or a seed (made a key once the sizes are checked: bad input compiles nothing)."""
     M = _validate.int_at_least("M", M, 1)
     d = _validate.int_at_least("d", d, 1)
     norm = None if norm is None else _validate.positive("norm", norm)
-    V = jax.random.normal(key, (M, d))
+    V = jax.random.normal(jax.random.PRNGKey(key) if isinstance(key, int) else key, (M, d))
     return V if norm is None else V * (norm / jnp.linalg.norm(V))
 
 
@@ -80,7 +81,7 @@ def make_teacher(
     *,
     d: int,
     M: int | None = None,
-    key: Array | None = None,
+    key: Array | int | None = None,
     v_norm: float | None = None,
     activation: str = "leaky",
     alpha: float | None = None,
@@ -92,7 +93,8 @@ def make_teacher(
 
     "cnn"/"gcn": S* from ``cnn_pooling``/``cycle_gcn`` and V* = ``random_V(key, M, d, v_norm)``. "sts": V* = I_d
     (M = d) and ``token_selection(D, K)``; ``key``, ``v_norm`` unused. "gslp": K = 1, M = 1, ``group_sparse(D)``,
-    V* = ``random_V(key, 1, d, v_norm)``. Remaining keywords go to ``BilinearTeacher``.
+    V* = ``random_V(key, 1, d, v_norm)``; an int ``key`` is a seed, made a PRNG key after every setting is checked.
+    Remaining keywords go to ``BilinearTeacher``.
     """
     _validate.choice("name", name, TEACHERS)
     d = _validate.int_at_least("d", d, 1)
@@ -150,7 +152,7 @@ def build(
         K,
         d=d,
         M=M,
-        key=jax.random.PRNGKey(_validate.seed("seed", seed)),
+        key=_validate.seed("seed", seed),  # made a PRNG key once the settings are checked: bad input compiles nothing
         activation=activation,
         alpha=alpha,
     )
