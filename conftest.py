@@ -29,22 +29,6 @@ def _session_compilation_cache() -> None:
 
 _session_compilation_cache()
 
-
-def _quick_compilation() -> None:
-    """XLA's CPU backend compiles the tests' programs at optimisation level 0 (``--xla_backend_optimization_level=0``):
-    the suite is compile-bound, and this takes about a tenth off it. Results move in the last bits only, so every
-    property a test checks is unchanged; the comparison with recorded results (tests/test_golden.py) runs in a process
-    of its own under the flags the tests started with (kept in POPDYN_USER_XLA_FLAGS), bit for bit the code users run.
-    POPDYN_TEST_XLA_OPT=default keeps XLA's default level everywhere."""
-    if os.environ.get("POPDYN_TEST_XLA_OPT") == "default" or "POPDYN_USER_XLA_FLAGS" in os.environ:
-        return
-    flags = os.environ.get("XLA_FLAGS", "")
-    os.environ["POPDYN_USER_XLA_FLAGS"] = flags
-    os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0".strip()
-
-
-_quick_compilation()
-
 import jax  # noqa: E402
 from hypothesis import settings  # noqa: E402
 

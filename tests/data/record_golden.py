@@ -8,7 +8,6 @@ every result (a refactor) proves it there. Re-record only when a change of resul
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -142,21 +141,12 @@ def versions() -> dict[str, str]:
     }
 
 
-def compute(names: list[str]) -> dict[str, np.ndarray]:
-    """The arrays of the cases ``names``, keyed "case/key"."""
+def main() -> None:
     jax.config.update("jax_enable_x64", True)
-    every = cases()
-    return {f"{case}/{key}": value for case in names for key, value in every[case]().items()}
-
-
-def main(argv: list[str] | None = None) -> None:
-    """Record every case into golden.npz; with ``--out FILE CASE …``, compute those cases into FILE instead (what
-    tests/test_golden.py runs, in a process with XLA's default flags)."""
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--out"]:
-        np.savez(argv[1], **compute(argv[2:]))
-        return
-    arrays = compute(list(cases()))
+    arrays = {}
+    for case, compute in cases().items():
+        for key, value in compute().items():
+            arrays[f"{case}/{key}"] = value
     meta = np.array(sorted(f"{k}={v}" for k, v in versions().items()))
     np.savez_compressed(PATH, __versions__=meta, **arrays)
     print(f"{len(arrays)} arrays from {len(cases())} cases written to {PATH}")
