@@ -32,6 +32,7 @@ def test_rates_match_local_theory_both_regimes():
         assert (np.nanmin(dist, axis=1) < 1e-6).all()  # every run really entered the ε-ball
 
 
+@pytest.mark.slow  # moved out of the quick tier (< 3 min); still in the full suite
 def test_p_plus_q_one_measures_against_the_flow_end_point():
     """No closed-form limit at p+q = 1 (§4.4 assumes p+q != 1): the job still runs and says so."""
     import pytest

@@ -40,6 +40,7 @@ def test_spread_over_draws_with_distinct_seeds(job):
     np.testing.assert_array_equal(job.arrays["theorem2"]["draw_seeds"], np.arange(5, 15))
 
 
+@pytest.mark.slow  # moved out of the quick tier (< 3 min); still in the full suite
 def test_one_draw_is_the_exact_hessian_at_its_seed(job):
     """Draw 3 (seed 8) is the top eigenvalue of the dense Hessian of the exact loss at V₀ = cP + U(−ε/2, ε/2) drawn
     from PRNGKey(8), lists and π those of seed 5 (Lanczos against the dense spectrum: float64 rounding)."""

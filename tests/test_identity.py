@@ -179,6 +179,7 @@ def test_a_method_edited_with_the_same_fields_is_refused(tmp_path):
 ARGV = ["basins", "markov", "--grid", "4", "--method", "gd", "--steps", "40", "--chunk", "8", "--quiet"]
 
 
+@pytest.mark.slow  # moved out of the quick tier (< 3 min); still in the full suite
 def test_summary_names_the_identity_that_binds_the_checkpoint(run_cli, tmp_path):
     """summary.json's ``identity``: the runs behind the result (the one that binds the checkpoint's manifest among
     them), the same for the same command, another for another option."""

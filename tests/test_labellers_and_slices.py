@@ -136,6 +136,7 @@ def test_a_labeller_beside_its_settings_or_a_wrong_one_is_refused():
         Plane({"a": 1.0}, {"a": 0.0, "b": 1.0}, (-1.0, 1.0), (-1.0, 1.0), (2, 2)).points(prob)
 
 
+@pytest.mark.slow  # moved out of the quick tier (< 3 min); still in the full suite
 def test_plane_and_block_scales_are_the_points_they_promise():
     """``Plane``: origin + x·u + y·v at every grid point, row-major; ``Plane.random``: orthonormal directions;
     ``BlockScales``: the two blocks scaled, the rest zero. A basin map runs over a plane: with u = (1, 1)/√2 and

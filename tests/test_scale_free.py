@@ -107,6 +107,7 @@ CASES = {  # loss, start, status: the higher-order probe at critical points with
 }
 
 
+@pytest.mark.slow  # moved out of the quick tier (< 3 min); still in the full suite
 @pytest.mark.parametrize("case", list(CASES))
 def test_degenerate_critical_points_are_probed(case):
     loss, start, expected = CASES[case]

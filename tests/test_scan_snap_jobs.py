@@ -147,6 +147,7 @@ def test_stepsize_against_the_hessian_at_zero_and_lemma5():
     assert [r["lr"] for r in over.results["runs"]] == list(lrs)
 
 
+@pytest.mark.slow  # moved out of the quick tier (< 3 min); still in the full suite
 def test_stepsize_with_momentum_leaves_lemma5_out():
     """Lemma 5 solves plain GD: with momentum the job records the run and its audit thresholds, no Lemma 5 check,
     and λ_max(θ_0) still equals the closed form."""

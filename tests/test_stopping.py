@@ -62,6 +62,7 @@ def test_at_a_critical_point_the_rule_holds():
     assert bool(stopping.rule(speed, R, jnp.asarray(1e-10), jnp.asarray(0.0)))
 
 
+@pytest.mark.slow  # moved out of the quick tier (< 3 min); still in the full suite
 @pytest.mark.parametrize("lam", [1e-3, 1e-4])
 def test_a_stiff_component_at_the_solver_tolerance_does_not_stop_the_flow_early(lam):
     """L = ½(x² + λy²) + x⁴/10 from (1, 1): Tsit5 keeps x at its error tolerance (~5e-11) near the minimum, and the

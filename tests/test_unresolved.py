@@ -13,6 +13,7 @@ LOGISTIC = popdyn.Problem.from_loss(lambda t: jnp.logaddexp(0.0, -t["x"]), {"x":
 BOWL = popdyn.Problem.from_loss(lambda t: 0.5 * (t["x"] ** 2 + 4.0 * t["y"] ** 2), {"x": 0.0, "y": 0.0})
 
 
+@pytest.mark.slow  # moved out of the quick tier (< 3 min); still in the full suite
 def test_a_run_escaping_to_infinity_is_named_by_the_level_it_tends_to():
     """The logistic loss log(1 + e^{−x}) has no minimum: every run moves out, x → ∞, L → 0."""
     bf = popdyn.basin_fractions(LOGISTIC, {"x": jnp.array([-1.0, 0.5, 2.0])}, popdyn.GradientFlow(t1=10.0))

@@ -245,6 +245,7 @@ def test_every_point_of_a_sweep_is_built_before_the_first_runs(models, run_cli, 
 
 
 # ---- labels and draws ------------------------------------------------------------------------------------------
+@pytest.mark.slow  # moved out of the quick tier (< 3 min); still in the full suite
 def test_an_end_point_within_tol_of_two_attractors_is_announced():
     prob = popdyn.Problem.from_loss(
         lambda u: jnp.sum(u**2),
