@@ -13,6 +13,7 @@ from pathlib import Path
 import jax
 import numpy as np
 import pytest
+from _docs import doc_module
 
 import popdyn
 from popdyn.jobs.registry import COMMANDS, JOBS, MODEL, REGISTRY
@@ -67,17 +68,7 @@ def test_every_command_has_markov_and_the_user_model():
 
 def _readme_model(tmp_path, monkeypatch):
     """The README's model file, importable from tmp_path, and its commands."""
-    text = README.read_text(encoding="utf-8")
-    section = re.search(r"^## Your own model on the command line\s*$(.*?)(?=^## )", text, flags=re.M | re.S).group(1)
-    code = re.findall(r"^```python\n(.*?)^```", section, flags=re.M | re.S)[0]
-    commands = [
-        line.split("#")[0].split()
-        for line in re.findall(r"^```bash\n(.*?)^```", section, flags=re.M | re.S)[0].strip().splitlines()
-    ]
-    (tmp_path / "double_well.py").write_text(code)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("double_well", None)
-    return commands
+    return doc_module(README, "## Your own model on the command line", "double_well", tmp_path, monkeypatch)
 
 
 @pytest.mark.slow

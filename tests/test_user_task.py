@@ -2,26 +2,19 @@
 of docs/jobs.md ("Your own task"), written to a folder and named on the command line as its commands say."""
 
 import json
-import re
-import sys
 from pathlib import Path
 
 import jax
 import numpy as np
 import pytest
+from _docs import doc_module
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "jobs.md"
 
 
 def _docs_task(tmp_path, monkeypatch) -> list[list[str]]:
     """The docs' module, importable from tmp_path as ``wells``, and its commands."""
-    section = re.search(r"^## Your own task\s*$(.*?)(?=^## |\Z)", DOCS.read_text(encoding="utf-8"), flags=re.M | re.S)
-    code = re.findall(r"^```python\n(.*?)^```", section.group(1), flags=re.M | re.S)[0]
-    bash = re.findall(r"^```bash\n(.*?)^```", section.group(1), flags=re.M | re.S)[0]
-    (tmp_path / "wells.py").write_text(code)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    sys.modules.pop("wells", None)
-    return [line.split("#")[0].split() for line in bash.strip().splitlines()]
+    return doc_module(DOCS, "## Your own task", "wells", tmp_path, monkeypatch)
 
 
 @pytest.mark.slow  # ~40 s: four commands, each compiling its runs

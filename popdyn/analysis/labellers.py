@@ -236,19 +236,6 @@ class Clusters(AbstractLabeller):
         return Labels(labels, tuple(names))
 
 
-class Reached(AbstractLabeller):
-    """The runs that met their dynamics' target (status REACHED: ``GradientFlow(target=…)``,
-    ``GradientDescent(target=…)``), under one name.
-
-    **Arguments:** ``name``: the attractor's name (default "target")."""
-
-    name: str = "target"
-    statuses: ClassVar[tuple[int, ...]] = (int(Status.REACHED),)
-
-    def label(self, prob: Problem, traj: Trajectory, todo: np.ndarray) -> Labels:
-        return Labels(np.where(todo, 0, -1), (self.name,))
-
-
 class Rest(AbstractLabeller):
     """Every point it is given, under one name: last in a ``FirstOf``, "whatever else became steady".
 
@@ -258,6 +245,16 @@ class Rest(AbstractLabeller):
 
     def label(self, prob: Problem, traj: Trajectory, todo: np.ndarray) -> Labels:
         return Labels(np.where(todo, 0, -1), (self.name,))
+
+
+class Reached(Rest):
+    """The runs that met their dynamics' target (status REACHED: ``GradientFlow(target=…)``,
+    ``GradientDescent(target=…)``), under one name: ``Rest`` given those runs only.
+
+    **Arguments:** ``name``: the attractor's name (default "target")."""
+
+    name: str = "target"
+    statuses: ClassVar[tuple[int, ...]] = (int(Status.REACHED),)
 
 
 def default_labeller(

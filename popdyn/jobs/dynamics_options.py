@@ -66,10 +66,14 @@ def user_dynamics(spec: str) -> AbstractDynamics:
     return obj
 
 
-def settings(dynamics: AbstractDynamics) -> dict[str, Any]:
-    """The settings a job's dynamics ran with, for its summary: the method and what it reads (the flow's horizon,
-    solver and step budget, or GD's rate, steps and momentum), and the stopping rule's tolerances."""
+def settings(dynamics: AbstractDynamics, spec: str = "") -> dict[str, Any]:
+    """The settings a job's dynamics ran with, for its summary: the ``--method`` spec when it named the user's own
+    dynamics (``"module.path:NAME"``, as "dynamics"), the method and what it reads (the flow's horizon, solver and
+    step budget, or GD's rate, steps and momentum), and the stopping rule's tolerances."""
     from popdyn.dynamics.flow import GradientFlow
+
+    if ":" in spec:
+        return {"dynamics": spec} | settings(dynamics)
 
     own: dict[str, Any]
     if isinstance(dynamics, GradientDescent):

@@ -194,9 +194,9 @@ def basins_model(
     g = _coordinate_grid(prob, factory, x, y, lo, hi, n, seed) if g is None else g
     run = {"chunk_size": chunk, "progress": progress, "checkpoint": checkpoint}
     bm = basin_map(prob, g, dynamics, labeller=task.labeller, **run)
-    title = f"{_title(factory, param)}, {dynamics.method if ':' in method else method}"
+    title = f"{_title(factory, param)}, {dynamics.method}"
     inputs = {"task": factory, "param": list(param), "x": g.x, "y": g.y, "grid": n, "range": [lo, hi], "seed": seed}
-    inputs |= ({"dynamics": method} if ":" in method else {}) | settings(dynamics)
+    inputs |= settings(dynamics, method)
     groups = group_unresolved(prob, bm)
     results = {
         "fractions": bm.fractions,
@@ -259,7 +259,7 @@ def converge_model(
     final_loss = np.asarray(jax.vmap(prob.loss)(ht.final))
     times = ht.times
     inputs = {"task": factory, "param": list(param), "n_init": n_init, "seed": seed, "eps": eps}
-    inputs |= ({"dynamics": method} if ":" in method else {}) | settings(dynamics)
+    inputs |= settings(dynamics, method)
     results = {
         "reached": int(ht.reached.sum()),
         "status_counts": ht.status_counts(),

@@ -261,7 +261,7 @@ def sweep_model(
         checkpoint=checkpoint,
     )
     inputs = {"task": factory, "param": list(param), "vary": list(vary), "n_init": n_init, "seed": seed}
-    inputs |= ({"dynamics": method} if ":" in method else {}) | settings(dynamics)
+    inputs |= settings(dynamics, method)
     return _result(sw, inputs, factory)
 
 
@@ -337,7 +337,7 @@ def sweep_markov(
         "points": points,
         "grid": grid,
         "range": [lo, hi],
-        **settings(dynamics),
+        **settings(dynamics, method),
     }
     return _result(sw, inputs, f"Markov (p, q), {dynamics.method}, {grid}x{grid} starts", theory_line=line, rows=rows)
 

@@ -75,7 +75,7 @@ def basins_markov(
         "grid": n,
         "range": [lo, hi],
         "bias": bias,
-        **settings(dyn),
+        **settings(dyn, method),
     }
     results = {
         "fractions": bm.fractions,
