@@ -276,6 +276,12 @@ def peak_rss_gb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / 1e9
 
 
+def accelerator() -> str | None:
+    """The kind of JAX's default device when it is not a CPU (e.g. "NVIDIA H100 80GB HBM3"), else None."""
+    dev = jax.devices()[0]
+    return None if dev.platform == "cpu" else dev.device_kind
+
+
 def gpu_note() -> str:
     """Whether this run saw a GPU: the accelerators in ``jax.devices()``, or a statement that there were none."""
     gpus = [d for d in jax.devices() if d.platform != "cpu"]

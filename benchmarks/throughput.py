@@ -40,6 +40,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import subprocess
 import sys
 import time
@@ -49,6 +50,7 @@ import numpy as np
 
 from benchmarks._common import (
     REPO,
+    accelerator,
     finish_section,
     fmt_ratio,
     fmt_time,
@@ -60,7 +62,7 @@ from benchmarks._common import (
     run_header,
 )
 
-SECTION = "## Basin-map throughput: 10² to 10⁶ initialisations"
+SECTION = "## Basin-map throughput: 10² to 10⁶ initialisations"  # on the CPU; an accelerator's run adds its name
 MARK = "THROUGHPUT-RESULT "  # prefix of the worker's one-line JSON answer on stdout
 SLOPE_OK = (0.9, 1.1)  # "close to linear": the fitted exponent of time against n
 AGREE_MIN = 0.99  # flow labels against predicted_basin and against the baseline
@@ -86,8 +88,9 @@ def rss_now_gb() -> float:
 # ---------------------------------------------------------------------------------------------------------------
 # Worker: one (method, n) in a fresh process
 # ---------------------------------------------------------------------------------------------------------------
-def worker(method: str, s: int, p: float, q: float, k: int, seed: int) -> dict:
-    """Cold and warm ``basin_map`` on the s×s grid; flow labels at the baseline's indices; memory."""
+def worker(method: str, s: int, p: float, q: float, k: int, seed: int, chunk: int | None) -> dict:
+    """Cold and warm ``basin_map`` on the s×s grid (chunks of ``chunk`` points; None: the library's default); flow
+    labels at the baseline's indices; memory."""
     import jax
 
     import popdyn
@@ -98,6 +101,7 @@ def worker(method: str, s: int, p: float, q: float, k: int, seed: int) -> dict:
     prob = Canonical(p, q)
     grid = popdyn.Grid.square("w", "e", LO, HI, s)
     kw = {} if method == "flow" else {"lr": 0.5, "steps": 2000}
+    kw |= {} if chunk is None else {"chunk_size": chunk}
     rss_before = rss_now_gb()
     bm, cold, cold_c = timed_basin_map(prob, grid, method, **kw)
     bm, warm, warm_c = timed_basin_map(prob, grid, method, **kw)
@@ -143,6 +147,7 @@ def run_worker(method: str, n: int, args) -> dict:
         str(args.baseline_points),
         "--seed",
         str(args.seed),
+        *(["--chunk-size", str(args.chunk_size)] if args.chunk_size else []),
     ]
     proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)), None)
@@ -230,16 +235,26 @@ def figure(rows: list[dict], base: dict, path: Path) -> None:
     plt.close(fig)
 
 
+def section_and_figure() -> tuple[str, str]:
+    """This run's section heading and figure name: the CPU's are the plain ones, an accelerator's name it, so that
+    a run on each keeps its own section of RESULTS.md."""
+    kind = accelerator()
+    if kind is None:
+        return SECTION, "throughput.png"
+    return f"{SECTION} on {kind}", "throughput_" + re.sub(r"[^A-Za-z0-9]+", "_", kind).strip("_").lower() + ".png"
+
+
 def render(rows, base, slopes, fig_name, args, info, command, date, total) -> str:
     out = [
-        SECTION,
+        section_and_figure()[0],
         "",
         f"Written by `python -m benchmarks.throughput` on {date} (total run {total:.0f} s).  ",
         f"Command: `{command}`",
         "",
         f'`basin_map(Canonical({args.p:g}, {args.q:g}), Grid.square("w", "e", -3, 3, s), method)` with s = '
         "round(√n), flow with `benchmarks.basins_markov`'s settings (Tsit5, rtol 1e-8, atol 1e-10, t1 1e4, "
-        "steady-state stop), GD lr 0.5 × 2000 steps, default chunks of 16,384 points; float64, CPU. Every "
+        f"steady-state stop), GD lr 0.5 × 2000 steps, chunks of {args.chunk_size or 16384:,} points; float64, "
+        f"{accelerator() or 'CPU'}. Every "
         "(method, n) runs in a fresh subprocess: *cold* = its first call (compilation included), *warm* = an "
         "identical second call, *compute* = warm − any trace/compile time `jax.monitoring` reports in it; points/s = "
         "n ÷ compute. *Peak RSS* = that process's `ru_maxrss` (imports included); *before* = its resident memory "
@@ -327,7 +342,7 @@ def headline(rows, base, slopes, args, command, date, info, total) -> dict:
         if "agree_pred" in r
     ]
     checks.append(("solve_ivp labels agree with popdyn flow", base["agree_flow"] >= AGREE_MIN))
-    return make_headline("throughput", SECTION, command, date, info, args.quick, total, out, checks)
+    return make_headline("throughput", section_and_figure()[0], command, date, info, args.quick, total, out, checks)
 
 
 def parse_args(argv=None):
@@ -345,6 +360,7 @@ def parse_args(argv=None):
     ap.add_argument("--p", type=float, default=0.1)
     ap.add_argument("--q", type=float, default=0.1)
     ap.add_argument("--seed", type=int, default=0, help="seed of the baseline subset")
+    ap.add_argument("--chunk-size", type=int, default=None, help="points per compiled call (default: the library's)")
     ap.add_argument(
         "--quick", action="store_true", help="sizes 1e2 1e4, 20 baseline points; writes no results unless --results"
     )
@@ -375,7 +391,8 @@ def main(argv=None) -> int:
     args = parse_args(argv)
     if args.worker:
         method, s = args.worker[0], int(args.worker[1])
-        print(MARK + json.dumps(worker(method, s, args.p, args.q, args.baseline_points, args.seed)), flush=True)
+        result = worker(method, s, args.p, args.q, args.baseline_points, args.seed, args.chunk_size)
+        print(MARK + json.dumps(result), flush=True)
         return 0
     command, date, info = run_header("throughput", argv)
     t_start = time.perf_counter()
@@ -388,12 +405,12 @@ def main(argv=None) -> int:
         (sc, sizes), (sw, _) = fit_slope(rs, "compute", args.fit_from), fit_slope(rs, "cold", args.fit_from)
         slopes[m] = {"compute": sc, "cold": sw, "sizes": sizes, "tested": min(sizes) >= args.fit_from}
         print(f"{m}: compute time ∝ n^{sc:.3f}, cold wall ∝ n^{sw:.3f} over n = {sizes}", flush=True)
-    fig_name = "throughput.png"
+    heading, fig_name = section_and_figure()
     if args.results is not None:
         figure(rows, base, Path(args.results).parent / fig_name)
     total = time.perf_counter() - t_start
     section = render(rows, base, slopes, fig_name, args, info, command, date, total)
-    publish(section, SECTION, args.results, headline(rows, base, slopes, args, command, date, info, total))
+    publish(section, heading, args.results, headline(rows, base, slopes, args, command, date, info, total))
     ok = all(slope_ok(s) for s in slopes.values() if s["tested"]) and base["agree_flow"] >= AGREE_MIN
     return 0 if ok and all(r.get("agree_pred", 1.0) >= AGREE_MIN for r in rows) else 1
 
