@@ -152,15 +152,17 @@ def test_heavy_ball_thresholds_are_those_of_the_recursion(eta_lam, mu, verdict, 
     traj = popdyn.gradient_descent(prob, {"x": jnp.asarray(1.0)}, lr=eta_lam, steps=600, momentum=mu, save_params=True)
     audit = popdyn.step_size_audit(prob, traj, eta_lam, momentum=mu)
     assert int(traj.status) == status
-    assert audit.summary()["verdict"] == verdict
+    assert audit.row().verdict == verdict
     assert (audit.loss_rises == 0) == (verdict == "held")
     assert audit.monotone_threshold == pytest.approx((1 - math.sqrt(mu)) ** 2 / eta_lam)
     assert audit.stability_threshold == pytest.approx(2 * (1 + mu) / eta_lam)
     as_plain = dataclasses.replace(traj, dynamics=None)  # a record that forgot its momentum, read as plain GD:
     plain = popdyn.step_size_audit(prob, as_plain, eta_lam)  # the stable 3.0 run would be "unstable"
     assert bool(plain.flagged) == (eta_lam > 2)
-    row = audit.summary()
-    assert row["momentum"] == mu and row["stability_threshold"] == pytest.approx(2 * (1 + mu) / eta_lam)
+    row = audit.row()
+    assert row.momentum == mu and row.stability_threshold == pytest.approx(2 * (1 + mu) / eta_lam)
+    names = ["momentum", "monotone_threshold", "stability_threshold"]
+    assert list(audit.summary()) == list(row.json()) and list(row.json())[5:8] == names  # with μ: its thresholds
 
 
 def test_hitting_time_on_exponential_decay():
@@ -243,10 +245,12 @@ def test_audit_rows_carry_status_and_final_loss_and_the_figure_names_each_rate_o
     lrs = np.linspace(0.2, 2.4, 8)
     traj = popdyn.gradient_descent(prob, {"x": jnp.ones(8)}, lr=lrs, steps=30, save_params=True)
     audit = popdyn.step_size_audit(prob, traj)
-    rows = audit.summary()
-    assert [r["status"] for r in rows] == [traj.status_names[s] for s in np.asarray(traj.status)]
-    assert {r["status"] for r in rows} >= {"converged", "max_steps"}  # η = 2.4 > 2/λ: still growing at step 30
-    np.testing.assert_array_equal([r["final_loss"] for r in rows], np.asarray(traj.final_loss))
+    rows = audit.rows()
+    assert [r.status for r in rows] == [traj.status_names[s] for s in np.asarray(traj.status)]
+    assert {r.status for r in rows} >= {"converged", "max_steps"}  # η = 2.4 > 2/λ: still growing at step 30
+    np.testing.assert_array_equal([r.final_loss for r in rows], np.asarray(traj.final_loss))
+    assert [list(r) for r in audit.summary()] == [list(r.json()) for r in rows]
+    assert "momentum" not in rows[0].json()  # plain GD: no μ fields in summary.json
     losses = list(np.asarray(traj.loss))
     fig = plot_step_size_audit([audit.run(i) for i in range(8)], losses, [f"η = {v:g}" for v in lrs])
     top, bottom = fig.axes[:2]

@@ -219,8 +219,8 @@ def test_a_learning_rate_sweep_is_audited_in_one_call():
     a, b = (np.asarray(traj.final[k]) for k in "ab")
     np.testing.assert_allclose(audit.lambda_end[:4], (a**2 + b**2)[:4], rtol=1e-9)
     assert np.all(audit.lambda_end[2:4] < 2 / lrs[2:4]) and np.all(audit.max_lambda[2:4] > 2 / lrs[2:4])
-    rows = audit.summary()
-    assert [r["verdict"] for r in rows] == list(audit.verdicts()) and rows[1]["lr"] == 0.2
+    rows = audit.rows()
+    assert [r.verdict for r in rows] == list(audit.verdicts()) and rows[1].lr == 0.2
     assert "edge of stability" in audit.verdict(3) and "settled" in audit.verdict(3)
     single = audit.run(3)
     assert single.lr == pytest.approx(0.42) and single.lambda_max.shape == audit.ts.shape[1:]

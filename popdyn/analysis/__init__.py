@@ -24,7 +24,7 @@ from popdyn.analysis.labellers import (
     morse_index,
 )
 from popdyn.analysis.slices import AbstractSlice, BlockScales, Plane
-from popdyn.analysis.stepsize import StepSizeAudit, step_size_audit
+from popdyn.analysis.stepsize import AuditRow, StepSizeAudit, step_size_audit
 from popdyn.analysis.sweeps import Sweep, SweepPoint, basin_sweep
 from popdyn.analysis.times import (
     Distance,
@@ -68,6 +68,7 @@ __all__ = [
     "AbstractSlice",
     "BlockScales",
     "Plane",
+    "AuditRow",
     "StepSizeAudit",
     "Sweep",
     "SweepPoint",

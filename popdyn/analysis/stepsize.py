@@ -9,6 +9,7 @@ momentum μ the thresholds are λ ≤ (1 − √μ)²/η (real, positive roots: 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 import jax
 import numpy as np
@@ -22,6 +23,48 @@ from popdyn.problem import Problem
 VERDICTS = ("held", "between", "edge of stability", "unstable", "diverged")
 """Audit verdicts, in order: η ≤ 1/λ_max held all along; max λ in (1/η, 2/η]; λ crossed 2/η but the run settled
 where λ_end < 2/η; past 2/η and not settled; the run diverged or hit NaN."""
+
+
+JSONRow = dict[str, float | int | bool | str]
+"""An ``AuditRow`` as summary.json holds it (``AuditRow.json``)."""
+
+
+class AuditRow(NamedTuple):
+    """One run of a ``StepSizeAudit`` as plain numbers (``StepSizeAudit.row``).
+
+    - ``lr``: its learning rate η; ``one_over_lr``, ``two_over_lr``: 1/η and 2/η.
+    - ``max_lambda``, ``lambda_end``: the largest λ_max over the records, and λ_max at the last finite record.
+    - ``momentum``, ``monotone_threshold``, ``stability_threshold``: μ, (1 − √μ)²/η and 2(1 + μ)/η.
+    - ``monotone_safe``: max λ_max ≤ (1 − √μ)²/η; ``past_stability_edge``: max λ_max > 2(1 + μ)/η.
+    - ``verdict``: one of ``VERDICTS``; ``first_step_above_2_over_lr``: the first record time above 2(1 + μ)/η
+      (NaN: never).
+    - ``loss_rises``: how often the loss rose between records; ``status``: the run's status name;
+      ``final_loss``: its loss at the end point.
+    """
+
+    lr: float
+    max_lambda: float
+    lambda_end: float
+    one_over_lr: float
+    two_over_lr: float
+    momentum: float
+    monotone_threshold: float
+    stability_threshold: float
+    monotone_safe: bool
+    past_stability_edge: bool
+    verdict: str
+    first_step_above_2_over_lr: float
+    loss_rises: int
+    status: str
+    final_loss: float
+
+    def json(self) -> JSONRow:
+        """The row for ``summary.json``: its fields in order, the three momentum fields only when μ > 0."""
+        row = self._asdict()
+        if not self.momentum:
+            for name in ("momentum", "monotone_threshold", "stability_threshold"):
+                del row[name]
+        return row
 
 
 @dataclass(frozen=True)
@@ -105,55 +148,59 @@ class StepSizeAudit:
             }
         )
 
-    def summary(self) -> dict | list[dict]:
-        """The audit as plain numbers for ``summary.json``: a dict for one run, a list of dicts for a batch."""
+    def rows(self) -> list[AuditRow]:
+        """One ``AuditRow`` per run of a batch; the one run's row alone when unbatched."""
         if np.ndim(self.max_lambda):
-            return [self._row(i) for i in range(np.shape(self.max_lambda)[0])]
-        return self._row(())
+            return [self.row(i) for i in range(np.shape(self.max_lambda)[0])]
+        return [self.row()]
 
-    def _row(self, i) -> dict:
+    def summary(self) -> JSONRow | list[JSONRow]:
+        """The audit as plain numbers for ``summary.json`` (``AuditRow.json``): one row for one run, a list of rows
+        for a batch."""
+        rows = [r.json() for r in self.rows()]
+        return rows if np.ndim(self.max_lambda) else rows[0]
+
+    def row(self, i: int | tuple[()] = ()) -> AuditRow:
+        """Run ``i``'s audit as an ``AuditRow`` (the only run when unbatched)."""
         lr = float(np.broadcast_to(self.lr, np.shape(self.max_lambda))[i])
         if not isinstance(self.lr, np.ndarray) or self.lr.ndim == 0:
             lr = float(self.lr)
         low, edge = thresholds(lr, self.momentum)
-        return {
-            "lr": lr,
-            "max_lambda": float(np.asarray(self.max_lambda)[i]),
-            "lambda_end": float(np.asarray(self.lambda_end)[i]),
-            "one_over_lr": 1 / lr,
-            "two_over_lr": 2 / lr,
-            **(
-                {"momentum": self.momentum, "monotone_threshold": low, "stability_threshold": edge}
-                if self.momentum
-                else {}
-            ),
-            "monotone_safe": bool(np.asarray(self.monotone_safe)[i]),
-            "past_stability_edge": bool(np.asarray(self.flagged)[i]),
-            "verdict": VERDICTS[int(self.verdict_code[i])],
-            "first_step_above_2_over_lr": float(np.asarray(self.first_above_2_over_lr)[i]),
-            "loss_rises": int(np.asarray(self.loss_rises)[i]),
-            "status": STATUS_NAMES[int(np.asarray(self.status)[i])],
-            "final_loss": float(np.asarray(self.final_loss)[i]),
-        }
+        return AuditRow(
+            lr=lr,
+            max_lambda=float(np.asarray(self.max_lambda)[i]),
+            lambda_end=float(np.asarray(self.lambda_end)[i]),
+            one_over_lr=1 / lr,
+            two_over_lr=2 / lr,
+            momentum=self.momentum,
+            monotone_threshold=low,
+            stability_threshold=edge,
+            monotone_safe=bool(np.asarray(self.monotone_safe)[i]),
+            past_stability_edge=bool(np.asarray(self.flagged)[i]),
+            verdict=VERDICTS[int(self.verdict_code[i])],
+            first_step_above_2_over_lr=float(np.asarray(self.first_above_2_over_lr)[i]),
+            loss_rises=int(np.asarray(self.loss_rises)[i]),
+            status=STATUS_NAMES[int(np.asarray(self.status)[i])],
+            final_loss=float(np.asarray(self.final_loss)[i]),
+        )
 
     def verdict(self, i=()) -> str:
         """Run ``i``'s audit in words (the only run when unbatched), with λ_max against 1/η and 2/η (with momentum
         μ: (1 − √μ)²/η and 2(1 + μ)/η)."""
-        r = self._row(i)
+        r = self.row(i)
         low, edge = self.threshold_names
         words = {
             "held": f"λ_max ≤ {low} held",
             "between": f"between {low} and {edge}",
-            "edge of stability": f"edge of stability: λ_max crossed {edge} at t = {r['first_step_above_2_over_lr']:g}, "
-            f"then settled where λ_max = {r['lambda_end']:.4f} < {edge}",
+            "edge of stability": f"edge of stability: λ_max crossed {edge} at t = {r.first_step_above_2_over_lr:g}, "
+            f"then settled where λ_max = {r.lambda_end:.4f} < {edge}",
             "unstable": f"PAST {edge} (unstable)",
-            "diverged": f"PAST {edge} and diverged" if r["past_stability_edge"] else "diverged",
+            "diverged": f"PAST {edge} and diverged" if r.past_stability_edge else "diverged",
         }
-        values = thresholds(r["lr"], self.momentum)
         return (
-            f"max λ_max = {r['max_lambda']:.4f}, at the end {r['lambda_end']:.4f} ({low} = {values[0]:.3f}, "
-            f"{edge} = {values[1]:.3f}{f', μ = {self.momentum:g}' if self.momentum else ''}): {words[r['verdict']]}; "
-            f"loss rose {r['loss_rises']}×"
+            f"max λ_max = {r.max_lambda:.4f}, at the end {r.lambda_end:.4f} ({low} = {r.monotone_threshold:.3f}, "
+            f"{edge} = {r.stability_threshold:.3f}{f', μ = {self.momentum:g}' if self.momentum else ''}): "
+            f"{words[r.verdict]}; loss rose {r.loss_rises}×"
         )
 
 

@@ -5,7 +5,6 @@ partition, convergence against the local rate and step-size audits. Each validat
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from typing import cast
 
 import equinox as eqx
 import jax
@@ -208,7 +207,7 @@ def stepsize_markov(p, q, e0=1.0, w0=0.5, lrs=(0.5, 2.0, 3.0), steps=400, moment
         audits.append(audit)
         losses.append(np.asarray(traj.loss))
         rows.append(
-            cast(dict, audit.summary())  # θ0 is one point, so its summary is one dict (a list is for a batch)
+            audit.row().json()
             | {
                 "status": traj.status_names[int(traj.status)],
                 "final_loss": float(traj.loss[-1]),

@@ -216,7 +216,7 @@ def stepsize_scb(
         losses.append(np.asarray(traj.loss) - float(prob.L_star))
         final = white.theta(traj.final)
         rows.append(
-            audit.summary()  # type: ignore[operator]  # one unbatched run: its summary is one dict
+            audit.row().json()
             | {
                 "status": traj.status_names[int(traj.status)],
                 "final_excess_loss": float(traj.loss[-1] - prob.L_star),
