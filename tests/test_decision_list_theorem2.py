@@ -59,7 +59,7 @@ def test_23_20_1_sanity_run(run23):
 def test_23_20_1_ranges_recomputed_from_measured_L0(run23):
     out = run23
     eps, L0 = out.eps, out.L0
-    assert eps == theorem2_instance(23, 20, 1)["eps"]  # the unperturbed ε
+    assert eps == theorem2_instance(23, 20, 1).eps  # the unperturbed ε
     assert out.A_range == list(theorem2_A_range(L0, 20, eps, 1))
     assert out.A == pytest.approx(sum(out.A_range) / 2, rel=1e-15)
     assert out.lr == 1 / out.lambda_max0
@@ -147,7 +147,7 @@ def test_infeasible_instance_is_reported_and_not_run(monkeypatch):
 def test_empty_A_range_is_reported_and_not_run(monkeypatch):
     """n·ℒ0² > 162m, but at the given ε the A-range (√(4mℒ0/ε), ℒ0 − 6ε/n) is empty."""
     real = t2.theorem2_instance
-    monkeypatch.setattr(t2, "theorem2_instance", lambda L, n, M: {**real(L, n, M), "eps": 0.05})
+    monkeypatch.setattr(t2, "theorem2_instance", lambda L, n, M: real(L, n, M)._replace(eps=0.05))
     monkeypatch.setattr(t2, "gradient_descent", lambda *a, **k: pytest.fail("must not run"))
     out = theorem2_run(23, 20, 1)
     assert 20 * out.L0**2 > 162

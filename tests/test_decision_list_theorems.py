@@ -40,11 +40,11 @@ THEOREM1_TABLE = [
 @pytest.mark.parametrize("L,n,M,delta,c,T1_delta,T1", THEOREM1_TABLE)
 def test_theorem1_table(L, n, M, delta, c, T1_delta, T1):
     out = theorem1_bounds(L, n, M)
-    assert round(out["delta"], 4) == delta
-    assert round(out["c"], 1) == c and out["c"] == theorem1_c(L, n, M)
-    assert round(out["T1_gamma_eq_delta"], 1) == T1_delta
-    assert _sig(out["T1"], 3) == T1
-    assert out["gamma"] == pytest.approx(out["delta"] / L, rel=1e-15)
+    assert round(out.delta, 4) == delta
+    assert round(out.c, 1) == c and out.c == theorem1_c(L, n, M)
+    assert round(out.T1_gamma_eq_delta, 1) == T1_delta
+    assert _sig(out.T1, 3) == T1
+    assert out.gamma == pytest.approx(out.delta / L, rel=1e-15)
 
 
 def test_theorem1_bound_with_delta_gamma_one():
@@ -136,24 +136,24 @@ def _within_rounding(f, x, half_unit_x, target, half_unit_target):
 def test_theorem2_table_23_20_1():
     """§6 sanity run (L,n,m) = (23,20,1): δ = 1, c = 12249, ε = 3.33; ℒ_0 = 3.029 and A ∈ (1.908, 2.031)."""
     out = theorem2_instance(23, 20, 1)
-    assert out["delta"] == 1.0 and out["m"] == 1 and out["feasible"]
-    assert abs(out["c"] - 12249) < 1
-    assert out["L0"] == pytest.approx(math.log(20), abs=1e-12)
-    assert round(out["eps"], 2) == 3.33 and out["eps"] == theorem2_eps_star(20, out["L0"])
-    assert theorem2_c(23, 20, 1, out["eps"]) == pytest.approx(out["c"], rel=1e-13)
+    assert out.delta == 1.0 and out.m == 1 and out.feasible
+    assert abs(out.c - 12249) < 1
+    assert out.L0 == pytest.approx(math.log(20), abs=1e-12)
+    assert round(out.eps, 2) == 3.33 and out.eps == theorem2_eps_star(20, out.L0)
+    assert theorem2_c(23, 20, 1, out.eps) == pytest.approx(out.c, rel=1e-13)
     # the table's ℒ_0 = 3.029 is the loss at the perturbed V_0 = cP + Δ; ε stays the one above
     for k, target in enumerate((1.908, 2.031)):
-        assert _within_rounding(lambda L0, k=k: theorem2_A_range(L0, 20, out["eps"], 1)[k], 3.029, 5e-4, target, 5e-4)
+        assert _within_rounding(lambda L0, k=k: theorem2_A_range(L0, 20, out.eps, 1)[k], 3.029, 5e-4, target, 5e-4)
 
 
 def test_theorem2_table_32_29_2():
     """§6 sanity run (L,n,m) = (32,29,2): δ = 3/31, c = 2.93e5; ℒ_0 = 3.362 and A ∈ (2.2267, 2.2398)."""
     out = theorem2_instance(32, 29, 2)
-    assert out["delta"] == pytest.approx(3 / 31, rel=1e-15) and out["m"] == 2 and out["feasible"]
-    assert _sig(out["c"], 3) == 2.93e5
-    assert out["L0"] == pytest.approx(math.log(29), abs=1e-12)
+    assert out.delta == pytest.approx(3 / 31, rel=1e-15) and out.m == 2 and out.feasible
+    assert _sig(out.c, 3) == 2.93e5
+    assert out.L0 == pytest.approx(math.log(29), abs=1e-12)
     for k, target in enumerate((2.2267, 2.2398)):
-        assert _within_rounding(lambda L0, k=k: theorem2_A_range(L0, 29, out["eps"], 2)[k], 3.362, 5e-4, target, 5e-5)
+        assert _within_rounding(lambda L0, k=k: theorem2_A_range(L0, 29, out.eps, 2)[k], 3.362, 5e-4, target, 5e-5)
 
 
 # §6 table rows with the half unit of each tabulated entry: (L, n, m, ℒ_0, A-range, λ_max(θ_0), T-range)
@@ -168,7 +168,7 @@ def test_theorem2_T_range_table(L, n, m, L0, A_range, lam, T_range):
     """§6: T ∈ [2mℒ_0/(A²η), ε/(2η)] with η = 1/λ_max(θ_0) and A the middle of its range. Each end and the ratio of
     the ends (4mℒ_0/(A²ε), free of λ) match the table to the first-order rounding of the tabulated inputs."""
     (L0, dL0), ((A_lo, A_hi), dA), (lam, dlam), ((T_lo, T_hi), dT) = L0, A_range, lam, T_range
-    eps = theorem2_instance(L, n, m)["eps"]
+    eps = theorem2_instance(L, n, m).eps
     A = (A_lo + A_hi) / 2
     lo, hi = theorem2_T_range(L0, m, A, 1 / lam, eps)
     assert hi == pytest.approx(eps * lam / 2, rel=1e-15)
@@ -179,7 +179,7 @@ def test_theorem2_T_range_table(L, n, m, L0, A_range, lam, T_range):
 @pytest.mark.parametrize("m,n_min", [(1, 19), (2, 29), (3, 38), (4, 45)])
 def test_theorem2_smallest_feasible_n(m, n_min):
     """§6: with ℒ_0 ≈ log n, n·ℒ_0² > 162m needs n ≥ 19, 29, 38, 45 for m = 1..4 (instances with L = n + 3)."""
-    feasible = [theorem2_instance(n + 3, n, m)["feasible"] for n in range(2, 61)]
+    feasible = [theorem2_instance(n + 3, n, m).feasible for n in range(2, 61)]
     assert feasible == [n >= n_min for n in range(2, 61)]
     assert [theorem2_feasible(n, math.log(n), m) for n in range(2, 61)] == feasible
 

@@ -60,7 +60,7 @@ def eigsh_lambda(prob: DecisionList, theta) -> dict:
 def bench_theorem2(case, args, eigsh_on: bool) -> dict:
     L, n, m, ref = case
     inst = theorem2_instance(L, n, m)
-    c, eps = inst["c"], inst["eps"]
+    c, eps = inst.c, inst.eps
     print(
         f"\n--- Theorem 2: (L, n, m) = ({L}, {n}, {m}); c = {c:.6g}, ε = {eps:.6g}, {2 * L * L} parameters; "
         f"λ_max by Lanczos ({args.lanczos_iters} iterations) ---",

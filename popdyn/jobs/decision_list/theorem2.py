@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import equinox as eqx
 import jax
@@ -25,6 +26,7 @@ from popdyn.dynamics import STATUS_NAMES, Trajectory, gradient_descent
 from popdyn.tasks.decision_list.data import random_lists, random_perm
 from popdyn.tasks.decision_list.model import DecisionList
 from popdyn.tasks.decision_list.theorems import (
+    Theorem2Instance,
     theorem2_A_range,
     theorem2_feasible,
     theorem2_instance,
@@ -63,11 +65,11 @@ LAMBDA_MAX0_REFERENCE = {(23, 20, 1): 1.20e3, (32, 29, 2): 1.80e5}
 """λ_max(θ₀) of §6's sanity runs, keyed by (L, n, M): each from one unknown draw of (lists, π, V₀ − cP)."""
 
 
-def theorem2_problem(L: int, n: int, M: int, seed: int = 0) -> tuple[dict, DecisionList]:
+def theorem2_problem(L: int, n: int, M: int, seed: int = 0) -> tuple[Theorem2Instance, DecisionList]:
     """``theorem2_instance(L, n, M)`` and its ``DecisionList`` (D_distinct, trained W and V): lists and π from
     ``seed``, c and init_eps = ε from the instance, so ``prob.init(key)`` draws V₀ = cP + U(−ε/2, ε/2)."""
     inst = theorem2_instance(L, n, M)
-    prob = DecisionList(L, n, random_lists(L, M, seed), random_perm(L, seed), c=inst["c"], init_eps=inst["eps"])
+    prob = DecisionList(L, n, random_lists(L, M, seed), random_perm(L, seed), c=inst.c, init_eps=inst.eps)
     return inst, prob
 
 
@@ -210,22 +212,22 @@ def theorem2_run(
     timings: dict[str, float] = {}
 
     inst, prob = theorem2_problem(L, n, M, seed)
-    m, c, eps = inst["m"], inst["c"], inst["eps"]
+    m, c, eps = inst.m, inst.c, inst.eps
     theta0 = prob.init(jax.random.PRNGKey(seed))
     t0 = time.perf_counter()
     L0 = float(_loss(prob, theta0))
     timings["L0"] = time.perf_counter() - t0
     A_range = theorem2_A_range(L0, n, eps, m)
-    out = {
+    out: dict[str, Any] = {
         "L": L,
         "n": n,
         "M": M,
         "m": m,
         "seed": seed,
-        "delta": inst["delta"],
+        "delta": inst.delta,
         "c": c,
         "eps": eps,
-        "L0_unperturbed": inst["L0"],
+        "L0_unperturbed": inst.L0,
         "L0": L0,
         "A_range": None if A_range is None else list(A_range),
         "feasible": True,

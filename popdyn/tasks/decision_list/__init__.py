@@ -15,6 +15,8 @@ from popdyn.tasks.decision_list.model import DecisionList, permutation_matrix
 from popdyn.tasks.decision_list.reduced import column_loss, is_column_structured, structured_total_loss
 from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
 from popdyn.tasks.decision_list.theorems import (
+    Theorem1Bounds,
+    Theorem2Instance,
     delta_gamma,
     theorem1_bounds,
     theorem1_c,
@@ -27,6 +29,8 @@ __all__ = [
     "DISTRIBUTIONS",
     "DecisionList",
     "ReducedDecisionList",
+    "Theorem1Bounds",
+    "Theorem2Instance",
     "brute_force_loss",
     "brute_force_margin",
     "column_loss",

@@ -7,6 +7,7 @@ The abstract does not define δ, γ, the data law or the m of Theorem 2; every d
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from scipy.optimize import brentq
@@ -61,17 +62,39 @@ def theorem1_bound(L: int, n: int, M: int, gamma: float) -> float:
     return 4 * M / (math.log(L) * gamma)
 
 
-def theorem1_bounds(L: int, n: int, M: int, distribution: str = "distinct") -> dict[str, float]:
-    """δ, γ, c and both readings of T_1 (§5): "T1" with γ = min ρ_{a,j} (= δ/L for distinct tokens) and
-    "T1_gamma_eq_delta" with the weaker reading γ = δ [our choice, both]."""
+class Theorem1Bounds(NamedTuple):
+    """Theorem 1's constants for lists of lengths 1..M (§5; δ and γ are [our choice], both readings of T_1 too).
+
+    **Fields:**
+
+    - ``delta``: δ = min P(E_{a,j} | a ∈ s) over the rules of positive probability (``delta_gamma``).
+    - ``gamma``: γ = min ρ_{a,j} (= δ/L for distinct tokens).
+    - ``c``: c = 4n·log(L)/δ, the value scale of V = cP (``theorem1_c``).
+    - ``T1``: T_1 = 4M/(log(L)·γ), the time to perfect classification.
+    - ``T1_gamma_eq_delta``: T_1 with the weaker reading γ = δ.
+    """
+
+    delta: float
+    gamma: float
+    c: float
+    T1: float
+    T1_gamma_eq_delta: float
+
+
+def theorem1_bounds(L: int, n: int, M: int, distribution: str = "distinct") -> Theorem1Bounds:
+    """δ, γ, c and both readings of T_1 (§5): ``T1`` with γ = min ρ_{a,j} (= δ/L for distinct tokens) and
+    ``T1_gamma_eq_delta`` with the weaker reading γ = δ [our choice, both].
+
+    **Arguments:** ``L`` tokens; ``n`` sequence length; ``M`` longest list (lists of every length 1..M);
+    ``distribution`` "distinct" or "iid" (§2)."""
     delta, gamma = delta_gamma(L, n, M, distribution)
-    return {
-        "delta": delta,
-        "gamma": gamma,
-        "c": theorem1_c(L, n, M, distribution),
-        "T1": theorem1_bound(L, n, M, gamma),
-        "T1_gamma_eq_delta": theorem1_bound(L, n, M, delta),
-    }
+    return Theorem1Bounds(
+        delta=delta,
+        gamma=gamma,
+        c=theorem1_c(L, n, M, distribution),
+        T1=theorem1_bound(L, n, M, gamma),
+        T1_gamma_eq_delta=theorem1_bound(L, n, M, delta),
+    )
 
 
 def initial_loss_cP(L: int, n: int, c: float) -> float:
@@ -141,12 +164,36 @@ def theorem2_T_range(L0: float, m: int, A: float, eta: float, eps: float) -> tup
     return (lo, hi) if lo <= hi else None
 
 
-def theorem2_instance(L: int, n: int, M: int, m: int | None = None) -> dict:
+class Theorem2Instance(NamedTuple):
+    """Theorem 2's constants at ε = ε* (§6; ``theorem2_instance``).
+
+    **Fields:**
+
+    - ``delta``: δ of lists of lengths 1..M (``delta_gamma``, [our choice]).
+    - ``m``: the m of the theorem (M unless given, [our choice]).
+    - ``c``: the root of c = 10n²ℒ_0/δ + 4εn at ε = ε*.
+    - ``L0``: ℒ_0 = ℒ(0, cP), the loss at V_0 = cP exactly (≈ log n).
+    - ``eps``: ε* = nℒ_0/18.
+    - ``feasible``: whether n·ℒ_0² > 162m, i.e. some ε, A satisfy the hypotheses (``theorem2_feasible``).
+    - ``A_range``: the open interval (√(4mℒ_0/ε), ℒ_0 − 6ε/n) of admissible A, None if empty.
+    """
+
+    delta: float
+    m: int
+    c: float
+    L0: float
+    eps: float
+    feasible: bool
+    A_range: tuple[float, float] | None
+
+
+def theorem2_instance(L: int, n: int, M: int, m: int | None = None) -> Theorem2Instance:
     """Theorem 2 at ε = ε* (§6, [our choice]): c and ε solved jointly from c = 10n²ℒ_0/δ + 4εn and ε = nℒ_0/18, with
     ℒ_0 = ℒ(0, cP) for V_0 = cP exactly (≈ log n); m defaults to M [our choice]. This reproduces the c and ε of §6's
     sanity runs; their ℒ_0 and A-range columns were measured at the perturbed V_0 = cP + Δ instead.
 
-    Returns delta, m, c, L0, eps, feasible and A_range (None if empty)."""
+    **Arguments:** ``L`` tokens; ``n`` sequence length (D_distinct); ``M`` longest list; ``m`` the theorem's m
+    (None: M)."""
     L, n, _ = validate_sizes(L, n, "distinct")
     M = _validate_M(L, M)
     m = M if m is None else _validate.int_at_least("m", m, 1)
@@ -154,12 +201,12 @@ def theorem2_instance(L: int, n: int, M: int, m: int | None = None) -> dict:
     c = _solve_c(L, n, 10 * n**2 / delta + 4 * n * n / 18, 0.0)
     L0 = initial_loss_cP(L, n, c)
     eps = theorem2_eps_star(n, L0)
-    return {
-        "delta": delta,
-        "m": m,
-        "c": c,
-        "L0": L0,
-        "eps": eps,
-        "feasible": theorem2_feasible(n, L0, m),
-        "A_range": theorem2_A_range(L0, n, eps, m),
-    }
+    return Theorem2Instance(
+        delta=delta,
+        m=m,
+        c=c,
+        L0=L0,
+        eps=eps,
+        feasible=theorem2_feasible(n, L0, m),
+        A_range=theorem2_A_range(L0, n, eps, m),
+    )
