@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from popdyn.io import _jsonable
-from popdyn.jobs.records import summary
-from popdyn.jobs.teacher.rates import RatesRun, rates
+from popdyn.jobs.teacher.rates import FullModelCheck, RatesRun, rates
 from popdyn.tasks.teacher.builders import PAPER_SIZES, build
 
 SMALL = {"cnn": (9, 3), "gcn": (9, 3), "sts": (9, 3), "gslp": (9, 1)}  # cnn, gcn, sts share one compilation
@@ -55,26 +54,27 @@ def test_rates_job(activation):
     for key in ("w_error", "s_error"):
         assert abs(r.slopes[key] + 0.5) < 0.02, (key, r.slopes[key])
         assert abs(r.constants_vs_derived[key] - 1) < 0.03, (key, r.constants_vs_derived[key])
-    a = r.audit
-    assert a["monotone_safe"] and a["max_lambda"] > 0.9 * a["one_over_lr"]
+    a = r.audit.row
+    assert a.monotone_safe and a.max_lambda > 0.9 * a.one_over_lr
     assert abs(r.lambda_max_teacher * r.lr - 1) < 1e-12
     fm = r.full_model
-    assert max(fm["max_abs_C1"], fm["max_abs_Delta"], fm["max_off_manifold"]) < 1e-10
-    assert fm["max_rel_loss"] < 1e-10
+    assert max(fm.max_abs_C1, fm.max_abs_Delta, fm.max_off_manifold) < 1e-10
+    assert fm.max_rel_loss < 1e-10
     o = r.ood
-    assert o["exact"] == (activation == "linear")
-    assert np.all(np.isfinite(o["excess"])) and o["excess"][-1] < 0.05 * o["excess"].max()
-    assert abs(o["slope"] + 1) < 0.1
+    assert o.exact == (activation == "linear")
+    assert np.all(np.isfinite(o.excess)) and o.excess[-1] < 0.05 * o.excess.max()
+    assert o.slope is not None and abs(o.slope + 1) < 0.1
 
 
 @pytest.mark.slow
 def test_rates_record():
-    """``rates`` returns a frozen ``RatesRun`` whose JSON part is every field but the recorded ``curves``."""
+    """``rates`` returns a frozen ``RatesRun`` whose JSON part is every field but the recorded ``curves``, its audit,
+    OOD and full-model records as mappings."""
     r = rates(build("gcn", 9, 3, "linear"), steps=200, full_steps=20, audit_points=2)
     assert isinstance(r, RatesRun)
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.lr = 1.0
-    out = summary(r)
+    out = r.json()
     assert list(out) == [
         "lr",
         "steps",
@@ -96,6 +96,8 @@ def test_rates_record():
         "full_model",
     ]
     json.dumps(_jsonable(out), allow_nan=False)
+    assert list(out["full_model"]) == list(FullModelCheck._fields) and out["audit"]["stable"] == r.audit.stable
+    assert list(out["ood"]) == ["steps", "excess", "se", "slope", "exact"]
     assert r.steps == 200 and len(r.curves["steps"]) > 2
 
 

@@ -209,7 +209,7 @@ def test_late_time_constants():
         late = t >= t[-1] / 10
         slope = np.polyfit(np.log(t[late]), np.log(excess[late]), 1)[0]
         errors, asymptotes = red.errors(run.final), red.asymptotics(t[-1])
-        error_ratios = {name: float(value / asymptotes[name]) for name, value in errors.items()}
+        error_ratios = {name: float(value / getattr(asymptotes, name)) for name, value in errors._asdict().items()}
         np.testing.assert_allclose(ratio, 1.0, rtol=0.02, err_msg=f"alpha={alpha}")
         assert abs(slope + 1.0) < 0.02, (alpha, slope)
         np.testing.assert_allclose(list(error_ratios.values()), 1.0, rtol=0.02, err_msg=str(error_ratios))

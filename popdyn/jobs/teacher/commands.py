@@ -20,15 +20,16 @@ from popdyn.analysis import (
     LossBelow,
     Reached,
     Rest,
+    StepSizeAudit,
     basin_fractions,
     step_size_audit,
 )
 from popdyn.dynamics import STATUS_NAMES, GradientDescent, gradient_descent
 from popdyn.dynamics.status import count
 from popdyn.io import Result
-from popdyn.jobs.records import summary
 from popdyn.jobs.teacher.rates import NO_STOP, RatesRun, audit_summary, rates
 from popdyn.plot import plot_basin_map, plot_step_size_audit
+from popdyn.problem import Theta
 from popdyn.tasks.teacher.builders import TEACHERS, DEFAULT_d, build
 from popdyn.tasks.teacher.model import BilinearTeacher
 
@@ -56,23 +57,23 @@ def plot_rates(r: RatesRun, title: str) -> Figure:
     ax_a.set(xlabel="GD step", title="attention on the support")
     a = r.audit
     ax_a2 = ax_a.twinx()
-    ax_a2.semilogx(a["steps"], a["lambda_max"], "m.-", label="λ_max(θ_t)")
-    ax_a2.axhline(a["one_over_lr"], color="m", ls="--", lw=1, label="1/η")
+    ax_a2.semilogx(a.steps, a.lambda_max, "m.-", label="λ_max(θ_t)")
+    ax_a2.axhline(a.row.one_over_lr, color="m", ls="--", lw=1, label="1/η")
     ax_a2.set(ylabel="λ_max")
     ax_a2.legend(fontsize=7, loc="center right")
     o = r.ood
     ax_o.errorbar(
-        lr * o["steps"],
-        o["excess"],
-        yerr=2 * o["se"],
+        lr * o.steps,
+        o.excess,
+        yerr=2 * o.se,
         fmt=".-",
-        label=("exact, mean-1 variance-1 inputs" if o["exact"] else "Monte Carlo, Exp(1) inputs"),
+        label=("exact, mean-1 variance-1 inputs" if o.exact else "Monte Carlo, Exp(1) inputs"),
     )
     ax_o.set(
         xscale="log",
         yscale="log",
         xlabel="ηT",
-        title="excess OOD loss" + ("" if o["slope"] is None else f": late slope {o['slope']:.3f}"),
+        title="excess OOD loss" + ("" if o.slope is None else f": late slope {o.slope:.3f}"),
     )
     for ax in (ax_l, ax_e, ax_a, ax_o):
         ax.legend(fontsize=7)
@@ -113,12 +114,12 @@ def converge_teacher(
         "steps": r.steps,
         "init": "W = 0, A = 0 (zero_init='limit')",
     }
-    results = summary(r)
+    results = r.json()
     results["late_constant_ratio"] = r.late_constant / r.late_constant_predicted
     arrays = {
         "rates": r.curves,
-        "audit": {k: r.audit[k] for k in ("steps", "lambda_max")},
-        "ood": {k: np.asarray(r.ood[k]) for k in ("steps", "excess", "se")},
+        "audit": {"steps": r.audit.steps, "lambda_max": r.audit.lambda_max},
+        "ood": {"steps": np.asarray(r.ood.steps), "excess": np.asarray(r.ood.excess), "se": np.asarray(r.ood.se)},
     }
     title = (
         f"teacher {teacher} (D={prob.D}, K={prob.K}, {activation}, ‖V*‖² = {float(prob.v):.3g}): "
@@ -138,16 +139,16 @@ def converge_teacher(
         f"  K·p = 1/2 at step {r.half_step:.6g} = {r.half_over_T_star:.3f} × T* (T* = KD²/(η‖V*‖²) = {r.T_star:.6g})"
         if r.half_step is not None
         else "  K·p did not reach 1/2 within 30 T*",
-        f"  step size: max λ_max along the run {a['max_lambda']:.5g} vs 1/η = {a['one_over_lr']:.5g} "
+        f"  step size: max λ_max along the run {a.row.max_lambda:.5g} vs 1/η = {a.row.one_over_lr:.5g} "
         f"(λ_max at the teacher {r.lambda_max_teacher:.5g}): "
-        + ("η ≤ 1/λ_max held" if a["monotone_safe"] else "η > 1/λ_max somewhere")
-        + ("" if a["stable"] else ", PAST 2/η"),
-        f"  OOD excess ({'exact' if o['exact'] else 'Monte Carlo, Exp(1)'}): {o['excess'][-1]:.4g} at the end, "
-        f"late slope {o['slope']:.3f} (the exact expectation decays like 1/T, not T^(-1/2), §7)"
-        if o["slope"] is not None
+        + ("η ≤ 1/λ_max held" if a.row.monotone_safe else "η > 1/λ_max somewhere")
+        + ("" if a.stable else ", PAST 2/η"),
+        f"  OOD excess ({'exact' if o.exact else 'Monte Carlo, Exp(1)'}): {o.excess[-1]:.4g} at the end, "
+        f"late slope {o.slope:.3f} (the exact expectation decays like 1/T, not T^(-1/2), §7)"
+        if o.slope is not None
         else "  OOD excess: too few late points for a slope",
-        f"  full model over {fm['steps']} steps vs the reduced map: |ΔC1| ≤ {fm['max_abs_C1']:.2g}, "
-        f"|ΔΔ| ≤ {fm['max_abs_Delta']:.2g}, off-manifold ≤ {fm['max_off_manifold']:.2g}",
+        f"  full model over {fm.steps} steps vs the reduced map: |ΔC1| ≤ {fm.max_abs_C1:.2g}, "
+        f"|ΔΔ| ≤ {fm.max_abs_Delta:.2g}, off-manifold ≤ {fm.max_off_manifold:.2g}",
     ]
     return Result(inputs, results, arrays, {"rates": plot_rates(r, title)}, lines)
 
@@ -186,7 +187,7 @@ def _teacher_inputs(prob: BilinearTeacher, teacher: str, activation: str, seed: 
     }
 
 
-def random_directions(prob: BilinearTeacher, seed: int) -> dict:
+def random_directions(prob: BilinearTeacher, seed: int) -> Theta:
     """The random initialisation of ``basins_teacher``: W_dir with iid N(0, 1) entries rescaled to ‖W_dir‖_F = ‖V*‖_F
     and A_dir = √D·Z, Z with iid N(0, 1) entries (so A_dir/√D has unit-variance logits), drawn from
     ``fold_in(PRNGKey(seed), 1)`` (V* itself comes from PRNGKey(seed))."""
@@ -404,6 +405,72 @@ def _basins_lines(bm: BasinMap, results: dict, end: dict, title: str, slice_name
     return lines
 
 
+def _learning_rates(lr: float | Sequence[float] | None) -> list[float] | None:
+    """``stepsize_teacher``'s ``lr`` as a list of checked rates (one rate or several); None when not given.
+
+    **Arguments:**
+
+    - ``lr``: one rate η > 0, a non-empty sequence of them, or None.
+    """
+    if lr is None:
+        return None
+    lrs = [_validate.positive("lr", v) for v in ([lr] if np.ndim(lr) == 0 else list(lr))]  # type: ignore[arg-type]  # np.ndim(lr) > 0: a sequence
+    if not lrs:
+        raise ValueError(f"lr={lr!r} is invalid: give at least one learning rate")
+    return lrs
+
+
+def _stepsize_table(runs: list[StepSizeAudit], traj, lrs: list[float], lam_t: float, L_opt: float) -> list[dict]:
+    """The rows of ``stepsize_teacher``'s summary.json, one per rate: the run's audit (``TeacherAudit.json`` without
+    the record arrays), η·λ_max(teacher), λ_max at the end over λ_max(teacher), the run's status and L − L_opt at
+    its end.
+
+    **Arguments:**
+
+    - ``runs``: the audit of each run (``StepSizeAudit.run``); ``traj``: the batched run.
+    - ``lrs``: the rates; ``lam_t``: λ_max at the teacher; ``L_opt``: the optimal loss.
+    """
+    losses = np.asarray(traj.loss)
+    return [
+        {k: v for k, v in audit_summary(a).json().items() if k not in ("steps", "lambda_max")}
+        | {
+            "lr_times_lambda_max_teacher": lrs[i] * lam_t,
+            "lambda_end_over_teacher": float(a.lambda_end) / lam_t,
+            "status": STATUS_NAMES[int(traj.status[i])],
+            "final_excess": float(losses[i, -1]) - L_opt,
+        }
+        for i, a in enumerate(runs)
+    ]
+
+
+def _stepsize_figure(
+    runs: list[StepSizeAudit], losses: np.ndarray, lrs: list[float], lam_t: float, title: str
+) -> Figure:
+    """The audit figure of ``stepsize_teacher`` (``plot_step_size_audit``) with λ_max at the teacher drawn in.
+
+    **Arguments:**
+
+    - ``runs``: the audit of each run; ``losses``: their losses at the records, one row per rate.
+    - ``lrs``: the rates; ``lam_t``: λ_max at the teacher; ``title``: the title of the λ_max panel.
+    """
+    fig = plot_step_size_audit(runs, list(losses), [f"η = {v:.4g}" for v in lrs])
+    fig.axes[0].axhline(lam_t, color="k", lw=1.2, label=f"λ_max at the teacher = {lam_t:.4g}")
+    fig.axes[0].legend(fontsize=7)
+    fig.axes[0].set_title(title)
+    return fig
+
+
+def _stepsize_lines(head: str, table: list[dict], runs: list[StepSizeAudit]) -> list[str]:
+    """The printed lines of ``stepsize_teacher``: ``head``, then per rate its verdict, λ_max at the end over λ_max at
+    the teacher, the final L − L_opt and the run's status (``table``: ``_stepsize_table``'s rows)."""
+    return [head] + [
+        f"  η = {r['lr']:<8.4g} (η·λ_teacher = {r['lr_times_lambda_max_teacher']:.3g}) {a.verdict()}; "
+        f"end λ_max/λ_teacher {r['lambda_end_over_teacher']:.3f}, L − L_opt = "
+        f"{r['final_excess']:.4g}, {r['status']}"
+        for r, a in zip(table, runs, strict=False)
+    ]
+
+
 def stepsize_teacher(
     teacher: str = "cnn",
     D: int | None = None,
@@ -429,17 +496,14 @@ def stepsize_teacher(
     teacher]. ``steps`` is rounded down to a multiple of the record interval ⌊steps/records⌋. ``D``, ``K``:
     from ``SMALL_SIZES`` where not given. Runs go to the full budget (no early stop)."""
     D, K = _sizes(teacher, D, K)
-    if lr is not None:
-        lrs = [_validate.positive("lr", v) for v in ([lr] if np.ndim(lr) == 0 else list(lr))]  # type: ignore[arg-type]  # np.ndim(lr) > 0: a sequence
-        if not lrs:
-            raise ValueError(f"lr={lr!r} is invalid: give at least one learning rate")
+    given = _learning_rates(lr)
     steps = _validate.int_at_least("steps", steps, 1)
     records = _validate.int_at_least("records", records, 1)
     if records > steps:
         raise ValueError(f"records={records} is out of range: must be an integer in [1, steps={steps}]")
     prob = build(teacher, D, K, activation, alpha, d, M, seed)
     lam_t = prob.lambda_max_at_teacher()
-    lrs = [f / lam_t for f in (1.0, 1.5, 2.5)] if lr is None else lrs
+    lrs = [f / lam_t for f in (1.0, 1.5, 2.5)] if given is None else given
     every = steps // records
     steps = every * records
     n = len(lrs)
@@ -457,23 +521,9 @@ def stepsize_teacher(
     audit = step_size_audit(prob, traj, np.array(lrs), momentum=momentum)
     runs = [audit.run(i) for i in range(n)]
     L_opt, losses = float(prob.L_opt), np.asarray(traj.loss)
-    rows = [
-        audit_summary(a)
-        | {
-            "lr_times_lambda_max_teacher": lrs[i] * lam_t,
-            "lambda_end_over_teacher": float(a.lambda_end) / lam_t,
-            "status": STATUS_NAMES[int(traj.status[i])],
-            "final_excess": float(losses[i, -1]) - L_opt,
-        }
-        for i, a in enumerate(runs)
-    ]
-    table = [{k: v for k, v in r.items() if k not in ("steps", "lambda_max")} for r in rows]
-    fig = plot_step_size_audit(runs, [losses[i] for i in range(n)], [f"η = {v:.4g}" for v in lrs])
-    fig.axes[0].axhline(lam_t, color="k", lw=1.2, label=f"λ_max at the teacher = {lam_t:.4g}")
-    fig.axes[0].legend(fontsize=7)
-    fig.axes[0].set_title(
-        f"step-size audit: teacher {teacher} (D={prob.D}, K={prob.K}, {activation}), GD from W = 0, A = 0"
-    )
+    table = _stepsize_table(runs, traj, lrs, lam_t, L_opt)
+    name = f"{teacher} (D={prob.D}, K={prob.K}, {activation}"
+    fig = _stepsize_figure(runs, losses, lrs, lam_t, f"step-size audit: teacher {name}), GD from W = 0, A = 0")
     inputs = _teacher_inputs(prob, teacher, activation, seed) | {
         "lr": lrs,
         "steps": steps,
@@ -490,15 +540,8 @@ def stepsize_teacher(
             "lr": np.array(lrs),
         }
     }
-    res = Result(inputs, results, arrays, {"stepsize": fig})
-    res.lines.append(
-        f"stepsize teacher  {teacher} (D={prob.D}, K={prob.K}, {activation}, ‖V*‖² = {float(prob.v):.4g}):"
-        f" GD from W = 0, A = 0, {steps} steps, λ_max at the teacher {lam_t:.5g} (§6)"
+    head = (
+        f"stepsize teacher  {name}, ‖V*‖² = {float(prob.v):.4g}): GD from W = 0, A = 0, {steps} steps, λ_max at the "
+        f"teacher {lam_t:.5g} (§6)"
     )
-    for r, a in zip(rows, runs, strict=False):
-        res.lines.append(
-            f"  η = {r['lr']:<8.4g} (η·λ_teacher = {r['lr_times_lambda_max_teacher']:.3g}) {a.verdict()}; "
-            f"end λ_max/λ_teacher {r['lambda_end_over_teacher']:.3f}, L − L_opt = "
-            f"{r['final_excess']:.4g}, {r['status']}"
-        )
-    return res
+    return Result(inputs, results, arrays, {"stepsize": fig}, _stepsize_lines(head, table, runs))

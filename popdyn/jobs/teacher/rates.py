@@ -10,19 +10,19 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from popdyn import _validate
-from popdyn.analysis import StepSizeAudit, step_size_audit
+from popdyn.analysis import AuditRow, StepSizeAudit, step_size_audit
 from popdyn.dynamics import STATUS_NAMES, Trajectory, gradient_descent
-from popdyn.jobs.records import internal
+from popdyn.jobs.records import internal, summary
 from popdyn.tasks.teacher.model import BilinearTeacher
 from popdyn.tasks.teacher.ood import ood_excess_linear, ood_excess_mc
-from popdyn.tasks.teacher.reduced import TeacherReduced, embed, late_constant, project
+from popdyn.tasks.teacher.reduced import TeacherErrors, TeacherReduced, embed, late_constant, project
 
 HORIZON = 300.0  # the run ends at ηT = HORIZON × late onset: at the paper's sizes the 1/T constant is then within 0.3%
 MAX_STEPS = 50_000_000
@@ -96,9 +96,31 @@ def half_step(ts: np.ndarray, Kp: np.ndarray) -> float | None:
     return float(ts[i - 1] + (0.5 - Kp[i - 1]) / (Kp[i] - Kp[i - 1]) * (ts[i] - ts[i - 1]))
 
 
-def full_model_check(prob: BilinearTeacher, red: TeacherReduced, lr: float, steps: int) -> dict:
-    """Full-matrix GD from zero for ``steps`` steps against the reduced map: max |ΔC1|, |ΔΔ| (after projecting
-    the full θ), the largest relative loss difference, and the largest distance of the full θ from the manifold."""
+class FullModelCheck(NamedTuple):
+    """Full-matrix GD from zero against the reduced map (§4, ``full_model_check``).
+
+    - ``steps``: the GD steps of both runs.
+    - ``max_abs_C1``, ``max_abs_Delta``: the largest |ΔC1| and |ΔΔ| between the projected full θ and the reduced θ.
+    - ``max_rel_loss``: the largest relative difference of their losses.
+    - ``max_off_manifold``: the largest entry of the full θ minus its projection embedded back (W and A).
+    """
+
+    steps: int
+    max_abs_C1: float
+    max_abs_Delta: float
+    max_rel_loss: float
+    max_off_manifold: float
+
+
+def full_model_check(prob: BilinearTeacher, red: TeacherReduced, lr: float, steps: int) -> FullModelCheck:
+    """Full-matrix GD from zero for ``steps`` steps (rounded down to a multiple of the record interval
+    ⌊steps/20⌋) against the reduced map, as a ``FullModelCheck``.
+
+    **Arguments:**
+
+    - ``prob``: the teacher; ``red``: its reduced system (``TeacherReduced.from_teacher``).
+    - ``lr``: the step η of both runs; ``steps``: how many GD steps.
+    """
     every = max(1, steps // 20)
     steps = every * (steps // every)
     full = gradient_descent(
@@ -108,26 +130,63 @@ def full_model_check(prob: BilinearTeacher, red: TeacherReduced, lr: float, step
     proj = jax.vmap(lambda th: project(prob, th))(full.params)
     back = jax.vmap(lambda th: embed(prob, th))(proj)
     off = max(float(jnp.max(jnp.abs(full.params[b] - back[b]))) for b in ("W", "A"))  # type: ignore[index]  # save_params=True: full.params holds θ
-    return {
-        "steps": steps,
-        "max_abs_C1": float(jnp.max(jnp.abs(proj["C1"] - ref.params["C1"]))),
-        "max_abs_Delta": float(jnp.max(jnp.abs(proj["Delta"] - ref.params["Delta"]))),
-        "max_rel_loss": float(jnp.max(jnp.abs(full.loss - ref.loss) / ref.loss)),
-        "max_off_manifold": off,
-    }
+    return FullModelCheck(
+        steps=steps,
+        max_abs_C1=float(jnp.max(jnp.abs(proj["C1"] - ref.params["C1"]))),
+        max_abs_Delta=float(jnp.max(jnp.abs(proj["Delta"] - ref.params["Delta"]))),
+        max_rel_loss=float(jnp.max(jnp.abs(full.loss - ref.loss) / ref.loss)),
+        max_off_manifold=off,
+    )
 
 
-def audit_summary(audit: StepSizeAudit) -> dict:
-    """One (unbatched) run's step-size audit as the teacher jobs report it (§6): the record steps and λ_max(θ_t)
-    there, and ``StepSizeAudit.summary()`` (max and end λ_max against 1/η and 2/η, the verdict, loss rises), with
-    ``stable`` = never past 2/η. Shared by ``rates`` (``popdyn converge teacher``) and ``stepsize_teacher``."""
-    row: dict = audit.summary()  # type: ignore[assignment]  # one unbatched run: its summary is one dict
-    return {
-        "steps": np.asarray(audit.ts),
-        "lambda_max": np.asarray(audit.lambda_max),
-        **row,
-        "stable": not row["past_stability_edge"],
-    }
+class TeacherAudit(NamedTuple):
+    """One (unbatched) run's step-size audit as the teacher jobs report it (§6, ``audit_summary``).
+
+    - ``steps``: the record steps; ``lambda_max``: λ_max(θ_t) of the full Hessian there.
+    - ``row``: the audit in numbers (``StepSizeAudit.row``: max and end λ_max against 1/η and 2/η, the verdict,
+      loss rises); ``stable``: never past the stability edge 2/η.
+    """
+
+    steps: np.ndarray
+    lambda_max: np.ndarray
+    row: AuditRow
+
+    @property
+    def stable(self) -> bool:
+        """λ_max stayed at or below 2/η (2(1 + μ)/η with momentum) at every record."""
+        return not self.row.past_stability_edge
+
+    def json(self) -> dict[str, Any]:
+        """The audit for ``summary.json``: ``steps``, ``lambda_max``, the row's fields (``AuditRow.json``) and
+        ``stable``."""
+        return {"steps": self.steps, "lambda_max": self.lambda_max, **self.row.json(), "stable": self.stable}
+
+
+def audit_summary(audit: StepSizeAudit) -> TeacherAudit:
+    """One (unbatched) run's step-size audit as a ``TeacherAudit``. Shared by ``rates`` (``popdyn converge
+    teacher``) and ``stepsize_teacher``.
+
+    **Arguments:**
+
+    - ``audit``: the ``step_size_audit`` of one run.
+    """
+    return TeacherAudit(steps=np.asarray(audit.ts), lambda_max=np.asarray(audit.lambda_max), row=audit.row())
+
+
+class OODExcess(NamedTuple):
+    """The excess OOD loss along a run (§7, ``ood_excess``).
+
+    - ``steps``: ~30 log-spaced record steps; ``excess``: the excess OOD loss there.
+    - ``se``: its standard errors (0 when ``exact``); ``exact``: computed in closed form (identity, inputs with
+      mean 1 and variance 1) rather than by Monte Carlo with Exp(1) inputs.
+    - ``slope``: its log-log slope in ηT over the last decade; None with fewer than two points there.
+    """
+
+    steps: np.ndarray
+    excess: np.ndarray
+    se: np.ndarray
+    slope: float | None
+    exact: bool
 
 
 def records_trajectory(
@@ -162,7 +221,7 @@ def default_steps(red: TeacherReduced, lr: float, horizon: float = HORIZON) -> i
 @dataclass(frozen=True)
 class RatesRun:
     """One zero-initialisation run of a teacher against Theorem 3.1 (docs/models/teacher.md §5–§7), as returned by
-    ``rates``; ``popdyn.jobs.records.summary(run)`` is its JSON part, ``curves`` stays out of it.
+    ``rates``; ``run.json()`` is its JSON part, ``curves`` stays out of it.
 
     * run: step η = ``lr`` (default 1/``lambda_max_teacher``, §6), ``steps`` GD steps, the engine's ``status``,
       and ηT at the end over the late onset (D−K)⁴/(2κσ_x²vK) (``late_onset``, §5.2);
@@ -172,10 +231,10 @@ class RatesRun:
       asymptote at the end; ``poster``: the poster's Θ-forms;
     * attention (§5.3): ``half_step``, the first step with K·p ≥ 1/2 (None if never), against
       ``T_star`` = KD²/(η‖V*‖²), and their ratio ``half_over_T_star``;
-    * ``audit`` (§6): λ_max(θ_t) of the full Hessian at log-spaced records against 1/η and 2/η (``audit_summary``);
-    * ``ood`` (§7): the excess OOD loss at ~30 log-spaced steps, its standard errors (0 when ``exact``), its late
-      slope;
-    * ``full_model`` (§4): full-matrix GD over the first steps against the reduced map (``full_model_check``);
+    * ``audit`` (§6): λ_max(θ_t) of the full Hessian at log-spaced records against 1/η and 2/η (a ``TeacherAudit``);
+    * ``ood`` (§7): the excess OOD loss at ~30 log-spaced steps, its standard errors (0 when exact), its late
+      slope (an ``OODExcess``);
+    * ``full_model`` (§4): full-matrix GD over the first steps against the reduced map (a ``FullModelCheck``);
     * ``curves``: the run's records (steps, L − L_opt, ‖W − V*‖, ‖S − S*‖, ε = 1 − K·p, C1, Δ).
     """
 
@@ -194,10 +253,91 @@ class RatesRun:
     T_star: float
     half_step: float | None
     half_over_T_star: float | None
-    audit: dict[str, Any]
-    ood: dict[str, Any]
-    full_model: dict[str, float]
+    audit: TeacherAudit
+    ood: OODExcess
+    full_model: FullModelCheck
     curves: dict[str, np.ndarray] = internal()
+
+    def json(self) -> dict[str, Any]:
+        """The JSON part: every field but ``curves`` (``popdyn.jobs.records.summary``), the audit, OOD and
+        full-model records as mappings."""
+        return summary(self) | {
+            "audit": self.audit.json(),
+            "ood": self.ood._asdict(),
+            "full_model": self.full_model._asdict(),
+        }
+
+
+def _log_records(ts: np.ndarray, n: int) -> np.ndarray:
+    """The indices of the records nearest above ``n`` log-spaced steps from 1 to the last record (duplicates
+    dropped)."""
+    return np.unique(np.searchsorted(ts, np.geomspace(1, ts[-1], n)))
+
+
+def ood_excess(prob: BilinearTeacher, lr: float, ts: np.ndarray, params: dict, samples: int, seed: int) -> OODExcess:
+    """The excess OOD loss (§7) at ~30 log-spaced records of a reduced run, embedded exactly: exact for the identity
+    with Exp(1)-like moments (mean 1, variance 1), Monte Carlo with Exp(1) inputs otherwise.
+
+    **Arguments:**
+
+    - ``prob``: the teacher; ``lr``: the run's step η (the slope is fitted in ηT).
+    - ``ts``, ``params``: the run's record steps and (C1, Δ) records (``reduced_records``).
+    - ``samples``: Monte Carlo draws per record, from ``seed``.
+    """
+    idx = _log_records(ts, 30)
+    points = jax.vmap(lambda th: embed(prob, th))(jax.tree_util.tree_map(lambda x: x[idx], params))
+    exact = float(prob.alpha) == 1.0
+    if exact:
+        ood = np.asarray(jax.vmap(lambda th: ood_excess_linear(prob, th))(points))
+        se = np.zeros_like(ood)
+    else:
+        keys = jax.random.split(jax.random.PRNGKey(seed), len(idx))
+        est = [
+            ood_excess_mc(prob, jax.tree_util.tree_map(lambda x, i=i: x[i], points), k, samples)
+            for i, k in enumerate(keys)
+        ]
+        ood, se = (np.array([float(e[j]) for e in est]) for j in (0, 1))
+    t = lr * ts[idx]
+    late = t >= t[-1] / 10
+    slope = _fit_slope(t[late], ood[late]) if late.sum() >= 2 else None
+    return OODExcess(steps=ts[idx], excess=ood, se=se, slope=slope, exact=exact)
+
+
+def _run_audit(
+    prob: BilinearTeacher, lr: float, ts: np.ndarray, loss: np.ndarray, params: dict, status: str, points: int
+) -> TeacherAudit:
+    """``step_size_audit`` (exact λ_max of the full Hessian) at ``points`` log-spaced records of a reduced run,
+    embedded exactly (``records_trajectory``); ``ts``, ``loss``, ``params``, ``status`` as ``reduced_records``
+    returns them."""
+    idx = _log_records(ts, points)
+    at = jax.tree_util.tree_map(lambda x: x[idx], params)
+    return audit_summary(step_size_audit(prob, records_trajectory(prob, ts[idx], at, loss[idx], status), lr))
+
+
+def _curves(red: TeacherReduced, ts: np.ndarray, loss: np.ndarray, params: dict) -> dict[str, np.ndarray]:
+    """``RatesRun.curves``: the record steps, L − L_opt, ‖W − V*‖, ‖S − S*‖, ε = 1 − K·p, C1 and Δ."""
+    errors: TeacherErrors = jax.tree_util.tree_map(np.asarray, jax.vmap(red.errors)(params))
+    return {
+        "steps": ts,
+        "excess": loss - float(red.L_opt),
+        "w_error": errors.w_error,
+        "s_error": errors.s_error,
+        "eps": errors.eps,
+        "C1": params["C1"],
+        "Delta": params["Delta"],
+    }
+
+
+def _late_fits(
+    red: TeacherReduced, lr: float, curves: dict[str, np.ndarray]
+) -> tuple[dict[str, float], dict[str, float]]:
+    """(slopes, constants): the log-log slopes of L − L_opt, ‖W − V*‖, ‖S − S*‖ in ηT over the last decade, and each
+    at the end over §5.2's asymptote (``TeacherReduced.asymptotics``)."""
+    t = lr * curves["steps"]
+    late = (t >= t[-1] / 10) & (t > 0)
+    slopes = {k: _fit_slope(t[late], curves[k][late]) for k in SLOPES}
+    asym = red.asymptotics(float(t[-1]))._asdict()
+    return slopes, {k: float(curves[k][-1] / asym[k]) for k in SLOPES}
 
 
 def rates(
@@ -217,8 +357,7 @@ def rates(
     * records are fine over the first 30 T*, for the step of K·p = 1/2;
     * the step-size audit is ``step_size_audit`` (exact λ_max of the full Hessian) at ``audit_points`` log-spaced
       records of the run, embedded exactly (``records_trajectory``);
-    * the excess OOD loss (§7) is exact for the identity with Exp(1)-like moments (mean 1, variance 1), Monte
-      Carlo with Exp(1) inputs otherwise (``ood_samples`` draws from ``seed``);
+    * the excess OOD loss (§7) is ``ood_excess``'s (``ood_samples`` Monte Carlo draws from ``seed``);
     * the full model is run over the first ``full_steps`` steps against the reduced map (``full_model_check``)."""
     red = TeacherReduced.from_teacher(prob)
     lam_teacher = prob.lambda_max_at_teacher()
@@ -229,42 +368,17 @@ def rates(
     steps = _validate.int_at_least("steps", steps, 10)
     t_star = red.K * red.D**2 / (lr * float(red.v))
     ts, loss, params, status = reduced_records(red, lr, steps, int(math.ceil(30 * t_star)))
-    steps = int(ts[-1])
-    t = lr * ts
-    errors = {k: np.asarray(v) for k, v in jax.vmap(red.errors)(params).items()}
-    excess = loss - float(red.L_opt)
-    late = (t >= t[-1] / 10) & (t > 0)
-    measured = {"excess": excess, "w_error": errors["w_error"], "s_error": errors["s_error"]}
-    slopes = {k: _fit_slope(t[late], y[late]) for k, y in measured.items()}
-    asym = red.asymptotics(float(t[-1]))
-    constants = {k: float(measured[k][-1] / asym[k]) for k in measured}  # measured / §5.2 at the end
-    t_half = half_step(ts, 1.0 - errors["eps"])
-
-    idx = np.unique(np.searchsorted(ts, np.geomspace(1, ts[-1], audit_points)))
-    points = jax.tree_util.tree_map(lambda x: x[idx], params)
-    audit = audit_summary(step_size_audit(prob, records_trajectory(prob, ts[idx], points, loss[idx], status), lr))
-    ood_idx = np.unique(np.searchsorted(ts, np.geomspace(1, ts[-1], 30)))
-    ood_pts = jax.vmap(lambda th: embed(prob, th))(jax.tree_util.tree_map(lambda x: x[ood_idx], params))
-    if float(prob.alpha) == 1.0:
-        ood = np.asarray(jax.vmap(lambda th: ood_excess_linear(prob, th))(ood_pts))
-        ood_se = np.zeros_like(ood)
-    else:
-        keys = jax.random.split(jax.random.PRNGKey(seed), len(ood_idx))
-        est = [
-            ood_excess_mc(prob, jax.tree_util.tree_map(lambda x, i=i: x[i], ood_pts), k, ood_samples)
-            for i, k in enumerate(keys)
-        ]
-        ood, ood_se = (np.array([float(e[j]) for e in est]) for j in (0, 1))
-    t_ood = lr * ts[ood_idx]
-    late_ood = t_ood >= t_ood[-1] / 10
+    curves = _curves(red, ts, loss, params)
+    slopes, constants = _late_fits(red, lr, curves)
+    t_half = half_step(ts, 1.0 - curves["eps"])
     return RatesRun(
         lr=lr,
-        steps=steps,
+        steps=int(ts[-1]),
         lambda_max_teacher=lam_teacher,
         late_onset=onset,
-        horizon_over_onset=float(t[-1] / onset),
+        horizon_over_onset=float(lr * ts[-1] / onset),
         status=status,
-        late_constant=float(t[-1] * excess[-1]),
+        late_constant=float(lr * ts[-1] * curves["excess"][-1]),
         late_constant_predicted=late_constant(red.D, red.K),
         slopes=slopes,
         slopes_poster=SLOPES,
@@ -273,22 +387,8 @@ def rates(
         T_star=t_star,
         half_step=t_half,
         half_over_T_star=None if t_half is None else t_half / t_star,
-        audit=audit,
-        ood={
-            "steps": ts[ood_idx],
-            "excess": ood,
-            "se": ood_se,
-            "slope": _fit_slope(t_ood[late_ood], ood[late_ood]) if late_ood.sum() >= 2 else None,
-            "exact": float(prob.alpha) == 1.0,
-        },
-        full_model=full_model_check(prob, red, lr, min(full_steps, steps)),
-        curves={
-            "steps": ts,
-            "excess": excess,
-            "w_error": errors["w_error"],
-            "s_error": errors["s_error"],
-            "eps": errors["eps"],
-            "C1": params["C1"],
-            "Delta": params["Delta"],
-        },
+        audit=_run_audit(prob, lr, ts, loss, params, status, audit_points),
+        ood=ood_excess(prob, lr, ts, params, ood_samples, seed),
+        full_model=full_model_check(prob, red, lr, min(full_steps, int(ts[-1]))),
+        curves=curves,
     )

@@ -28,7 +28,14 @@ from popdyn.tasks.teacher.model import (
     validate_teacher,
 )
 from popdyn.tasks.teacher.ood import ood_excess_linear, ood_excess_mc
-from popdyn.tasks.teacher.reduced import TeacherReduced, embed, late_constant, project
+from popdyn.tasks.teacher.reduced import (
+    LateAsymptotes,
+    TeacherErrors,
+    TeacherReduced,
+    embed,
+    late_constant,
+    project,
+)
 
 __all__ = [
     "ACTIVATIONS",
@@ -36,6 +43,8 @@ __all__ = [
     "TEACHERS",
     "ZERO_INITS",
     "BilinearTeacher",
+    "LateAsymptotes",
+    "TeacherErrors",
     "TeacherReduced",
     "cnn_pooling",
     "cycle_gcn",

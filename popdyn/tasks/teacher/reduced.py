@@ -9,6 +9,7 @@ exactly GD on (C1, Δ) in the metric diag(v, K(D−K)) (``precondition``).
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import equinox as eqx
 import jax.numpy as jnp
@@ -18,6 +19,26 @@ from popdyn import _validate
 from popdyn.problem import Problem, Theta
 from popdyn.tasks.teacher.kernels import ZERO_INITS, entry_loss, kappa, norm_toward, zero_partials
 from popdyn.tasks.teacher.model import BilinearTeacher, validate_sizes
+
+
+class TeacherErrors(NamedTuple):
+    """The distances to the teacher on the manifold (§4.1, ``TeacherReduced.errors``): ``eps`` = ε = 1 − Kp, the
+    attention off the support of S*; ``w_error`` = ‖W − V*‖_F; ``s_error`` = ‖S − S*‖_F."""
+
+    eps: Float[Array, "..."]
+    w_error: Float[Array, "..."]
+    s_error: Float[Array, "..."]
+
+
+class LateAsymptotes(NamedTuple):
+    """The late-time forms at flow time t = ηT (§5.2 [derived], ``TeacherReduced.asymptotics``): ``excess``
+    L − L_opt ~ KD(D−K)/(4t); ``eps`` ε ~ √(K(D−K)²/(2κσ_x²vt)); ``w_error`` ‖W − V*‖ ~ √K(D−K)/(σ_x√(2κt));
+    ``s_error`` ‖S − S*‖ ~ D√(D−K)/(σ_x√v√(2κt))."""
+
+    excess: float
+    eps: float
+    w_error: float
+    s_error: float
 
 
 def late_constant(D: int, K: int) -> float:
@@ -112,32 +133,36 @@ class TeacherReduced(Problem):
         del key
         return {"C1": jnp.zeros(()), "Delta": jnp.zeros(())}
 
-    def errors(self, theta: Theta) -> dict[str, Float[Array, ""]]:
-        """ε = 1 − Kp, ‖W − V*‖_F = |C1 − 1|√v and ‖S − S*‖_F = Dε/√(K(D−K)) (§4.1)."""
+    def errors(self, theta: Theta) -> TeacherErrors:
+        """ε = 1 − Kp, ‖W − V*‖_F = |C1 − 1|√v and ‖S − S*‖_F = Dε/√(K(D−K)) at θ = (C1, Δ) (§4.1)."""
         q = self.attention_values(theta["Delta"])[1]
         eps = (self.D - self.K) * q  # = 1 − Kp without cancellation
-        return {
-            "eps": eps,
-            "w_error": jnp.abs(theta["C1"] - 1.0) * jnp.sqrt(self.v),
-            "s_error": self.D * eps / math.sqrt(self.K * (self.D - self.K)),
-        }
+        return TeacherErrors(
+            eps=eps,
+            w_error=jnp.abs(theta["C1"] - 1.0) * jnp.sqrt(self.v),
+            s_error=self.D * eps / math.sqrt(self.K * (self.D - self.K)),
+        )
 
     def attractors(self):
         """ "teacher": ‖W − V*‖_F + ‖S − S*‖_F, zero only in the limit Δ → ∞."""
-        return {"teacher": lambda t: sum(e for k, e in self.errors(t).items() if k != "eps")}
 
-    def asymptotics(self, t: float) -> dict[str, float]:
-        """Late-time forms at flow time t = ηT (§5.2 [derived]): "excess" L − L_opt ~ KD(D−K)/(4t),
-        "eps" ε ~ √(K(D−K)²/(2κσ_x²vt)), "w_error" ‖W − V*‖ ~ √K(D−K)/(σ_x√(2κt)),
-        "s_error" ‖S − S*‖ ~ D√(D−K)/(σ_x√v√(2κt)); valid once t ≫ ``late_onset()``."""
+        def teacher(theta: Theta) -> Float[Array, ""]:
+            e = self.errors(theta)
+            return e.w_error + e.s_error
+
+        return {"teacher": teacher}
+
+    def asymptotics(self, t: float) -> LateAsymptotes:
+        """The late-time forms of L − L_opt, ε, ‖W − V*‖ and ‖S − S*‖ at flow time ``t`` = ηT (§5.2 [derived]), as
+        ``LateAsymptotes``; valid once t ≫ ``late_onset()``."""
         k2t = 2.0 * kappa(float(self.alpha)) * float(self.sigma_x) ** 2 * t
         D, K, v = self.D, self.K, float(self.v)
-        return {
-            "excess": late_constant(D, K) / t,
-            "eps": math.sqrt(K * (D - K) ** 2 / (k2t * v)),
-            "w_error": math.sqrt(K / k2t) * (D - K),
-            "s_error": D * math.sqrt((D - K) / (k2t * v)),
-        }
+        return LateAsymptotes(
+            excess=late_constant(D, K) / t,
+            eps=math.sqrt(K * (D - K) ** 2 / (k2t * v)),
+            w_error=math.sqrt(K / k2t) * (D - K),
+            s_error=D * math.sqrt((D - K) / (k2t * v)),
+        )
 
     def late_onset(self) -> float:
         """(D−K)⁴/(2κσ_x²vK): the flow time after which the 1/t regime sets in (ε < K/(D−K), §5.2)."""
