@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 from matplotlib.colors import ListedColormap
@@ -20,7 +20,7 @@ from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
 from popdyn.tasks.decision_list.theorems import theorem1_c
 
 if TYPE_CHECKING:
-    from popdyn.jobs.decision_list.theorem2 import Theorem2Run
+    from popdyn.jobs.decision_list.theorem2 import LambdaMax0Reference, Theorem2Run
 
 
 def converge_decision_list(
@@ -96,9 +96,12 @@ RULE_ORDERS = ("a1>a2>ω", "a1>ω>a2", "a2>a1>ω", "a2>ω>a1", "ω>a1>a2", "ω>a
 (for D_distinct with n ≥ 3 and L ≥ n + 1, §4)."""
 
 
-def plane_to_column(x, y, L: int) -> dict:
+def plane_to_column(x, y, L: int) -> dict[str, np.ndarray]:
     """(x, y) = (w_1 − w_2, ω − w_2) on the plane of zero column sum w_1 + w_2 + (L−2)ω = 0 (§3 C), as the
-    reduced state (w_1, w_2, u = √(L−2)ω) of a column with a list of length 2."""
+    reduced state θ = {"m2": (w_1, w_2, u = √(L−2)ω)} of a column with a list of length 2 (``ReducedDecisionList``
+    with lengths (2,)), shape (…, 3) for (x, y) of shape (…).
+
+    **Arguments:** ``x``, ``y`` points of the plane (arrays of one shape); ``L`` tokens (L ≥ 3)."""
     w2 = -(x + (L - 2) * y) / L
     return {"m2": np.stack([x + w2, w2, np.sqrt(L - 2) * (y + w2)], axis=-1)}
 
@@ -239,57 +242,81 @@ def basins_decision_list(
     )
 
 
-def lambda_spread(draws: list[float], reference: dict) -> dict:
+class ReferencePlacement(NamedTuple):
+    """Where one reference value of λ_max(θ₀) falls against its draws (``lambda_spread``).
+
+    **Fields:** ``value`` the reference value; ``over_median`` its ratio to the draws' median;
+    ``share_of_draws_below`` the share of draws below it; ``position`` "below", "within" or "above" the draws'
+    range [min, max]."""
+
+    value: float
+    over_median: float
+    share_of_draws_below: float
+    position: str
+
+
+class LambdaSpread(NamedTuple):
+    """λ_max(θ₀) over draws of the perturbation V₀ − cP, with §6's reference values placed against them
+    (``lambda_spread``; ``as_dict`` is the summary's form).
+
+    **Fields:** ``n`` the number of draws; ``min``, ``median``, ``max`` of the draws; ``max_over_min`` max/min;
+    ``table`` §6's sanity-run value against them (None where (L, n, M) is none of its runs); ``order`` §6's order
+    of magnitude c²/(L·n³) against them."""
+
+    n: int
+    min: float
+    median: float
+    max: float
+    max_over_min: float
+    table: ReferencePlacement | None
+    order: ReferencePlacement
+
+    def as_dict(self) -> dict[str, Any]:
+        """The spread as a JSON object, the placements as objects too (None stays None)."""
+        table = None if self.table is None else self.table._asdict()
+        return self._asdict() | {"table": table, "order": self.order._asdict()}
+
+
+def _place(value: float, lam: np.ndarray) -> ReferencePlacement:
+    """Where ``value`` falls against the draws ``lam`` (``ReferencePlacement``)."""
+    med = float(np.median(lam))
+    where = "below" if value < lam.min() else "above" if value > lam.max() else "within"
+    return ReferencePlacement(value, value / med, float(np.mean(lam < value)), where)
+
+
+def lambda_spread(draws: list[float], reference: LambdaMax0Reference) -> LambdaSpread:
     """min, median and max of the λ_max(θ₀) draws, and where each reference value (``lambda_max0_reference``) falls
     against them: its ratio to the median, the share of draws below it, and "below", "within" or "above" the
-    range [min, max]."""
+    range [min, max].
+
+    **Arguments:** ``draws`` λ_max(θ₀) per draw; ``reference`` §6's values for the instance."""
     lam = np.asarray(draws, dtype=float)
     lo, med, hi = float(lam.min()), float(np.median(lam)), float(lam.max())
-
-    def against(value: float | None) -> dict | None:
-        if value is None:
-            return None
-        where = "below" if value < lo else "above" if value > hi else "within"
-        return {
-            "value": value,
-            "over_median": value / med,
-            "share_of_draws_below": float(np.mean(lam < value)),
-            "position": where,
-        }
-
-    return {
-        "n": int(lam.size),
-        "min": lo,
-        "median": med,
-        "max": hi,
-        "max_over_min": hi / lo,
-        "table": against(reference["table"]),
-        "order": against(reference["order"]),
-    }
+    table = None if reference.table is None else _place(reference.table, lam)
+    return LambdaSpread(int(lam.size), lo, med, hi, hi / lo, table, _place(reference.order, lam))
 
 
-def plot_spread(ax, run: Theorem2Run, spread: dict) -> None:
+def plot_spread(ax, run: Theorem2Run, spread: LambdaSpread) -> None:
     """The draws of λ_max(θ₀) as a strip over a box, the run's own draw marked, with §6's reference value(s)."""
     lam = np.asarray(run.lambda_max0_draws)
     jitter = np.linspace(-0.12, 0.12, lam.size) if lam.size > 1 else np.zeros(1)
     ax.boxplot(lam, positions=[0.0], widths=0.5, showfliers=False)
     ax.plot(jitter, lam, "o", color="C0", alpha=0.7, ms=5, label=f"{lam.size} draws of V₀ − cP")
     ax.plot(jitter[:1], lam[:1], "o", mfc="none", mec="r", ms=10, mew=1.5, label=f"the run's (seed {run.seed})")
-    if spread["table"] is not None:
+    if spread.table is not None:
         ax.axhline(
-            spread["table"]["value"],
+            spread.table.value,
             color="k",
             ls="--",
             lw=1.2,
-            label=f"§6 sanity run: {spread['table']['value']:.3g} (one unknown draw)",
+            label=f"§6 sanity run: {spread.table.value:.3g} (one unknown draw)",
         )
-    order = spread["order"]["value"]
+    order = spread.order.value
     ax.axhspan(order / 2, order * 2, color="0.88", zorder=0)
     ax.axhline(order, color="0.4", ls=":", lw=1.2, label=f"§6: about c²/(L·n³) = {order:.3g} (band: ×/÷ 2)")
     ax.set(xticks=[], xlim=(-0.6, 0.6), yscale="log", ylabel="λ_max(θ₀)")
     ax.set_title(
-        f"λ_max(θ₀) over {lam.size} draws: min {spread['min']:.4g},\nmedian {spread['median']:.4g}, "
-        f"max {spread['max']:.4g}",
+        f"λ_max(θ₀) over {lam.size} draws: min {spread.min:.4g},\nmedian {spread.median:.4g}, max {spread.max:.4g}",
         fontsize=9,
     )
     ax.legend(fontsize=7)
@@ -342,22 +369,22 @@ def stepsize_decision_list(
     plot_spread(ax_s, run, spread)
     T = run.T_range
 
-    def against(ref: dict | None, what: str) -> str:
+    def against(ref: ReferencePlacement | None, what: str) -> str:
         if ref is None:
             return ""
         return (
-            f"; {what} {ref['value']:.4g} = {ref['over_median']:.3f} × median, {ref['position']} the range "
-            f"({100 * ref['share_of_draws_below']:.0f}% of draws below it)"
+            f"; {what} {ref.value:.4g} = {ref.over_median:.3f} × median, {ref.position} the range "
+            f"({100 * ref.share_of_draws_below:.0f}% of draws below it)"
         )
 
     lines = [
         head,
         f"  A ∈ ({run.A_range[0]:.5g}, {run.A_range[1]:.5g}), A = {run.A:.5g} (midpoint); "  # type: ignore[index]  # a feasible run has all its records
         f"λ_max(θ0) = {run.lambda_max0:.5g} (seed {seed}), η = {run.lr:.4g}",
-        f"  λ_max(θ0) over {spread['n']} draws of V0 − cP (seeds {seed}..{seed + draws - 1}): min "
-        f"{spread['min']:.5g}, median {spread['median']:.5g}, max {spread['max']:.5g}"
-        + against(spread["table"], "§6 sanity run (one unknown draw)")
-        + against(spread["order"], "§6 order c²/(L·n³)"),
+        f"  λ_max(θ0) over {spread.n} draws of V0 − cP (seeds {seed}..{seed + draws - 1}): min "
+        f"{spread.min:.5g}, median {spread.median:.5g}, max {spread.max:.5g}"
+        + against(spread.table, "§6 sanity run (one unknown draw)")
+        + against(spread.order, "§6 order c²/(L·n³)"),
         "  T-range [2mℒ0/(A²η), ε/(2η)] = " + ("empty" if T is None else f"[{T[0]:.5g}, {T[1]:.5g}] steps"),
         f"  first perfectly classifying step: {run.first_pc_step}"
         + ("" if run.pc_within_T is None else f" (within the T-range: {run.pc_within_T})"),
@@ -369,5 +396,5 @@ def stepsize_decision_list(
     ]
     arrays = {k: np.asarray(getattr(run, k)) for k in ("ts", "losses", "margins", "V_dev_max_entry", "V_dev_inf_norm")}
     arrays |= {"lambda_max0_draws": np.asarray(run.lambda_max0_draws), "draw_seeds": np.asarray(run.draw_seeds)}
-    results = summary(run) | {"lambda_max0_spread": spread}
+    results = summary(run) | {"lambda_max0_spread": spread.as_dict()}
     return Result(inputs, results, {"theorem2": dict(arrays, lambdas=lambdas)}, {"theorem2": fig}, lines)
