@@ -114,6 +114,122 @@ def rule_order(state: np.ndarray, L: int) -> np.ndarray:
     return np.array([table[r] for r in ranks]).reshape(state.shape[:-1])
 
 
+class _PlaneFlow(NamedTuple):
+    """The flow of a list-length-2 column from every point of a grid on its zero-sum plane, and from its origin
+    W₀ = 0 (``_plane_flow``).
+
+    **Fields:** ``T`` first time of perfect classification per grid point (grid × grid, NaN: not by t1);
+    ``labels`` the index into ``RULE_ORDERS`` of the order at t1 per grid point; ``fractions`` each order's share
+    of the grid; ``status`` the grid's end statuses (name → count); ``T_zero`` T* from W₀ = 0 (NaN: not by t1);
+    ``order_from_zero`` the order reached from it; ``path_x``, ``path_y`` its recorded path on the plane."""
+
+    T: np.ndarray
+    labels: np.ndarray
+    fractions: dict[str, float]
+    status: dict[str, int]
+    T_zero: float
+    order_from_zero: str
+    path_x: np.ndarray
+    path_y: np.ndarray
+
+
+def _plane_flow(
+    prob: ReducedDecisionList, xs: np.ndarray, t1: float, n_times: int, chunk: int, checkpoint: str | None
+) -> _PlaneFlow:
+    """The flow on W of ``prob`` (one column, list length 2) to ``t1`` from every point (x, y) of ``xs`` × ``xs``
+    on the zero-sum plane and, last, from its origin: the rule order at t1 and T* located on ``n_times``
+    log-spaced records (``first_passage``).
+
+    **Arguments:** ``prob`` the reduced problem with lengths (2,); ``xs`` the grid of each axis; ``t1`` the
+    horizon; ``n_times`` records; ``chunk`` points per compiled chunk; ``checkpoint`` a directory for finished
+    chunks (None: none)."""
+    L = prob.L
+    X, Y = np.meshgrid(xs, xs)
+    # the grid plus, last, the origin (0, 0) of the plane, i.e. W₀ = 0, whose path is drawn on the map
+    T, traj = first_passage(
+        prob,
+        plane_to_column(np.append(X.ravel(), 0.0), np.append(Y.ravel(), 0.0), L),
+        prob.pc_slack,
+        t1,
+        n_grid=n_times,
+        chunk_size=chunk,
+        checkpoint=checkpoint,
+    )
+    ends = np.asarray(traj.final["m2"])
+    labels = rule_order(ends[:-1], L).reshape(X.shape)
+    path = np.asarray(traj.params["m2"])[-1]  # type: ignore[index]  # first_passage saves θ
+    return _PlaneFlow(
+        T=T[:-1, 0].reshape(X.shape),
+        labels=labels,
+        fractions={name: float(np.mean(labels == k)) for k, name in enumerate(RULE_ORDERS)},
+        status=count(traj.status[:-1]),  # the grid's, without the origin
+        T_zero=float(T[-1][0]),
+        order_from_zero=RULE_ORDERS[int(rule_order(ends[-1], L))],
+        path_x=path[:, 0] - path[:, 1],
+        path_y=path[:, 2] / np.sqrt(L - 2) - path[:, 1],
+    )
+
+
+_RULE_COLOURS = ("#4daf4a", "#377eb8", "#ff7f00", "#984ea3", "#e41a1c", "#a65628")
+"""The colour of each of RULE_ORDERS on the basin map."""
+
+
+def _basins_figure(flow: _PlaneFlow, lo: float, hi: float, t1: float, title: str) -> Figure:
+    """Two maps of the [lo, hi]² plane: the rule order at t1 and log10 T*, each with the path from W₀ = 0.
+
+    **Arguments:** ``flow`` the plane's flow; ``lo``, ``hi`` the range of each axis; ``t1`` the horizon;
+    ``title`` the figure's title."""
+    fig = Figure(figsize=(12, 5.2), layout="constrained")
+    ax, ax_t = fig.subplots(1, 2)
+    extent = (lo, hi, lo, hi)
+    cmap = ListedColormap(_RULE_COLOURS)
+    ax.imshow(
+        flow.labels, origin="lower", extent=extent, cmap=cmap, vmin=-0.5, vmax=5.5, interpolation="nearest", alpha=0.8
+    )
+    for k, name in enumerate(RULE_ORDERS):
+        ax.scatter([], [], color=_RULE_COLOURS[k], marker="s", label=f"{name}: {100 * flow.fractions[name]:.1f}%")
+    ax.set(title=f"rule order at t = {t1:g}")
+    T = flow.T
+    im = ax_t.imshow(
+        np.log10(np.where(T > 0, T, np.nan)), origin="lower", extent=extent, cmap="viridis", interpolation="nearest"
+    )
+    fig.colorbar(im, ax=ax_t, label="log10 T* (white: PC at t = 0 or never by t1)")
+    ax_t.set(title=f"first time of perfect classification T* (from W₀ = 0: {flow.T_zero:.4g})")
+    for a in (ax, ax_t):
+        a.plot(flow.path_x, flow.path_y, "k-", lw=1.5, label="flow from W₀ = 0" if a is ax else None)
+        a.axvline(0, color="k", lw=0.5)
+        a.axhline(0, color="k", lw=0.5)
+        a.set(
+            xlim=(lo, hi), ylim=(lo, hi), xlabel="w₁ − w₂ (first rule − own token)", ylabel="ω − w₂ (distractors − own)"
+        )
+    fig.suptitle(title, fontsize=10)
+    fig.legend(fontsize=7, loc="outside right upper")
+    return fig
+
+
+def _basins_summary(flow: _PlaneFlow, L: int, n: int, c: float, t1: float, distribution: str) -> dict[str, Any]:
+    """The summary's results of ``basins_decision_list``: the settings, the order fractions, how often and how
+    soon perfect classification is reached (None where never), the end statuses and what W₀ = 0 reaches.
+
+    **Arguments:** ``flow`` the plane's flow; ``L``, ``n``, ``c``, ``t1``, ``distribution`` the settings."""
+    T, reached = flow.T, np.isfinite(flow.T)
+    return {
+        "L": L,
+        "n": n,
+        "c": c,
+        "t1": t1,
+        "distribution": distribution,
+        "fractions": flow.fractions,
+        "pc_fraction": flow.fractions[RULE_ORDERS[0]],
+        "pc_reached_fraction": float(reached.mean()),
+        "T_star_median": float(np.median(T[reached])) if reached.any() else None,
+        "T_star_max": float(T[reached].max()) if reached.any() else None,
+        "T_star_from_zero": None if np.isnan(flow.T_zero) else flow.T_zero,
+        "status": flow.status,
+        "order_from_zero": flow.order_from_zero,
+    }
+
+
 def basins_decision_list(
     L: int,
     n: int,
@@ -131,8 +247,13 @@ def basins_decision_list(
     (w_1 − w_2, ω − w_2) plane (zero column sum; §3 C): the rule order of (w_1, w_2, ω) at t1, and the first
     time T* of perfect classification (§4), located on ``n_times`` log-spaced records (interpolated; about 1%
     relative at the default 120 records over 9 decades). Cost: recording dominates — 32², t1 = 100 takes ~90 s
-    with 400 records on a 2-core CPU, the flow alone to t = 10 on 64² ~18 s. ``chunk`` points run at a time;
-    ``checkpoint``: a directory to save finished chunks in and resume from (``gradient_flow``)."""
+    with 400 records on a 2-core CPU, the flow alone to t = 10 on 64² ~18 s.
+
+    **Arguments:** ``L`` tokens (≥ 3: a list of length 2 needs distractors); ``n`` sequence length; ``c`` the
+    value scale of V = cP (None: Theorem 1's, ``theorem1_c``); ``grid`` points per axis; ``lo``, ``hi`` the range
+    of each axis; ``t1`` the horizon; ``distribution`` "distinct" or "iid"; ``n_times`` records for T*; ``chunk``
+    points run at a time; ``checkpoint`` a directory to save finished chunks in and resume from
+    (``gradient_flow``)."""
     L, n, distribution = validate_sizes(L, n, distribution)
     if L < 3:
         raise ValueError(f"L={L} is out of range: a list of length 2 needs distractors, L >= 3")
@@ -141,83 +262,15 @@ def basins_decision_list(
     t1 = _validate.positive("t1", t1)
     _validate.int_at_least("chunk", chunk, 1)
     c = theorem1_c(L, n, 2, distribution) if c is None else _validate.positive("c", c)
-    prob = ReducedDecisionList(L, n, (2,), c, distribution)
     xs = np.linspace(lo, hi, grid)
-    X, Y = np.meshgrid(xs, xs)
-    # the grid plus, last, the origin (0, 0) of the plane, i.e. W₀ = 0, whose path is drawn on the map
-    T, traj = first_passage(
-        prob,
-        plane_to_column(np.append(X.ravel(), 0.0), np.append(Y.ravel(), 0.0), L),
-        prob.pc_slack,
-        t1,
-        n_grid=n_times,
-        chunk_size=chunk,
-        checkpoint=checkpoint,
-    )
-    t_zero, T = T[-1], T[:-1, 0].reshape(X.shape)
-    ends = np.asarray(traj.final["m2"])
-    labels = rule_order(ends[:-1], L).reshape(X.shape)
-    path = np.asarray(traj.params["m2"])[-1]  # type: ignore[index]  # first_passage saves θ
-    px, py = path[:, 0] - path[:, 1], path[:, 2] / np.sqrt(L - 2) - path[:, 1]
-    fractions = {name: float(np.mean(labels == k)) for k, name in enumerate(RULE_ORDERS)}
-    fig = Figure(figsize=(12, 5.2), layout="constrained")
-    ax, ax_t = fig.subplots(1, 2)
-    colours = ("#4daf4a", "#377eb8", "#ff7f00", "#984ea3", "#e41a1c", "#a65628")
-    ax.imshow(
-        labels,
-        origin="lower",
-        extent=(lo, hi, lo, hi),
-        cmap=ListedColormap(colours),
-        vmin=-0.5,
-        vmax=5.5,
-        interpolation="nearest",
-        alpha=0.8,
-    )
-    for k, name in enumerate(RULE_ORDERS):
-        ax.scatter([], [], color=colours[k], marker="s", label=f"{name}: {100 * fractions[name]:.1f}%")
-    ax.set(title=f"rule order at t = {t1:g}")
-    im = ax_t.imshow(
-        np.log10(np.where(T > 0, T, np.nan)),
-        origin="lower",
-        extent=(lo, hi, lo, hi),
-        cmap="viridis",
-        interpolation="nearest",
-    )
-    fig.colorbar(im, ax=ax_t, label="log10 T* (white: PC at t = 0 or never by t1)")
-    ax_t.set(title=f"first time of perfect classification T* (from W₀ = 0: {t_zero[0]:.4g})")
-    for a in (ax, ax_t):
-        a.plot(px, py, "k-", lw=1.5, label="flow from W₀ = 0" if a is ax else None)
-        a.axvline(0, color="k", lw=0.5)
-        a.axhline(0, color="k", lw=0.5)
-        a.set(
-            xlim=(lo, hi), ylim=(lo, hi), xlabel="w₁ − w₂ (first rule − own token)", ylabel="ω − w₂ (distractors − own)"
-        )
-    fig.suptitle(
-        f"list length 2, flow on W with V = cP: L = {L}, n = {n}, c = {c:.4g}, {distribution} tokens", fontsize=10
-    )
-    fig.legend(fontsize=7, loc="outside right upper")
-    status = count(traj.status[:-1])  # the grid's, without the origin
-    reached = np.isfinite(T)
-    results: dict = {
-        "L": L,
-        "n": n,
-        "c": c,
-        "t1": t1,
-        "distribution": distribution,
-        "fractions": fractions,
-        "pc_fraction": fractions[RULE_ORDERS[0]],
-        "pc_reached_fraction": float(reached.mean()),
-        "T_star_median": float(np.median(T[reached])) if reached.any() else None,
-        "T_star_max": float(T[reached].max()) if reached.any() else None,
-        "T_star_from_zero": None if np.isnan(t_zero[0]) else float(t_zero[0]),
-        "status": status,
-        "order_from_zero": RULE_ORDERS[int(rule_order(ends[-1], L))],
-    }
+    flow = _plane_flow(ReducedDecisionList(L, n, (2,), c, distribution), xs, t1, n_times, chunk, checkpoint)
+    title = f"list length 2, flow on W with V = cP: L = {L}, n = {n}, c = {c:.4g}, {distribution} tokens"
+    results = _basins_summary(flow, L, n, c, t1, distribution)
     lines = [
         f"basins decision-list  L={L}, n={n}, c={c:.6g}, {distribution} tokens: list-length-2 column, "
         f"{grid}² initialisations of its zero-sum plane, flow to t = {t1:g}"
     ]
-    lines += [f"  order at t1 {name}: {100 * f:6.2f}%" for name, f in fractions.items()]
+    lines += [f"  order at t1 {name}: {100 * f:6.2f}%" for name, f in flow.fractions.items()]
     lines.append(
         f"  perfect classification reached by t1: {100 * results['pc_reached_fraction']:.2f}%, T* median "
         f"{results['T_star_median']}, max {results['T_star_max']}; from W0 = 0: {results['T_star_from_zero']}"
@@ -233,13 +286,8 @@ def basins_decision_list(
         "distribution": distribution,
         "n_times": n_times,
     }
-    return Result(
-        inputs,
-        results,
-        {"basins": {"x": xs, "y": xs, "labels": labels, "T_star": T, "path_x": px, "path_y": py}},
-        {"basins": fig},
-        lines,
-    )
+    arrays = {"x": xs, "y": xs, "labels": flow.labels, "T_star": flow.T, "path_x": flow.path_x, "path_y": flow.path_y}
+    return Result(inputs, results, {"basins": arrays}, {"basins": _basins_figure(flow, lo, hi, t1, title)}, lines)
 
 
 class ReferencePlacement(NamedTuple):
