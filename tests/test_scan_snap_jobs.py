@@ -118,7 +118,7 @@ def test_stepsize_against_the_hessian_at_zero_and_lemma5():
     yy_block = np.kron(G, np.eye(M) - np.ones((M, M)) / M) / M
     np.testing.assert_allclose(np.asarray(H_YY).reshape(M * M, M * M), yy_block, atol=1e-14)
     zero = res.results["hessian_at_zero"]
-    assert zero == hessian_at_zero(classes)
+    assert zero == hessian_at_zero(classes)._asdict()
     assert zero["lambda_Y_block"] == pytest.approx(np.linalg.eigvalsh(yy_block)[-1], rel=1e-12)
     dense = np.linalg.eigvalsh(np.asarray(jax.jit(lambda t: hessian_matrix(prob, t))(prob.init(None))))
     assert zero["lambda_max"] == pytest.approx(dense[-1], rel=1e-10)  # the derived closed form, exact Hessian

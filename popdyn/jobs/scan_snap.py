@@ -14,7 +14,7 @@ import functools
 import math
 import os
 from collections.abc import Sequence
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import equinox as eqx
 import jax
@@ -24,8 +24,8 @@ from jaxtyping import Array, Float
 from matplotlib.figure import Figure
 
 from popdyn import _validate
-from popdyn.analysis import Grid, basin_map, hitting_times, step_size_audit
-from popdyn.dynamics import STATUS_NAMES, gradient_descent
+from popdyn.analysis import Grid, StepSizeAudit, basin_map, hitting_times, step_size_audit
+from popdyn.dynamics import STATUS_NAMES, Trajectory, gradient_descent
 from popdyn.io import Result
 from popdyn.jobs.basin_result import basin_result
 from popdyn.plot import plot_step_size_audit
@@ -111,6 +111,16 @@ class _BlockRates(eqx.Module):
 
     def __call__(self, grad: Theta) -> Theta:
         return {"Y": self.eta_y * grad["Y"], "Z": self.eta_z * grad["Z"]}
+
+
+def _positive_numbers(name: str, values: Sequence[float], what: str) -> list[float]:
+    """``values`` as a list of numbers > 0; ValueError unless it is a non-empty sequence of them.
+
+    **Arguments:** ``name`` the argument's name in messages; ``values`` the sequence; ``what`` what its entries
+    are, in the message ("numbers", "learning rates")."""
+    if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or len(values) == 0:
+        raise ValueError(f"{name}={values!r} is invalid: must be a non-empty sequence of {what} > 0")
+    return [_validate.positive(name, v) for v in values]
 
 
 def converge_scan_snap(
@@ -299,7 +309,18 @@ def _converge_figure(rows: list[dict], closed: dict, K: int, M: int, eta_y: floa
 
 
 # ---- stepsize: λ_max along exact GD ---------------------------------------------------------------------------------
-def hessian_at_zero(classes: Classes) -> dict:
+class HessianAtZero(NamedTuple):
+    """What §5 gives for λ_max(∇²L) at θ = 0 (``hessian_at_zero``).
+
+    **Fields:** ``lambda_Y_block`` λ_max(Σ_n π_n f_n f_nᵀ)/M, the top eigenvalue of the Y–Y block and so a lower
+    bound on λ_max(∇²L(0)); ``lambda_max`` λ_max(∇²L(0)) exactly, max_n π_n max(1/M, √(1 − 1/M) σ_max(J_n)), when
+    the classes' supports are disjoint (None when they overlap)."""
+
+    lambda_Y_block: float
+    lambda_max: float | None
+
+
+def hessian_at_zero(classes: Classes) -> HessianAtZero:
     """Closed forms for ∇²L at θ = 0 (§5, "Step size"), f_n = P(·|n)/‖P(·|n)‖, π_n the class weights.
 
     * [§5] The Y–Y block is Σ_n π_n (f_n f_nᵀ) ⊗ (I − 11ᵀ/M)/M, so λ_max(∇²L(0)) ≥ λ_max(Σ_n π_n f_n f_nᵀ)/M
@@ -309,14 +330,17 @@ def hessian_at_zero(classes: Classes) -> dict:
       (no common token) these pieces are mutually orthogonal and orthogonal to the Y–Y block's range, so the
       spectrum is {π_n/M} ∪ {±π_n ‖u_n‖ σ_k(J_n)} ∪ {0} and λ_max = max_n π_n max(1/M, √(1 − 1/M) σ_max(J_n)):
       ``lambda_max`` (None when supports overlap).
-    """
+
+    **Arguments:** ``classes`` the data (``Classes``)."""
     P, w, M = classes.probs, classes.weights, classes.M
     F = P / np.linalg.norm(P, axis=1, keepdims=True)
-    out = {"lambda_Y_block": float(np.linalg.eigvalsh(F.T @ (w[:, None] * F))[-1] / M), "lambda_max": None}
-    if not classes.common().any():
-        sig = [np.linalg.svd((np.eye(M) - np.outer(f, f)) * f[None, :], compute_uv=False)[0] for f in F]
-        out["lambda_max"] = float(max(wn * max(1 / M, math.sqrt(1 - 1 / M) * s) for wn, s in zip(w, sig, strict=False)))
-    return out
+    y_block = float(np.linalg.eigvalsh(F.T @ (w[:, None] * F))[-1] / M)
+    if classes.common().any():
+        return HessianAtZero(y_block, None)
+    sig = [np.linalg.svd((np.eye(M) - np.outer(f, f)) * f[None, :], compute_uv=False)[0] for f in F]
+    return HessianAtZero(
+        y_block, float(max(wn * max(1 / M, math.sqrt(1 - 1 / M) * s) for wn, s in zip(w, sig, strict=False)))
+    )
 
 
 def lemma5_loss(steps: Sequence[int], K: int, M: int, lr: float) -> np.ndarray:
@@ -325,6 +349,59 @@ def lemma5_loss(steps: Sequence[int], K: int, M: int, lr: float) -> np.ndarray:
     s = np.asarray(steps, dtype=int)
     hs = np.asarray(h_star(int(s.max()), M, lr / K))[s]
     return np.log1p((M - 1) * np.exp(-M * hs))
+
+
+def _stepsize_rows(
+    traj: Trajectory, audit: StepSizeAudit, lrs: list[float], K: int, M: int, lemma5: bool
+) -> list[dict[str, Any]]:
+    """Per learning rate, the audit's summary row (``StepSizeAudit.summary``) with the run's status, λ_max(θ_0),
+    its final loss and, when ``lemma5``, the largest relative error of the recorded loss against Lemma 5's.
+
+    **Arguments:** ``traj`` the batched GD run, one run per rate; ``audit`` its audit; ``lrs`` the rates; ``K``,
+    ``M`` classes and vocabulary size; ``lemma5`` whether Lemma 5 solves these runs (plain GD, disjoint supports)."""
+    loss, ts = np.asarray(traj.loss), np.asarray(traj.ts)
+    rows = cast(list[dict[str, Any]], audit.summary())  # a batch: one row per learning rate
+    for i, (row, lr) in enumerate(zip(rows, lrs, strict=False)):
+        row |= {
+            "status": STATUS_NAMES[int(traj.status[i])],
+            "lambda_max_start": float(audit.lambda_max[i, 0]),
+            "final_loss": float(loss[i, -1]),
+        }
+        if lemma5:
+            ok = np.isfinite(ts[i])
+            exact = lemma5_loss(ts[i][ok].astype(int), K, M, lr)
+            row["lemma5_loss_max_rel_error"] = float(np.max(np.abs(loss[i][ok] - exact) / exact))
+    return rows
+
+
+def _stepsize_checks(rows: list[dict[str, Any]], zero: HessianAtZero, lemma5: bool) -> dict[str, bool]:
+    """What §5 gives, checked by name: λ_max(θ_0) ≥ the Y–Y block bound; = the closed form when the supports are
+    disjoint; the loss = Lemma 5's (relative error < 1e-9) when ``lemma5``.
+
+    **Arguments:** ``rows`` the runs (``_stepsize_rows``); ``zero`` the Hessian at 0; ``lemma5`` as there."""
+    lam0 = np.array([r["lambda_max_start"] for r in rows])
+    checks = {"start_at_least_Y_block": bool(np.all(lam0 >= zero.lambda_Y_block * (1 - 1e-9)))}
+    if zero.lambda_max is not None:
+        checks["start_matches_closed_form"] = bool(np.allclose(lam0, zero.lambda_max, rtol=1e-8))
+    if lemma5:
+        checks["loss_matches_lemma5"] = all(r["lemma5_loss_max_rel_error"] < 1e-9 for r in rows)
+    return checks
+
+
+def _stepsize_figure(audit: StepSizeAudit, loss: np.ndarray, lrs: list[float], zero: HessianAtZero) -> Figure:
+    """The audit's figure (``plot_step_size_audit``) with the Hessian at θ = 0 marked: the Y–Y block bound as a
+    line, the closed form (disjoint supports) as a star.
+
+    **Arguments:** ``audit`` the audit; ``loss`` the recorded losses, one row per rate; ``lrs`` the rates;
+    ``zero`` the Hessian at 0."""
+    audits = [audit.run(i) for i in range(len(lrs))]
+    fig = plot_step_size_audit(audits, list(loss), [f"η = {lr:g}" for lr in lrs])
+    ax = fig.axes[0]
+    ax.axhline(zero.lambda_Y_block, color="k", lw=0.8, ls="-.", label="Y–Y block at θ = 0 (lower bound)")
+    if zero.lambda_max is not None:
+        ax.plot([0], [zero.lambda_max], "k*", ms=9, label="λ_max(θ = 0), closed form")
+    ax.legend(fontsize=7)
+    return fig
 
 
 def stepsize_scan_snap(
@@ -347,14 +424,12 @@ def stepsize_scan_snap(
     max_n π_n max(1/M, √(1−1/M) σ_max(J_n)) [derived]) and, with no common token, the recorded loss against
     Lemma 5's exact GD solution (``lemma5_loss``). λ_max by Lanczos (64 steps, full reorthogonalisation).
 
-    lrs: learning rates η; steps: GD steps per run; record_every: steps between audited records; K: classes;
-    n_common, n_distinct: common tokens and distinct tokens per class (defaults: Syn-Small's counts, but one
-    shared query, M = 33); M: vocabulary size (None: exactly the tokens the classes use); momentum: μ in [0, 1)
-    (Lemma 5's loss is compared at μ = 0 only).
+    **Arguments:** ``lrs`` learning rates η; ``steps`` GD steps per run; ``record_every`` steps between audited
+    records; ``K`` classes; ``n_common``, ``n_distinct`` common tokens and distinct tokens per class (defaults:
+    Syn-Small's counts, but one shared query, M = 33); ``M`` vocabulary size (None: exactly the tokens the classes
+    use); ``momentum`` μ in [0, 1) (Lemma 5's loss is compared at μ = 0 only).
     """
-    if isinstance(lrs, (str, bytes)) or not hasattr(lrs, "__iter__") or len(lrs) == 0:
-        raise ValueError(f"lrs={lrs!r} is invalid: must be a non-empty sequence of learning rates > 0")
-    lrs = [_validate.positive("lrs", lr) for lr in lrs]
+    lrs = _positive_numbers("lrs", lrs, "learning rates")
     steps = _validate.int_at_least("steps", steps, 1)
     record_every = _validate.int_at_least("record_every", record_every, 1)
     if steps % record_every:
@@ -370,28 +445,8 @@ def stepsize_scan_snap(
         prob, batch, lr=lr_arr, steps=steps, record_every=record_every, save_params=True, momentum=momentum
     )
     audit = step_size_audit(prob, traj, lr_arr, method="lanczos", momentum=momentum)
-    loss = np.asarray(traj.loss)
-    ts = np.asarray(traj.ts)
-    disjoint = zero["lambda_max"] is not None
-    lemma5 = disjoint and momentum == 0  # Lemma 5 solves plain GD
-    rows = []
-    for i, (row, lr) in enumerate(zip(audit.summary(), lrs, strict=False)):
-        row |= {
-            "status": STATUS_NAMES[int(traj.status[i])],
-            "lambda_max_start": float(audit.lambda_max[i, 0]),
-            "final_loss": float(loss[i, -1]),
-        }
-        if lemma5:
-            ok = np.isfinite(ts[i])
-            exact = lemma5_loss(ts[i][ok].astype(int), K, classes.M, lr)
-            row["lemma5_loss_max_rel_error"] = float(np.max(np.abs(loss[i][ok] - exact) / exact))
-        rows.append(row)
-    lam0 = np.array([r["lambda_max_start"] for r in rows])
-    checks = {"start_at_least_Y_block": bool(np.all(lam0 >= zero["lambda_Y_block"] * (1 - 1e-9)))}
-    if disjoint:
-        checks["start_matches_closed_form"] = bool(np.allclose(lam0, zero["lambda_max"], rtol=1e-8))
-    if lemma5:
-        checks["loss_matches_lemma5"] = all(r["lemma5_loss_max_rel_error"] < 1e-9 for r in rows)
+    lemma5 = zero.lambda_max is not None and momentum == 0  # Lemma 5 solves plain GD on disjoint supports
+    rows = _stepsize_rows(traj, audit, lrs, K, classes.M, lemma5)
     inputs = {
         "task": "scan-snap",
         "lrs": lrs,
@@ -406,26 +461,18 @@ def stepsize_scan_snap(
         "momentum": momentum,
         "lambda_method": "lanczos",
     }
-    results = {"hessian_at_zero": zero, "runs": rows, "checks": checks}
-    audits = [audit.run(i) for i in range(len(lrs))]
-    fig = plot_step_size_audit(audits, list(loss), [f"η = {lr:g}" for lr in lrs])
-    ax = fig.axes[0]
-    ax.axhline(zero["lambda_Y_block"], color="k", lw=0.8, ls="-.", label="Y–Y block at θ = 0 (lower bound)")
-    if disjoint:
-        ax.plot([0], [zero["lambda_max"]], "k*", ms=9, label="λ_max(θ = 0), closed form")
-    ax.legend(fontsize=7)
-    res = Result(
-        inputs,
-        results,
-        arrays={"stepsize": {"steps": ts, "lambda_max": audit.lambda_max, "loss": loss, "lr": lr_arr}},
-        figures={"stepsize": fig},
-    )
+    results = {"hessian_at_zero": zero._asdict(), "runs": rows, "checks": _stepsize_checks(rows, zero, lemma5)}
+    loss, ts = np.asarray(traj.loss), np.asarray(traj.ts)
+    arrays = {"stepsize": {"steps": ts, "lambda_max": audit.lambda_max, "loss": loss, "lr": lr_arr}}
+    res = Result(inputs, results, arrays=arrays, figures={"stepsize": _stepsize_figure(audit, loss, lrs, zero)})
     res.lines.append(
         f"stepsize scan-snap  K={K}, M={classes.M}, {n_common} common + {n_distinct} distinct tokens "
         f"per class, exact GD from θ = 0 (η_Y = η_Z = η{f', momentum {momentum:g}' if momentum else ''}), {steps} steps"
     )
-    closed = f"; closed form λ_max(0) = {zero['lambda_max']:.6f}" if disjoint else ""
-    res.lines.append(f"  θ = 0: λ_max = {lam0[0]:.6f}, Y–Y block bound {zero['lambda_Y_block']:.6f}{closed}")
+    closed = "" if zero.lambda_max is None else f"; closed form λ_max(0) = {zero.lambda_max:.6f}"
+    res.lines.append(
+        f"  θ = 0: λ_max = {rows[0]['lambda_max_start']:.6f}, Y–Y block bound {zero.lambda_Y_block:.6f}{closed}"
+    )
     for i, r in enumerate(rows):
         extra = f"; loss vs Lemma 5 max rel. error {r['lemma5_loss_max_rel_error']:.1e}" if lemma5 else ""
         res.lines.append(
