@@ -113,6 +113,11 @@ class _BlockRates(eqx.Module):
         return {"Y": self.eta_y * grad["Y"], "Z": self.eta_z * grad["Z"]}
 
 
+def _block_rates(eta_y: float, eta_z: float) -> _BlockRates:
+    """The preconditioner of the rates (η_Y, η_Z) = (``eta_y``, ``eta_z``) (``_BlockRates``)."""
+    return _BlockRates(jnp.asarray(eta_y), jnp.asarray(eta_z))
+
+
 def _positive_numbers(name: str, values: Sequence[float], what: str) -> list[float]:
     """``values`` as a list of numbers > 0; ValueError unless it is a non-empty sequence of them.
 
@@ -121,6 +126,147 @@ def _positive_numbers(name: str, values: Sequence[float], what: str) -> list[flo
     if isinstance(values, (str, bytes)) or not hasattr(values, "__iter__") or len(values) == 0:
         raise ValueError(f"{name}={values!r} is invalid: must be a non-empty sequence of {what} > 0")
     return [_validate.positive(name, v) for v in values]
+
+
+class _SnapClosedForm(NamedTuple):
+    """The closed forms of §4-§5 that the measured transition time is held against (``_snap_closed_form``).
+
+    **Fields:** ``x_star`` x* = (1+ω₁) ln M, the larger root of e^x = (M−1)x (Lemma 8); ``omega_1`` ω₁; ``t0``
+    t₀ = K(2(M−1)x* − 1)/(Mη_Y), where M h(t/K) = x* (Lemma 6); ``t0_sharp`` 2(1+ω₁)K ln M/η_Y; ``t0_leading``
+    2K ln M/η_Y; ``t0_scan_end`` t'₀ = K ln M/η_Y, the end of the scan; ``rho0`` the overlap ρ₀ of the class
+    features at Z = 0; ``t0_remark1`` t₀/(1−ρ₀), Remark 1's slower rate (1−ρ₀)η_Y."""
+
+    x_star: float
+    omega_1: float
+    t0: float
+    t0_sharp: float
+    t0_leading: float
+    t0_scan_end: float
+    rho0: float
+    t0_remark1: float
+
+
+def _snap_closed_form(prob: ScanSnap, K: int, M: int, eta_y: float) -> _SnapClosedForm:
+    """The closed forms of the transition time for ``prob`` (``_SnapClosedForm``).
+
+    **Arguments:** ``prob`` the K classes; ``K``, ``M`` classes and vocabulary size; ``eta_y`` the decoder rate."""
+    xs = float(x_star(M))
+    t0 = K * (2 * (M - 1) * xs - 1) / (M * eta_y)  # Lemma 6 at M h = x*
+    rho0 = _overlap(prob)
+    return _SnapClosedForm(
+        x_star=xs,
+        omega_1=float(omega_1(M)),
+        t0=t0,
+        t0_sharp=float(transition_time(K, M, eta_y, sharp=True)),
+        t0_leading=float(transition_time(K, M, eta_y)),
+        t0_scan_end=float(scan_time(K, M, eta_y)),
+        rho0=rho0,
+        t0_remark1=t0 / (1 - rho0),  # Remark 1: effective rate (1 − ρ₀)η_Y
+    )
+
+
+class _SnapTime(NamedTuple):
+    """The measured transition time at one rate ratio (``_snap_times``).
+
+    **Fields:** ``ratio`` ν = η_Y/η_Z; ``eta_z`` η_Z; ``t0_measured`` the first time x̄(θ_t) = x* (not finite:
+    not reached); ``measured_over_t0`` its ratio to the closed-form t₀; ``status`` the run's end status;
+    ``common_logit_change`` how far the query's attention logits on the common tokens moved from Z = 0 by then, on
+    average (None: no common token); ``top_distinct_logit_change`` the same on each class's most frequent distinct
+    token."""
+
+    ratio: float
+    eta_z: float
+    t0_measured: float
+    measured_over_t0: float
+    status: str
+    common_logit_change: float | None
+    top_distinct_logit_change: float
+
+
+def _snap_times(
+    prob: ScanSnap, closed: _SnapClosedForm, eta_y: float, ratios: list[float], rtol: float
+) -> list[_SnapTime]:
+    """The transition time of the exact joint flow from θ = 0 for each ν in ``ratios`` (ascending): the exact
+    hitting time of x̄(θ_t) = x* at η_Z = η_Y/ν, horizon 4t₀/(1−ρ₀), and the attention moved by then.
+
+    **Arguments:** ``prob`` the classes; ``closed`` their closed forms; ``eta_y`` η_Y; ``ratios`` the values of
+    η_Y/η_Z; ``rtol`` the flow's relative tolerance (atol = rtol/100)."""
+    theta0 = prob.init(None)
+    target = _LogOddsReach(prob, jnp.asarray(closed.x_star))
+    m = int(prob.query[0])  # the shared query
+    common = np.flatnonzero((np.asarray(prob.probs) > 0).sum(axis=0) > 1)
+    top = _top_distinct(prob)
+    rows = []
+    for nu in sorted(ratios):
+        ht = hitting_times(
+            prob,
+            theta0,
+            target,
+            "flow",
+            t1=4 * closed.t0_remark1,
+            precondition=_block_rates(eta_y, eta_y / nu),
+            rtol=rtol,
+            atol=rtol / 100,
+        )
+        Z = np.asarray(ht.final["Z"])
+        t = float(ht.times)
+        rows.append(
+            _SnapTime(
+                ratio=nu,
+                eta_z=eta_y / nu,
+                t0_measured=t,
+                measured_over_t0=t / closed.t0,
+                status=STATUS_NAMES[int(ht.status)],
+                common_logit_change=float(np.mean(Z[m, common])) if common.size else None,
+                top_distinct_logit_change=float(np.mean(Z[m, top])),
+            )
+        )
+    return rows
+
+
+def _converge_checks(rows: list[_SnapTime], closed: _SnapClosedForm, rtol: float) -> dict[str, bool]:
+    """The direction Remark 1 suggests, each check by name: every run reached x*; t₀ ≤ measured ≤ t₀/(1−ρ₀) and
+    measured later for larger η_Y/η_Z, among the runs that reached it, up to 100·rtol·t₀.
+
+    **Arguments:** ``rows`` the measured times, ν ascending; ``closed`` the closed forms; ``rtol`` the flow's
+    tolerance."""
+    done = [r for r in rows if math.isfinite(r.t0_measured)]
+    tol = 100 * rtol * closed.t0
+    return {
+        "all_reached": len(done) == len(rows),
+        "closed_form_is_lower_bound": all(r.t0_measured >= closed.t0 - tol for r in done),
+        "remark1_is_upper_bound": all(r.t0_measured <= closed.t0_remark1 + tol for r in done),
+        "later_for_larger_ratio": all(
+            a.t0_measured <= b.t0_measured + tol for a, b in zip(done, done[1:], strict=False)
+        ),
+    }
+
+
+def _converge_table(closed: _SnapClosedForm, rows: list[_SnapTime], checks: dict[str, bool]) -> list[str]:
+    """The printed closed forms, one line per measured ratio and the verdicts of ``_converge_checks``.
+
+    **Arguments:** ``closed`` the closed forms; ``rows`` the measured times; ``checks`` their checks."""
+    lines = [
+        f"  closed form: x* = {closed.x_star:.6f} (ω₁ = {closed.omega_1:.4f}); t₀ = K(2(M−1)x*−1)/(Mη_Y) = "
+        f"{closed.t0:.4f}, 2(1+ω₁)K ln M/η_Y = {closed.t0_sharp:.4f}, 2K ln M/η_Y = "
+        f"{closed.t0_leading:.4f}, t'₀ = K ln M/η_Y = {closed.t0_scan_end:.4f}; "
+        f"Remark 1 t₀/(1−ρ₀) = {closed.t0_remark1:.4f}",
+        f"  {'η_Y/η_Z':>9s} {'η_Z':>9s} {'t₀ measured':>12s} {'/ t₀':>9s} {'Δz common':>10s} {'Δz top':>9s}  status",
+    ]
+    for r in rows:
+        dzc = "n/a" if r.common_logit_change is None else f"{r.common_logit_change:+.5f}"
+        lines.append(
+            f"  {r.ratio:9.4g} {r.eta_z:9.4g} {r.t0_measured:12.4f} "
+            f"{r.measured_over_t0:9.6f} {dzc:>10s} {r.top_distinct_logit_change:+9.5f}  "
+            f"{r.status}"
+        )
+    verdicts = ("closed_form_is_lower_bound", "remark1_is_upper_bound", "later_for_larger_ratio")
+    lines.append(
+        "  direction: t₀ ≤ measured {} ; measured ≤ t₀/(1−ρ₀) {} ; later for larger η_Y/η_Z {}".format(
+            *("holds" if checks[k] else "FAILS" for k in verdicts)
+        )
+    )
+    return lines
 
 
 def converge_scan_snap(
@@ -148,69 +294,25 @@ def converge_scan_snap(
     The worked case of §5 is K = 10, M = 1000, η_Y = 0.5 (``M=1000``; about 30 s on 2 cores, each flow step
     moving 2M² numbers); the default M = 200 keeps the job fast (the compiled solver is shared by all ratios).
 
-    K: classes; M: vocabulary size (≥ the tokens the classes use); eta_y: decoder rate η_Y; ratios: values of
-    η_Y/η_Z; n_common, n_distinct: common tokens and distinct tokens per class; rtol: the flow's relative
-    tolerance (atol = rtol/100; hitting times are as accurate as the trajectory).
+    **Arguments:** ``K`` classes; ``M`` vocabulary size (≥ the tokens the classes use); ``eta_y`` decoder rate
+    η_Y; ``ratios`` values of η_Y/η_Z; ``n_common``, ``n_distinct`` common tokens and distinct tokens per class;
+    ``rtol`` the flow's relative tolerance (atol = rtol/100; hitting times are as accurate as the trajectory).
     """
     # min_M=4 as x* needs M−1 > e; cast: with M_optional=False the M returned is an int, never None
     K, n_common, n_distinct, M = cast(
         tuple[int, int, int, int], _check_data(K, n_common, n_distinct, M, min_M=4, M_optional=False)
     )
     eta_y = _validate.positive("eta_y", eta_y)
-    if isinstance(ratios, (str, bytes)) or not hasattr(ratios, "__iter__") or len(ratios) == 0:
-        raise ValueError(f"ratios={ratios!r} is invalid: must be a non-empty sequence of numbers > 0")
-    ratios = [_validate.positive("ratios", r) for r in ratios]
+    ratios = _positive_numbers("ratios", ratios, "numbers")
     rtol = _validate.positive("rtol", rtol)
     if rtol >= 1e-3:
         raise ValueError(f"rtol={rtol!r} is out of range: must lie in (0, 1e-3)")
 
     prob = ScanSnap(shared_query_classes(K, n_common, n_distinct, M))
-    xs = float(x_star(M))
-    t0 = K * (2 * (M - 1) * xs - 1) / (M * eta_y)  # Lemma 6 at M h = x*
-    rho0 = _overlap(prob)
-    t0_slow = t0 / (1 - rho0)  # Remark 1: effective rate (1 − ρ₀)η_Y
-    closed = {
-        "x_star": xs,
-        "omega_1": float(omega_1(M)),
-        "t0": t0,
-        "t0_sharp": float(transition_time(K, M, eta_y, sharp=True)),
-        "t0_leading": float(transition_time(K, M, eta_y)),
-        "t0_scan_end": float(scan_time(K, M, eta_y)),
-        "rho0": rho0,
-        "t0_remark1": t0_slow,
-    }
-    theta0 = prob.init(None)
-    target = _LogOddsReach(prob, jnp.asarray(xs))
-    m = int(prob.query[0])  # the shared query
-    common = np.flatnonzero((np.asarray(prob.probs) > 0).sum(axis=0) > 1)
-    top = _top_distinct(prob)
-    rows: list[dict[str, Any]] = []
-    for nu in sorted(ratios):
-        rates = _BlockRates(jnp.asarray(eta_y), jnp.asarray(eta_y / nu))
-        ht = hitting_times(prob, theta0, target, "flow", t1=4 * t0_slow, precondition=rates, rtol=rtol, atol=rtol / 100)
-        Z = np.asarray(ht.final["Z"])
-        t = float(ht.times)
-        rows.append(
-            {
-                "ratio": nu,
-                "eta_z": eta_y / nu,
-                "t0_measured": t,
-                "measured_over_t0": t / t0,
-                "status": STATUS_NAMES[int(ht.status)],
-                "common_logit_change": float(np.mean(Z[m, common])) if common.size else None,
-                "top_distinct_logit_change": float(np.mean(Z[m, top])),
-            }
-        )
-    done = [r for r in rows if math.isfinite(r["t0_measured"])]
-    tol = 100 * rtol * t0
-    checks = {
-        "all_reached": len(done) == len(rows),
-        "closed_form_is_lower_bound": all(r["t0_measured"] >= t0 - tol for r in done),
-        "remark1_is_upper_bound": all(r["t0_measured"] <= t0_slow + tol for r in done),
-        "later_for_larger_ratio": all(
-            a["t0_measured"] <= b["t0_measured"] + tol for a, b in zip(done, done[1:], strict=False)
-        ),
-    }
+    closed = _snap_closed_form(prob, K, M, eta_y)
+    rows = _snap_times(prob, closed, eta_y, ratios, rtol)
+    checks = _converge_checks(rows, closed, rtol)
+    worked = {"K": K, "M": M, "eta_y": eta_y} == WORKED_CASE
     inputs = {
         "task": "scan-snap",
         "K": K,
@@ -222,51 +324,19 @@ def converge_scan_snap(
         "rtol": rtol,
         "init": "Y = Z = 0",
         "T": None,
-        "worked_case": {"K": K, "M": M, "eta_y": eta_y} == WORKED_CASE,
+        "worked_case": worked,
         "measured": "first time the decoder label log-odds reach x* (exact hitting time of the joint flow)",
     }
-    results = {"closed_form": closed, "rows": rows, "checks": checks}
-    res = Result(
-        inputs,
-        results,
-        arrays={
-            "converge": {
-                "ratio": np.array([r["ratio"] for r in rows]),
-                "t0_measured": np.array([r["t0_measured"] for r in rows]),
-                "closed_form": np.array([t0, closed["t0_sharp"], closed["t0_leading"], t0_slow]),
-            }
-        },
-        figures={"converge": _converge_figure(rows, closed, K, M, eta_y)},
-    )
+    results = {"closed_form": closed._asdict(), "rows": [r._asdict() for r in rows], "checks": checks}
+    closed_times = [closed.t0, closed.t0_sharp, closed.t0_leading, closed.t0_remark1]
+    measured = {"ratio": np.array([r.ratio for r in rows]), "t0_measured": np.array([r.t0_measured for r in rows])}
+    arrays = {"converge": measured | {"closed_form": np.array(closed_times)}}
+    res = Result(inputs, results, arrays=arrays, figures={"converge": _converge_figure(rows, closed, K, M, eta_y)})
     res.lines.append(
         f"converge scan-snap  K={K}, M={M}, η_Y={eta_y:g}, {n_common} common + {n_distinct} distinct "
-        f"tokens per class (ρ₀ = {rho0:.4f}), θ(0) = 0"
-        + ("  [the paper's worked case]" if inputs["worked_case"] else "")
+        f"tokens per class (ρ₀ = {closed.rho0:.4f}), θ(0) = 0" + ("  [the paper's worked case]" if worked else "")
     )
-    res.lines.append(
-        f"  closed form: x* = {xs:.6f} (ω₁ = {closed['omega_1']:.4f}); t₀ = K(2(M−1)x*−1)/(Mη_Y) = "
-        f"{t0:.4f}, 2(1+ω₁)K ln M/η_Y = {closed['t0_sharp']:.4f}, 2K ln M/η_Y = "
-        f"{closed['t0_leading']:.4f}, t'₀ = K ln M/η_Y = {closed['t0_scan_end']:.4f}; "
-        f"Remark 1 t₀/(1−ρ₀) = {t0_slow:.4f}"
-    )
-    res.lines.append(
-        f"  {'η_Y/η_Z':>9s} {'η_Z':>9s} {'t₀ measured':>12s} {'/ t₀':>9s} {'Δz common':>10s} {'Δz top':>9s}  status"
-    )
-    for r in rows:
-        dzc = "n/a" if r["common_logit_change"] is None else f"{r['common_logit_change']:+.5f}"
-        res.lines.append(
-            f"  {r['ratio']:9.4g} {r['eta_z']:9.4g} {r['t0_measured']:12.4f} "
-            f"{r['measured_over_t0']:9.6f} {dzc:>10s} {r['top_distinct_logit_change']:+9.5f}  "
-            f"{r['status']}"
-        )
-    res.lines.append(
-        "  direction: t₀ ≤ measured {} ; measured ≤ t₀/(1−ρ₀) {} ; later for larger η_Y/η_Z {}".format(
-            *(
-                "holds" if checks[k] else "FAILS"
-                for k in ("closed_form_is_lower_bound", "remark1_is_upper_bound", "later_for_larger_ratio")
-            )
-        )
-    )
+    res.lines += _converge_table(closed, rows, checks)
     return res
 
 
@@ -276,18 +346,23 @@ def _top_distinct(prob: ScanSnap) -> np.ndarray:
     return np.argmax(np.where(distinct_mask(P), P, -1.0), axis=1)
 
 
-def _converge_figure(rows: list[dict], closed: dict, K: int, M: int, eta_y: float) -> Figure:
+def _converge_figure(rows: list[_SnapTime], closed: _SnapClosedForm, K: int, M: int, eta_y: float) -> Figure:
+    """The measured transition time against ν = η_Y/η_Z with the closed forms as lines, and the attention logits
+    moved by then (common tokens, top distinct token).
+
+    **Arguments:** ``rows`` the measured times; ``closed`` the closed forms; ``K``, ``M``, ``eta_y`` the
+    settings, for the title."""
     fig = Figure(figsize=(11, 4.2), layout="constrained")
     ax, ax_z = fig.subplots(1, 2)
-    nu = np.array([r["ratio"] for r in rows])
-    ax.plot(nu, [r["t0_measured"] for r in rows], "o-", color="k", label="measured (exact flow, hitting time)")
-    for key, label, style in (
-        ("t0", "t₀ = K(2(M−1)x*−1)/(Mη_Y)", "-"),
-        ("t0_sharp", "2(1+ω₁)K ln M/η_Y", "--"),
-        ("t0_remark1", f"t₀/(1−ρ₀), ρ₀ = {closed['rho0']:.3f} (Remark 1)", ":"),
-        ("t0_leading", "2K ln M/η_Y", "-."),
+    nu = np.array([r.ratio for r in rows])
+    ax.plot(nu, [r.t0_measured for r in rows], "o-", color="k", label="measured (exact flow, hitting time)")
+    for value, label, style in (
+        (closed.t0, "t₀ = K(2(M−1)x*−1)/(Mη_Y)", "-"),
+        (closed.t0_sharp, "2(1+ω₁)K ln M/η_Y", "--"),
+        (closed.t0_remark1, f"t₀/(1−ρ₀), ρ₀ = {closed.rho0:.3f} (Remark 1)", ":"),
+        (closed.t0_leading, "2K ln M/η_Y", "-."),
     ):
-        ax.axhline(closed[key], ls=style, lw=1, label=label)
+        ax.axhline(value, ls=style, lw=1, label=label)
     ax.set(
         xscale="log",
         xlabel="η_Y/η_Z",
@@ -295,9 +370,9 @@ def _converge_figure(rows: list[dict], closed: dict, K: int, M: int, eta_y: floa
         title=f"snap time, K = {K}, M = {M}, η_Y = {eta_y:g}",
     )
     ax.legend(fontsize=7)
-    if rows[0]["common_logit_change"] is not None:
-        ax_z.plot(nu, [-r["common_logit_change"] for r in rows], "o-", label="−Δz, common tokens")
-    ax_z.plot(nu, [r["top_distinct_logit_change"] for r in rows], "s-", label="Δz, top distinct token")
+    if rows[0].common_logit_change is not None:
+        ax_z.plot(nu, [-cast(float, r.common_logit_change) for r in rows], "o-", label="−Δz, common tokens")
+    ax_z.plot(nu, [r.top_distinct_logit_change for r in rows], "s-", label="Δz, top distinct token")
     ax_z.set(
         xscale="log",
         xlabel="η_Y/η_Z",
