@@ -13,7 +13,7 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, cast
 
 import equinox as eqx
@@ -24,7 +24,7 @@ from jaxtyping import Array, Float
 from matplotlib.figure import Figure
 
 from popdyn import _validate
-from popdyn.analysis import Grid, StepSizeAudit, basin_map, hitting_times, step_size_audit
+from popdyn.analysis import BasinMap, Grid, StepSizeAudit, basin_map, hitting_times, step_size_audit
 from popdyn.dynamics import STATUS_NAMES, Trajectory, gradient_descent
 from popdyn.io import Result
 from popdyn.jobs.basin_result import basin_result
@@ -576,7 +576,8 @@ class _Winner(Problem):
     def init(self, key: Array) -> Theta:
         return self.prob.init(key)
 
-    def attractors(self) -> dict:
+    def attractors(self) -> dict[str, Callable[[Theta], Float[Array, ""]]]:
+        """Attractor name "token l wins" → its residual, for each distinct token l of the class (in token order)."""
         return {f"token {tok} wins": functools.partial(self._residual, i) for i, tok in enumerate(self.dist)}
 
     def _residual(self, i: int, theta: Theta) -> Float[Array, ""]:
@@ -605,6 +606,161 @@ def _winner_problem(prob: ScanSnap, cls: int, axes: tuple[str, str], tie: float)
     dist = np.flatnonzero(distinct_mask(P)[cls])
     logp = jax.device_put(np.log(P[cls, dist]))
     return _Winner(prob, logp, jax.device_put(np.asarray(tie)), int(prob.query[cls]), tuple(map(int, dist)), axes)
+
+
+class _BasinsSettings(NamedTuple):
+    """The validated settings of ``basins_scan_snap`` (the arguments of the same names; ``grid`` points per axis,
+    ``x_range`` = decoder_range, ``y_range`` = logit_range)."""
+
+    grid: int
+    x_range: tuple[float, float]
+    y_range: tuple[float, float]
+    K: int
+    n_common: int
+    n_distinct: int
+    M: int | None
+    eta_y: float
+    eta_z: float
+    gtol: float
+    t1: float
+    chunk: int
+
+
+def _check_basins(
+    grid, decoder_range, logit_range, K, n_common, n_distinct, M, eta_y, eta_z, gtol, t1, chunk
+) -> _BasinsSettings:
+    """``basins_scan_snap``'s settings validated (its arguments of the same names), or ValueError."""
+    n = _validate.int_at_least("grid", grid, 2)
+    x_range = _validate.interval("decoder_range", decoder_range)
+    y_range = _validate.interval("logit_range", logit_range)
+    K, n_common, n_distinct, M = _check_data(K, n_common, n_distinct, M)
+    if n_distinct < 2:
+        raise ValueError(f"n_distinct={n_distinct!r} is out of range: must be an integer >= 2 (a runner-up token)")
+    return _BasinsSettings(
+        n,
+        x_range,
+        y_range,
+        K,
+        n_common,
+        n_distinct,
+        M,
+        _validate.positive("eta_y", eta_y),
+        _validate.positive("eta_z", eta_z),
+        _validate.positive("gtol", gtol),
+        _validate.positive("t1", t1),
+        _validate.int_at_least("chunk", chunk, 1),
+    )
+
+
+class _ScanTokens(NamedTuple):
+    """The tokens of class 0 that Theorem 3's ranking is about (``_scan_tokens``).
+
+    **Fields:** ``probs`` P(·|n₀) over the vocabulary; ``dist`` its distinct tokens (ascending); ``top`` l₁, the
+    most frequent of them; ``runner_up`` l₂, the next; ``query`` m, the class's query token; ``next_token`` n₀;
+    ``tie`` ln(P(l₁|n₀)/P(l₂|n₀)), the logit z_ml₂(0) at which l₂ ties with l₁."""
+
+    probs: np.ndarray
+    dist: np.ndarray
+    top: int
+    runner_up: int
+    query: int
+    next_token: int
+    tie: float
+
+
+def _scan_tokens(classes: Classes) -> _ScanTokens:
+    """Class 0's most frequent distinct token l₁, its runner-up l₂ and where they tie (``_ScanTokens``)."""
+    P = classes.probs[0]
+    dist = np.flatnonzero(classes.distinct()[0])
+    l1, l2 = dist[np.argsort(-P[dist], kind="stable")[:2]]
+    tie = float(np.log(P[l1] / P[l2]))
+    return _ScanTokens(P, dist, int(l1), int(l2), int(classes.query[0]), int(classes.label[0]), tie)
+
+
+def _theorem3_column(plane: Grid, labels: np.ndarray, tok: _ScanTokens) -> tuple[np.ndarray, float | None]:
+    """Theorem 3 on the column x = 0 of the map: the winner argmax_l P(l|n) e^{z_ml(0)} predicted per row (an index
+    into the class's distinct tokens), and the share of the column's labels that agree (None when x = 0 is not
+    on the grid).
+
+    **Arguments:** ``plane`` the map's grid; ``labels`` its labels (rows y, columns x); ``tok`` class 0's tokens."""
+    logc0 = np.log(tok.probs[tok.dist])[None, :] + np.where(tok.dist == tok.runner_up, plane.ys[:, None], 0.0)
+    predicted_column = np.argmax(logc0, axis=1)
+    x_range = plane.x_range
+    col = np.flatnonzero(np.isclose(plane.xs, 0.0, atol=1e-12 * (x_range[1] - x_range[0])))
+    if not col.size:
+        return predicted_column, None
+    return predicted_column, float(np.mean(labels[:, col[0]] == predicted_column))
+
+
+def _basins_inputs(s: _BasinsSettings, axes: tuple[str, str], M: int) -> dict[str, Any]:
+    """The summary's inputs of ``basins_scan_snap``: the settings ``s``, the ``axes`` and the vocabulary size
+    ``M``."""
+    return {
+        "task": "scan-snap",
+        "grid": s.grid,
+        "x": axes[0],
+        "y": axes[1],
+        "decoder_range": list(s.x_range),
+        "logit_range": list(s.y_range),
+        "K": s.K,
+        "n_common": s.n_common,
+        "n_distinct": s.n_distinct,
+        "M": M,
+        "eta_y": s.eta_y,
+        "eta_z": s.eta_z,
+        "gtol": s.gtol,
+        "t1": s.t1,
+        "method": "flow",
+        "base": "θ = 0",
+    }
+
+
+def _basins_results(bm: BasinMap, tok: _ScanTokens, agree: float | None, boundary: list) -> dict[str, Any]:
+    """The summary's results of ``basins_scan_snap``: the map's fractions and statuses, class 0's tokens, the
+    Theorem 3 tie and agreement on x = 0, the measured boundary per column and the median time to the end.
+
+    **Arguments:** ``bm`` the map; ``tok`` class 0's tokens; ``agree`` the agreement on x = 0 (None: off the
+    grid); ``boundary`` the switching logit per column (None where the column does not switch once)."""
+    return {
+        "fractions": bm.fractions,
+        "attractors": list(bm.attractors),
+        "status_counts": bm.status_counts(),
+        "resolved_fraction": bm.resolved_fraction,
+        "tokens": {"top": tok.top, "runner_up": tok.runner_up, "query": tok.query, "next_token": tok.next_token},
+        "distinct_token_probs": {int(t): float(tok.probs[t]) for t in tok.dist},
+        "theorem3_tie": tok.tie,
+        "agreement_on_x0_column": agree,
+        "boundary_logit_per_column": boundary,
+        "median_time": float(np.nanmedian(bm.times)) if np.isfinite(bm.times).any() else None,
+    }
+
+
+def _basins_lines(
+    title: str, s: _BasinsSettings, axes: tuple[str, str], bm: BasinMap, tok: _ScanTokens, results: dict[str, Any]
+) -> list[str]:
+    """The printed summary of ``basins_scan_snap``: the map, its fractions and statuses, the Theorem 3 tie with
+    the agreement on x = 0, and the measured boundary per column.
+
+    **Arguments:** ``title`` the map's title; ``s`` the settings; ``axes`` the slice's axes; ``bm`` the map;
+    ``tok`` class 0's tokens; ``results`` the summary's results (``_basins_results``)."""
+    agree = results["agreement_on_x0_column"]
+    return [
+        f"basins scan-snap  {title}: x = {axes[0]}, y = {axes[1]}, grid {s.grid}x{s.grid} over {list(s.x_range)} x "
+        f"{list(s.y_range)}",
+        *(f"  {name:>14s}: {100 * f:6.2f}%" for name, f in bm.fractions.items()),
+        "  status: "
+        + ", ".join(f"{k} {v}" for k, v in bm.status_counts().items() if v)
+        + f" (a run ends at ‖τ⊙∇L‖ < {s.gtol:g}: the loss has no minimiser; converged/saddle say only "
+        "whether the Hessian there has a negative eigenvalue)",
+        f"  Theorem 3 tie at x = 0: y = ln(P({tok.top})/P({tok.runner_up})) = {tok.tie:.6f}; "
+        + (
+            "agreement on the x = 0 column " + f"{100 * agree:.1f}%"
+            if agree is not None
+            else "x = 0 is not on the grid (use an odd grid and a decoder_range symmetric about 0)"
+        ),
+        "  measured boundary y per column (x ascending): "
+        + ", ".join("none" if b is None else f"{b:.3f}" for b in results["boundary_logit_per_column"]),
+    ]
 
 
 def basins_scan_snap(
@@ -637,109 +793,40 @@ def basins_scan_snap(
     ‖τ⊙∇ℒ‖ < ``gtol`` (the authors' "until convergence"); end points are labelled by theory residuals
     ("token l wins"), which need no minimum.
 
-    grid: points per axis; decoder_range: range of x = Y[l₂, n₀](0); logit_range: range of y = Z[m, l₂](0);
-    K: classes (one shared query); n_common, n_distinct: common and distinct tokens per class (n_distinct ≥ 2);
-    M: vocabulary size (None: only the tokens used; [our choice] 20 by default, so that θ has more than 512
-    numbers and the end points' Hessian checks run by Lanczos, much faster than dense spectra over a grid; the
-    unused tokens only enlarge the output softmax, and the theory above holds for every M); eta_y, eta_z: rates
-    η_Y, η_Z; gtol: the gradient norm that ends a run; t1: the flow's horizon; chunk: starts per chunk;
-    progress: show a progress bar; checkpoint: a directory to save finished chunks in and resume from.
+    **Arguments:** ``grid`` points per axis; ``decoder_range`` range of x = Y[l₂, n₀](0); ``logit_range`` range
+    of y = Z[m, l₂](0); ``K`` classes (one shared query); ``n_common``, ``n_distinct`` common and distinct tokens
+    per class (n_distinct ≥ 2); ``M`` vocabulary size (None: only the tokens used; [our choice] 20 by default, so
+    that θ has more than 512 numbers and the end points' Hessian checks run by Lanczos, much faster than dense
+    spectra over a grid; the unused tokens only enlarge the output softmax, and the theory above holds for every
+    M); ``eta_y``, ``eta_z`` rates η_Y, η_Z; ``gtol`` the gradient norm that ends a run; ``t1`` the flow's
+    horizon; ``chunk`` starts per chunk; ``progress`` show a progress bar; ``checkpoint`` a directory to save
+    finished chunks in and resume from.
     """
-    n = _validate.int_at_least("grid", grid, 2)
-    x_range = _validate.interval("decoder_range", decoder_range)
-    y_range = _validate.interval("logit_range", logit_range)
-    K, n_common, n_distinct, M = _check_data(K, n_common, n_distinct, M)
-    if n_distinct < 2:
-        raise ValueError(f"n_distinct={n_distinct!r} is out of range: must be an integer >= 2 (a runner-up token)")
-    eta_y = _validate.positive("eta_y", eta_y)
-    eta_z = _validate.positive("eta_z", eta_z)
-    gtol = _validate.positive("gtol", gtol)
-    t1 = _validate.positive("t1", t1)
-    chunk = _validate.int_at_least("chunk", chunk, 1)
-
-    classes = shared_query_classes(K, n_common, n_distinct, M)
-    prob = ScanSnap(classes)
-    P = classes.probs[0]
-    dist = np.flatnonzero(classes.distinct()[0])
-    l1, l2 = dist[np.argsort(-P[dist], kind="stable")[:2]]
-    m, n0 = int(classes.query[0]), int(classes.label[0])
-    tie = float(np.log(P[l1] / P[l2]))
-    axes = (f"Y[{l2},{n0}]", f"Z[{m},{l2}]")
-    wp = _winner_problem(prob, 0, axes, tie)
-    plane = Grid(*axes, x_range, y_range, (n, n))
+    s = _check_basins(grid, decoder_range, logit_range, K, n_common, n_distinct, M, eta_y, eta_z, gtol, t1, chunk)
+    classes = shared_query_classes(s.K, s.n_common, s.n_distinct, s.M)
+    tok = _scan_tokens(classes)
+    axes = (f"Y[{tok.runner_up},{tok.next_token}]", f"Z[{tok.query},{tok.runner_up}]")
+    wp = _winner_problem(ScanSnap(classes), 0, axes, tok.tie)
+    plane = Grid(*axes, s.x_range, s.y_range, (s.grid, s.grid))
     bm = basin_map(
         wp,
         plane,
         "flow",
-        t1=t1,
-        gtol=gtol,
-        precondition=_BlockRates(jnp.asarray(eta_y), jnp.asarray(eta_z)),  # a sweep over the rates compiles once
-        chunk_size=chunk,
+        t1=s.t1,
+        gtol=s.gtol,
+        precondition=_block_rates(s.eta_y, s.eta_z),  # a sweep over the rates compiles once
+        chunk_size=s.chunk,
         progress=progress,
         checkpoint=checkpoint,
     )
-    # Theorem 3 on the column x = 0: the winner is argmax_l P(l|n) e^{z_ml(0)}
-    logc0 = np.log(P[dist])[None, :] + np.where(dist == l2, plane.ys[:, None], 0.0)
-    predicted_column = np.argmax(logc0, axis=1)
-    col = np.flatnonzero(np.isclose(plane.xs, 0.0, atol=1e-12 * (x_range[1] - x_range[0])))
-    on_column = bm.labels[:, col[0]] if col.size else None
-    agree = None if on_column is None else float(np.mean(on_column == predicted_column))
-    i2 = int(np.flatnonzero(dist == l2)[0])
-    boundary = [_switch(plane.ys, bm.labels[:, j], i2) for j in range(n)]
-    inputs = {
-        "task": "scan-snap",
-        "grid": n,
-        "x": axes[0],
-        "y": axes[1],
-        "decoder_range": list(x_range),
-        "logit_range": list(y_range),
-        "K": K,
-        "n_common": n_common,
-        "n_distinct": n_distinct,
-        "M": classes.M,
-        "eta_y": eta_y,
-        "eta_z": eta_z,
-        "gtol": gtol,
-        "t1": t1,
-        "method": "flow",
-        "base": "θ = 0",
-    }
-    results = {
-        "fractions": bm.fractions,
-        "attractors": list(bm.attractors),
-        "status_counts": bm.status_counts(),
-        "resolved_fraction": bm.resolved_fraction,
-        "tokens": {"top": int(l1), "runner_up": int(l2), "query": m, "next_token": n0},
-        "distinct_token_probs": {int(tok): float(P[tok]) for tok in dist},
-        "theorem3_tie": tie,
-        "agreement_on_x0_column": agree,
-        "boundary_logit_per_column": boundary,
-        "median_time": float(np.nanmedian(bm.times)) if np.isfinite(bm.times).any() else None,
-    }
-    title = f"scan winner of class 0, η_Y = {eta_y:g}, η_Z = {eta_z:g}"
+    predicted_column, agree = _theorem3_column(plane, bm.labels, tok)
+    i2 = int(np.flatnonzero(tok.dist == tok.runner_up)[0])
+    boundary = [_switch(plane.ys, bm.labels[:, j], i2) for j in range(s.grid)]
+    results = _basins_results(bm, tok, agree, boundary)
+    title = f"scan winner of class 0, η_Y = {s.eta_y:g}, η_Z = {s.eta_z:g}"
+    inputs = _basins_inputs(s, axes, classes.M)
     res = basin_result(bm, wp, title, inputs, results, predicted_x0=predicted_column)
-    res.lines.append(
-        f"basins scan-snap  {title}: x = {axes[0]}, y = {axes[1]}, grid {n}x{n} over {list(x_range)} x {list(y_range)}"
-    )
-    res.lines += [f"  {name:>14s}: {100 * f:6.2f}%" for name, f in bm.fractions.items()]
-    res.lines.append(
-        "  status: "
-        + ", ".join(f"{k} {v}" for k, v in bm.status_counts().items() if v)
-        + f" (a run ends at ‖τ⊙∇L‖ < {gtol:g}: the loss has no minimiser; converged/saddle say only "
-        "whether the Hessian there has a negative eigenvalue)"
-    )
-    res.lines.append(
-        f"  Theorem 3 tie at x = 0: y = ln(P({l1})/P({l2})) = {tie:.6f}; "
-        + (
-            "agreement on the x = 0 column " + f"{100 * agree:.1f}%"
-            if agree is not None
-            else "x = 0 is not on the grid (use an odd grid and a decoder_range symmetric about 0)"
-        )
-    )
-    res.lines.append(
-        "  measured boundary y per column (x ascending): "
-        + ", ".join("none" if b is None else f"{b:.3f}" for b in boundary)
-    )
+    res.lines += _basins_lines(title, s, axes, bm, tok, results)
     return res
 
 
