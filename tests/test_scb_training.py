@@ -132,6 +132,7 @@ def test_with_reference_records_delta_without_storing_theta(setting):
         prox=L1Prox({"A": 0.002}),
     )
     separate = trajectory_metrics(prob, run, population_reference(prob, s1.theta, lr=0.1, steps=200, record_every=20))
+    assert set(paired.metrics) == set(separate.state.named())
     for k, v in paired.metrics.items():
-        np.testing.assert_allclose(v, separate[k], rtol=1e-10, atol=1e-14, err_msg=k)
-    assert separate["delta_A_mu"][-1] > 1e-3  # the prox did move the state off the reference
+        np.testing.assert_allclose(v, separate.state.named()[k], rtol=1e-10, atol=1e-14, err_msg=k)
+    assert separate.state.delta_A_mu[-1] > 1e-3  # the prox did move the state off the reference

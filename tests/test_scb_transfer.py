@@ -17,11 +17,11 @@ def test_shared_attention_skips_stage_1():
     P2, _ = random_instance(jax.random.PRNGKey(1), 8, 12, 2)
     source, target = SparseBigram(P, Qm), SparseBigram(P2, Qm)
     out = transfer(source, target, Q=2, steps=3000, eps=0.05)
-    pre, scratch = out["pretrained"], out["scratch"]
-    assert pre["alpha0"][1] == pytest.approx(1.0, abs=1e-12)
-    assert pre["stage1_steps"] == 0 and scratch["stage1_steps"] > 0
-    assert pre["steps_to_eps"] is not None and scratch["steps_to_eps"] is not None
-    assert pre["steps_to_eps"] < scratch["steps_to_eps"]
+    pre, scratch = out.pretrained, out.scratch
+    assert pre.alpha0[1] == pytest.approx(1.0, abs=1e-12)
+    assert pre.stage1_steps == 0 and scratch.stage1_steps is not None and scratch.stage1_steps > 0
+    assert pre.steps_to_eps is not None and scratch.steps_to_eps is not None
+    assert pre.steps_to_eps < scratch.steps_to_eps
 
 
 def test_on_the_target_manifold_the_V_drift_is_order_one():

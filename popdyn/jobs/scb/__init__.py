@@ -2,8 +2,10 @@
 command-line jobs built on them (docs/jobs.md)."""
 
 from popdyn.jobs.scb.training import (
+    RunMetrics,
     SampledGradient,
     Stage1Run,
+    StateMetrics,
     WithReference,
     gradient_variance,
     normalise,
@@ -16,11 +18,16 @@ from popdyn.jobs.scb.training import (
     surrogate_noise,
     trajectory_metrics,
 )
-from popdyn.jobs.scb.transfer import run_signals, transfer
+from popdyn.jobs.scb.transfer import Signals, Transfer, TransferRun, run_signals, transfer
 
 __all__ = [
+    "RunMetrics",
     "SampledGradient",
+    "Signals",
     "Stage1Run",
+    "StateMetrics",
+    "Transfer",
+    "TransferRun",
     "WithReference",
     "gradient_variance",
     "normalise",

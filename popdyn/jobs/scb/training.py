@@ -10,11 +10,13 @@ normalisation where plain SGD with the same batch stays at ≈ 0.13).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jaxtyping import Array, Float
 
 from popdyn import _validate
 from popdyn.dynamics import L1Prox, Trajectory, gradient_descent
@@ -58,7 +60,8 @@ def gradient_variance(
     """Mean per-entry variance of the preconditioned per-sample gradient g at θ, per block (§5 calibration):
     (E‖g_b‖² − ‖E g_b‖²)/size_b, with E g_b the exact preconditioned population gradient and E‖g_b‖² the
     Monte Carlo mean of per-sample squared norms over ``samples`` draws, ``chunk`` at a time (no per-sample
-    gradient is stored, so it scales to T = 1e5)."""
+    gradient is stored, so it scales to T = 1e5). Keyed by θ's blocks ("V", "A"), as ``surrogate_noise`` and the
+    engine's ``noise=`` take it."""
     samples = _validate.int_at_least("samples", samples, 2)
     chunk = min(_validate.int_at_least("chunk", chunk, 1), samples)
     n_chunks = -(-samples // chunk)
@@ -72,7 +75,8 @@ def gradient_variance(
 
 
 def surrogate_noise(variance: dict[str, float], batch: int) -> dict[str, float]:
-    """σ_b = √(var_b / B): the Gaussian surrogate of a batch-B minibatch gradient, per block (§5)."""
+    """σ_b = √(var_b / B): the Gaussian surrogate of a batch-B minibatch gradient, per block b of θ (§5), keyed
+    like ``variance`` (``gradient_variance``): the engine's ``noise=``."""
     batch = _validate.int_at_least("batch", batch, 1)
     return {k: float(np.sqrt(v / batch)) for k, v in variance.items()}
 
@@ -193,32 +197,81 @@ def population_reference(
     )
 
 
-def state_metrics(prob: SparseBigram, theta: Theta, reference: Theta | None = None) -> dict:
-    """‖V−P‖_μ, ‖A−Qm‖_μ (raw and after ``normalise``), α_V, α_A, and with a ``reference`` state Δ_V, Δ_A in
-    the Frobenius and μ norms (§5: the plot norm is [unknown], both reported)."""
+class StateMetrics(NamedTuple):
+    """Where an SCB state (V, A) stands (§5, ``state_metrics``); scalars at one state, arrays along a run.
+
+    - ``dist_V``, ``dist_A``: ‖V − P‖_μ and ‖A − Qm‖_μ; ``dist_V_normalised``, ``dist_A_normalised``: the same after
+      ``normalise``.
+    - ``alpha_V``, ``alpha_A``: the signals α_V, α_A.
+    - ``delta_V_fro``, ``delta_V_mu``, ``delta_A_fro``, ``delta_A_mu``: Δ_V = V − V_ref and Δ_A = A − A_ref in the
+      Frobenius and μ norms (the plot norm is [unknown], both reported); None without a reference state.
+    """
+
+    dist_V: Float[Array, "*run"]
+    dist_A: Float[Array, "*run"]
+    dist_V_normalised: Float[Array, "*run"]
+    dist_A_normalised: Float[Array, "*run"]
+    alpha_V: Float[Array, "*run"]
+    alpha_A: Float[Array, "*run"]
+    delta_V_fro: Float[Array, "*run"] | None = None
+    delta_V_mu: Float[Array, "*run"] | None = None
+    delta_A_fro: Float[Array, "*run"] | None = None
+    delta_A_mu: Float[Array, "*run"] | None = None
+
+    def named(self) -> dict[str, Float[Array, "*run"]]:
+        """The metrics by name, those without a reference left out: the engine's ``metrics=`` form."""
+        return {k: v for k, v in self._asdict().items() if v is not None}
+
+
+class RunMetrics(NamedTuple):
+    """``StateMetrics`` along a run (``trajectory_metrics``): ``state``, NumPy arrays of the metrics at the record
+    ``steps``."""
+
+    steps: np.ndarray
+    state: StateMetrics
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        """The run's ``.npz`` form: the metrics by name (``StateMetrics.named``) in alphabetical order, as the engine
+        records ``metrics=`` (``WithReference``), then ``steps``."""
+        return {k: np.asarray(v) for k, v in sorted(self.state.named().items())} | {"steps": self.steps}
+
+
+def state_metrics(prob: SparseBigram, theta: Theta, reference: Theta | None = None) -> StateMetrics:
+    """``StateMetrics`` of θ = (V, A): its distances to (P, Qm) (raw and after ``normalise``) and signals, and with a
+    ``reference`` state Δ_V, Δ_A in the Frobenius and μ norms (§5).
+
+    **Arguments:**
+
+    - ``prob``: the instance; ``theta``: the state.
+    - ``reference``: the noise-free reference state (V_ref, A_ref) at the same step, or None.
+    """
     dV, dA = prob.distances(theta)
     nV, nA = prob.distances(normalise(theta))
     aV, aA = prob.signals(theta)
-    out = {"dist_V": dV, "dist_A": dA, "dist_V_normalised": nV, "dist_A_normalised": nA, "alpha_V": aV, "alpha_A": aA}
+    deltas = {}
     if reference is not None:
         for b in ("V", "A"):
             diff = theta[b] - reference[b]
-            out[f"delta_{b}_fro"] = jnp.sqrt(jnp.sum(diff**2))
-            out[f"delta_{b}_mu"] = prob.mu_norm(diff)
-    return out
+            deltas[f"delta_{b}_fro"] = jnp.sqrt(jnp.sum(diff**2))
+            deltas[f"delta_{b}_mu"] = prob.mu_norm(diff)
+    return StateMetrics(dV, dA, nV, nA, aV, aA, **deltas)
 
 
-def trajectory_metrics(prob: SparseBigram, traj: Trajectory, reference: Trajectory | None = None) -> dict:
-    """``state_metrics`` along a run with saved parameters (and a reference run recorded at the same steps)."""
+def trajectory_metrics(prob: SparseBigram, traj: Trajectory, reference: Trajectory | None = None) -> RunMetrics:
+    """``state_metrics`` along a run with saved parameters, as ``RunMetrics``.
+
+    **Arguments:**
+
+    - ``prob``: the instance; ``traj``: the run (``save_params=True``).
+    - ``reference``: the noise-free reference run, recorded at the same steps, or None.
+    """
     ref = None if reference is None else reference.params
     out = (
         jax.vmap(lambda th, r: state_metrics(prob, th, r))(traj.params, ref)
         if ref is not None
         else jax.vmap(lambda th: state_metrics(prob, th))(traj.params)
     )
-    out = {k: np.asarray(v) for k, v in out.items()}
-    out["steps"] = np.asarray(traj.ts)
-    return out
+    return RunMetrics(steps=np.asarray(traj.ts), state=jax.tree_util.tree_map(np.asarray, out))
 
 
 class WithReference(Problem):
@@ -247,5 +300,7 @@ class WithReference(Problem):
         b = self.prob.precondition({"V": grad["V_ref"], "A": grad["A_ref"]}, project=True)
         return {"V": a["V"], "A": a["A"], "V_ref": b["V"], "A_ref": b["A"]}
 
-    def metrics(self, theta: Theta) -> dict:
-        return state_metrics(self.prob, {"V": theta["V"], "A": theta["A"]}, {"V": theta["V_ref"], "A": theta["A_ref"]})
+    def metrics(self, theta: Theta) -> dict[str, Float[Array, ""]]:
+        """``state_metrics`` of (V, A) against the reference copy, by name (the engine's ``metrics=``)."""
+        pair = state_metrics(self.prob, {"V": theta["V"], "A": theta["A"]}, {"V": theta["V_ref"], "A": theta["A_ref"]})
+        return pair.named()

@@ -49,9 +49,12 @@ def per_sample_gradients(prob: SparseBigram, theta: Theta, data: Batch, project:
 
 
 @eqx.filter_jit
-def per_sample_sq_norms(prob: SparseBigram, theta: Theta, data: Batch, project: bool = False) -> dict:
-    """(‖g_V‖², ‖g_A‖²) of every preconditioned per-sample gradient without forming them: g_V = −r hᵀD_μ^{-1}
-    has norm ‖r‖·‖h/μ‖, and g_A is the single column −(Vᵀr)[X]/μ_k (minus its mean if ``project``)."""
+def per_sample_sq_norms(
+    prob: SparseBigram, theta: Theta, data: Batch, project: bool = False
+) -> dict[str, Float[Array, " B"]]:
+    """‖g_b‖² of every preconditioned per-sample gradient, keyed by θ's blocks b ("V", "A") as the gradients are,
+    without forming them: g_V = −r hᵀD_μ^{-1} has norm ‖r‖·‖h/μ‖, and g_A is the single column −(Vᵀr)[X]/μ_k (minus
+    its mean if ``project``)."""
 
     def one(X, k, y):
         r, h = _residual(prob, theta, X, k, y)
