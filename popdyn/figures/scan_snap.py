@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -73,71 +73,99 @@ FIG9_PANELS = (  # (label, M, [(η_Z, η_Y)], t_max), §5 Fig. 9
 FIG9_K, FIG9_C0 = 1, 1.0  # [our choice]: unknown in the paper; these put every t_0 and B's range on its axes
 
 
-def scan_snap_fig4(steps: int = 100, progress: bool = True) -> Result:
-    """Syn-Small (M = 34, K = 2), Y(0) = Z(0) = 0, exact heavy-ball GD (μ = 0.9) for ``steps`` steps at
-    (η_Y, η_Z) = (1, 1) and (10, 1): c_n of class 1 at steps 0, 2, …, 10 and the last step."""
-    steps = _validate.int_at_least("steps", steps, max(FIG4_SNAPSHOTS) + 1)
-    classes = syn_small()
-    prob = ScanSnap(classes)
-    theta0 = prob.init(None)
-    snaps = (*FIG4_SNAPSHOTS, steps)
-    fig = Figure(figsize=(18, 6), layout="constrained")
-    axes = fig.subplots(2, len(snaps) + 1)
-    results: dict[str, Any] = {}
-    arrays: dict[str, dict[str, np.ndarray]] = {}
+def _fig4_tag(eta_y: float, eta_z: float) -> str:
+    """The key of one panel of Fig. 4 in the summary and the arrays' names."""
+    return f"eta_y={eta_y:g}_eta_z={eta_z:g}"
+
+
+class _Fig4Run(NamedTuple):
+    """One panel's run of Fig. 4 (``_fig4_run``).
+
+    **Fields:** ``steps`` the recorded steps; ``attention`` c_n per record, shape (steps + 1, K, M); ``loss`` the
+    exact loss per record; ``entropy`` the distinct-token entropy per record (``distinct_entropy``); ``status`` the
+    run's end status (name → count)."""
+
+    steps: np.ndarray
+    attention: np.ndarray
+    loss: np.ndarray
+    entropy: np.ndarray
+    status: dict[str, int]
+
+
+def _fig4_run(prob: ScanSnap, eta_y: float, eta_z: float, steps: int, progress: bool) -> _Fig4Run:
+    """Exact heavy-ball GD (μ = ``MOMENTUM``, lr 1) from θ = 0 at block rates (η_Y, η_Z), every step recorded.
+
+    **Arguments:** ``prob`` Syn-Small; ``eta_y``, ``eta_z`` the rates; ``steps`` the steps run; ``progress`` show
+    a progress bar."""
+    traj = gradient_descent(
+        prob,
+        prob.init(None),
+        lr=1.0,
+        steps=steps,
+        momentum=MOMENTUM,
+        save_params=True,
+        time_scales={"Y": eta_y, "Z": eta_z},
+        progress=progress,
+    )
+    attn = np.asarray(jax.vmap(prob.attention)(traj.params))  # (steps + 1, K, M)
+    entropy = np.asarray(distinct_entropy(prob, traj.params))
+    return _Fig4Run(np.asarray(traj.ts), attn, np.asarray(traj.loss), entropy, traj.status_counts())
+
+
+def _draw_fig4_row(axes, run: _Fig4Run, snaps: tuple[int, ...], eta_y: float, eta_z: float, logged: bool) -> None:
+    """One row of Fig. 4: class 1's attention over its first 20 tokens at each step of ``snaps`` (common tokens
+    grey, distinct blue), then the loss (with the authors' logged SGD losses when ``logged``).
+
+    **Arguments:** ``axes`` the row's len(snaps) + 1 axes; ``run`` its run; ``snaps`` the steps shown;
+    ``eta_y``, ``eta_z`` its rates; ``logged`` whether to mark the authors' log."""
     tokens = np.arange(20)
     colours = np.where(tokens < 10, "#999999", "#377eb8")
-    for row, (eta_y, eta_z) in enumerate(FIG4_PANELS):
-        traj = gradient_descent(
-            prob,
-            theta0,
-            lr=1.0,
-            steps=steps,
-            momentum=MOMENTUM,
-            save_params=True,
-            time_scales={"Y": eta_y, "Z": eta_z},
-            progress=progress,
-        )
-        attn = np.asarray(jax.vmap(prob.attention)(traj.params))  # (steps + 1, K, M)
-        entropy = np.asarray(distinct_entropy(prob, traj.params))
-        loss = np.asarray(traj.loss)
-        tag = f"eta_y={eta_y:g}_eta_z={eta_z:g}"
-        for col, s in enumerate(snaps):
-            ax = axes[row, col]
-            ax.bar(tokens, attn[s, 0, :20], color=colours)
-            ax.set(title=f"step {s}", ylim=(0, max(0.35, attn[:, 0, :20].max() * 1.05)), xticks=[0, 10, 19])
-            ax.title.set_fontsize(9)
-            if col == 0:
-                ax.set_ylabel(f"η_Y = {eta_y:g}, η_Z = {eta_z:g}\nc_l|1")
-        ax = axes[row, -1]
-        ax.semilogy(np.asarray(traj.ts), loss, label="exact population (T → ∞)")
-        if row == 0:
-            ax.semilogy(list(FIG4_LOGGED), list(FIG4_LOGGED.values()), "o", label="authors' log (SGD)")
-        ax.set(xlabel="step", title="loss")
-        ax.legend(fontsize=7)
-        results[tag] = {
-            "eta_y": eta_y,
-            "eta_z": eta_z,
-            "status": traj.status_counts(),
-            "loss_at": {str(s): float(loss[s]) for s in (0, 4, 10, min(98, steps), steps)},
-            "distinct_entropy": {str(s): float(entropy[s]) for s in snaps},
-            "top_distinct_attention": float(attn[-1, 0, 19]),
-            "common_attention_total": float(attn[-1, 0, :10].sum()),
-        }
-        arrays[f"fig4_{tag}"] = {"steps": np.asarray(traj.ts), "attention": attn, "loss": loss, "entropy": entropy}
-    fig.suptitle("Scan and Snap Fig. 4: Syn-Small attention c_l|1 (grey: common tokens 0–9, blue: distinct 10–19)")
-    left, right = (results[f"eta_y={a:g}_eta_z={b:g}"] for a, b in FIG4_PANELS)
-    results["claims"] = {
-        "right_converges_faster": left["loss_at"]["10"] > right["loss_at"]["10"],
-        "right_final_attention_less_sparse": right["distinct_entropy"][str(steps)]
-        > left["distinct_entropy"][str(steps)],
-        "authors_logged_loss": {str(k): v for k, v in FIG4_LOGGED.items()},
+    attn = run.attention
+    for col, s in enumerate(snaps):
+        ax = axes[col]
+        ax.bar(tokens, attn[s, 0, :20], color=colours)
+        ax.set(title=f"step {s}", ylim=(0, max(0.35, attn[:, 0, :20].max() * 1.05)), xticks=[0, 10, 19])
+        ax.title.set_fontsize(9)
+        if col == 0:
+            ax.set_ylabel(f"η_Y = {eta_y:g}, η_Z = {eta_z:g}\nc_l|1")
+    ax = axes[-1]
+    ax.semilogy(run.steps, run.loss, label="exact population (T → ∞)")
+    if logged:
+        ax.semilogy(list(FIG4_LOGGED), list(FIG4_LOGGED.values()), "o", label="authors' log (SGD)")
+    ax.set(xlabel="step", title="loss")
+    ax.legend(fontsize=7)
+
+
+def _fig4_panel_summary(run: _Fig4Run, eta_y: float, eta_z: float, snaps: tuple[int, ...]) -> dict[str, Any]:
+    """One panel's summary: its rates and status, the loss at steps 0, 4, 10, 98 and the last, the
+    distinct-token entropy at each of ``snaps`` (the last is the final step), and class 1's final attention on
+    its top distinct token and on the common tokens in all.
+
+    **Arguments:** ``run`` the panel's run; ``eta_y``, ``eta_z`` its rates; ``snaps`` the steps shown."""
+    steps, loss, attn = snaps[-1], run.loss, run.attention
+    return {
+        "eta_y": eta_y,
+        "eta_z": eta_z,
+        "status": run.status,
+        "loss_at": {str(s): float(loss[s]) for s in (0, 4, 10, min(98, steps), steps)},
+        "distinct_entropy": {str(s): float(run.entropy[s]) for s in snaps},
+        "top_distinct_attention": float(attn[-1, 0, 19]),
+        "common_attention_total": float(attn[-1, 0, :10].sum()),
     }
+
+
+def _fig4_lines(results: dict[str, Any], steps: int) -> list[str]:
+    """The printed summary of Fig. 4: per panel its loss and entropy over the run, then the authors' log and the
+    paper's two claims.
+
+    **Arguments:** ``results`` the summary's results (the panels by ``_fig4_tag`` and "claims"); ``steps`` the
+    last step."""
     lines = [f"scan-snap-fig4: Syn-Small, exact heavy-ball GD (μ = {MOMENTUM}), {steps} steps, T → ∞"]
-    for name, r in ((f"η_Y = {a:g}, η_Z = {b:g}", results[f"eta_y={a:g}_eta_z={b:g}"]) for a, b in FIG4_PANELS):
+    for a, b in FIG4_PANELS:
+        r = results[_fig4_tag(a, b)]
         la = r["loss_at"]
         lines.append(
-            f"  {name}: loss {la['0']:.4f} → {la['4']:.3g} (step 4) → {la['10']:.3g} (step 10) → "
+            f"  η_Y = {a:g}, η_Z = {b:g}: loss {la['0']:.4f} → {la['4']:.3g} (step 4) → {la['10']:.3g} (step 10) → "
             f"{la[str(steps)]:.3g}; distinct-token entropy {r['distinct_entropy']['0']:.4f} → "
             f"{r['distinct_entropy'][str(steps)]:.4f}"
         )
@@ -146,6 +174,39 @@ def scan_snap_fig4(steps: int = 100, progress: bool = True) -> Result:
         f"right panel faster: {results['claims']['right_converges_faster']}, less sparse: "
         f"{results['claims']['right_final_attention_less_sparse']}"
     )
+    return lines
+
+
+def scan_snap_fig4(steps: int = 100, progress: bool = True) -> Result:
+    """Syn-Small (M = 34, K = 2), Y(0) = Z(0) = 0, exact heavy-ball GD (μ = 0.9) for ``steps`` steps at
+    (η_Y, η_Z) = (1, 1) and (10, 1): c_n of class 1 at steps 0, 2, …, 10 and the last step.
+
+    **Arguments:** ``steps`` GD steps (> 10); ``progress`` show progress bars."""
+    steps = _validate.int_at_least("steps", steps, max(FIG4_SNAPSHOTS) + 1)
+    prob = ScanSnap(syn_small())
+    snaps = (*FIG4_SNAPSHOTS, steps)
+    fig = Figure(figsize=(18, 6), layout="constrained")
+    axes = fig.subplots(2, len(snaps) + 1)
+    results: dict[str, Any] = {}
+    arrays: dict[str, dict[str, np.ndarray]] = {}
+    for row, (eta_y, eta_z) in enumerate(FIG4_PANELS):
+        run = _fig4_run(prob, eta_y, eta_z, steps, progress)
+        _draw_fig4_row(axes[row], run, snaps, eta_y, eta_z, logged=row == 0)
+        results[_fig4_tag(eta_y, eta_z)] = _fig4_panel_summary(run, eta_y, eta_z, snaps)
+        arrays[f"fig4_{_fig4_tag(eta_y, eta_z)}"] = {
+            "steps": run.steps,
+            "attention": run.attention,
+            "loss": run.loss,
+            "entropy": run.entropy,
+        }
+    fig.suptitle("Scan and Snap Fig. 4: Syn-Small attention c_l|1 (grey: common tokens 0–9, blue: distinct 10–19)")
+    left, right = (results[_fig4_tag(a, b)] for a, b in FIG4_PANELS)
+    results["claims"] = {
+        "right_converges_faster": left["loss_at"]["10"] > right["loss_at"]["10"],
+        "right_final_attention_less_sparse": right["distinct_entropy"][str(steps)]
+        > left["distinct_entropy"][str(steps)],
+        "authors_logged_loss": {str(k): v for k, v in FIG4_LOGGED.items()},
+    }
     inputs = {
         "figure": "scan-snap-fig4",
         "steps": steps,
@@ -154,7 +215,7 @@ def scan_snap_fig4(steps: int = 100, progress: bool = True) -> Result:
         "init": "zero",
         "T": None,
     }
-    return Result(inputs, results, arrays, {"scan-snap-fig4": fig}, lines)
+    return Result(inputs, results, arrays, {"scan-snap-fig4": fig}, _fig4_lines(results, steps))
 
 
 def fig6_grid(n_query: int, seeds: int, steps: int) -> np.ndarray:
