@@ -238,47 +238,74 @@ def fig6_grid(n_query: int, seeds: int, steps: int) -> np.ndarray:
     return out
 
 
-def scan_snap_fig6(
-    queries: tuple[int, ...] = FIG6_QUERIES, seeds: int = 10, steps: int = 100, progress: bool = True
-) -> Result:
-    """Syn-Medium entropy grid (Fig. 6): K = 2·n_query, η_Z ∈ {0.5, 1, 2, 3}, η_Y/η_Z ∈ {1, 2, 5, 10},
-    ``seeds`` U(−1/√M, 1/√M) initialisations, ``steps`` exact heavy-ball steps (μ = 0.9), next to the paper."""
+def _check_fig6(queries: tuple[int, ...], seeds: int, steps: int) -> tuple[tuple[int, ...], int, int]:
+    """``scan_snap_fig6``'s settings validated: every query count one of the paper's grid, seeds and steps ≥ 1."""
     queries = tuple(_validate.int_at_least("queries", q, 1) for q in queries)
     bad = [q for q in queries if q not in FIG6_QUERIES]
     if bad:
         raise ValueError(f"queries={bad} is invalid: the paper's grid has n_query in {FIG6_QUERIES}")
-    seeds = _validate.int_at_least("seeds", seeds, 1)
-    steps = _validate.int_at_least("steps", steps, 1)
-    from tqdm import tqdm
+    return queries, _validate.int_at_least("seeds", seeds, 1), _validate.int_at_least("steps", steps, 1)
 
-    ent = {q: fig6_grid(q, seeds, steps) for q in tqdm(queries, desc="Syn-Medium sizes", disable=not progress)}
-    fig = Figure(figsize=(4.2 * len(queries), 7.5), layout="constrained")
-    axes = fig.subplots(2, len(queries), squeeze=False)
-    results: dict = {"per_K": {}}
-    diffs, argmins = [], []
-    not_falling: list[tuple[int, float]] = []  # the (K, ratio) columns where entropy does not fall
-    for col, q in enumerate(queries):
-        K = 2 * q
-        mean, std = np.nanmean(ent[q], axis=-1), np.nanstd(ent[q], axis=-1)
-        paper = FIG6_PAPER[FIG6_QUERIES.index(q)]
-        diffs.append(mean - paper)
-        fall = np.all(np.diff(mean, axis=0) < 0, axis=0)  # per ratio: entropy falls as η_Z grows
-        argmin = [FIG6_RATIOS[i] for i in np.argmin(mean, axis=1)]
-        not_falling.extend((K, r) for r, f in zip(FIG6_RATIOS, fall, strict=False) if not f)
-        if K >= 6:
-            argmins.append(argmin)
-        results["per_K"][str(K)] = {
-            "n_query": q,
-            "M": int(syn_medium(q).M),
-            "mean": mean.tolist(),
-            "std": std.tolist(),
-            "paper": paper.tolist(),
-            "diff": (mean - paper).tolist(),
-            "falls_with_eta_z": fall.tolist(),
-            "argmin_ratio_per_eta_z": argmin,
-            "n_unfinished": int(np.isnan(ent[q]).sum()),
+
+class _Fig6Size(NamedTuple):
+    """One Syn-Medium size of Fig. 6 against the paper's table (``_fig6_size``; ``summary`` is its summary form).
+
+    **Fields:** ``n_query`` queries (K = 2·n_query); ``mean``, ``std`` the final distinct-token entropy over the
+    seeds, shape (η_Z, η_Y/η_Z); ``paper`` the paper's means; ``falls`` per ratio, whether the entropy falls as η_Z
+    grows; ``argmin`` per η_Z, the ratio of lowest entropy; ``n_unfinished`` runs that failed (NaN)."""
+
+    n_query: int
+    mean: np.ndarray
+    std: np.ndarray
+    paper: np.ndarray
+    falls: np.ndarray
+    argmin: list[float]
+    n_unfinished: int
+
+    @property
+    def K(self) -> int:
+        """Classes: two per query."""
+        return 2 * self.n_query
+
+    def summary(self) -> dict[str, Any]:
+        """The size as summary.json holds it (arrays as nested lists, with M and the difference to the paper)."""
+        return {
+            "n_query": self.n_query,
+            "M": int(syn_medium(self.n_query).M),
+            "mean": self.mean.tolist(),
+            "std": self.std.tolist(),
+            "paper": self.paper.tolist(),
+            "diff": (self.mean - self.paper).tolist(),
+            "falls_with_eta_z": self.falls.tolist(),
+            "argmin_ratio_per_eta_z": self.argmin,
+            "n_unfinished": self.n_unfinished,
         }
-        for row, (data, title) in enumerate(((mean, "exact"), (paper, "paper"))):
+
+
+def _fig6_size(n_query: int, entropy: np.ndarray) -> _Fig6Size:
+    """The statistics of one size's entropy grid (``fig6_grid``: shape (η_Z, η_Y/η_Z, seed), NaN where a run
+    failed) beside the paper's table (``_Fig6Size``)."""
+    mean = np.nanmean(entropy, axis=-1)
+    return _Fig6Size(
+        n_query=n_query,
+        mean=mean,
+        std=np.nanstd(entropy, axis=-1),
+        paper=FIG6_PAPER[FIG6_QUERIES.index(n_query)],
+        falls=np.all(np.diff(mean, axis=0) < 0, axis=0),  # per ratio: entropy falls as η_Z grows
+        argmin=[FIG6_RATIOS[i] for i in np.argmin(mean, axis=1)],
+        n_unfinished=int(np.isnan(entropy).sum()),
+    )
+
+
+def _fig6_figure(sizes: list[_Fig6Size], seeds: int, steps: int) -> Figure:
+    """Fig. 6: per size a column, the exact entropies above and the paper's below, against η_Y/η_Z, one line per
+    η_Z.
+
+    **Arguments:** ``sizes`` the sizes, one column each; ``seeds``, ``steps`` the run's settings, for the title."""
+    fig = Figure(figsize=(4.2 * len(sizes), 7.5), layout="constrained")
+    axes = fig.subplots(2, len(sizes), squeeze=False)
+    for col, size in enumerate(sizes):
+        for row, (data, title) in enumerate(((size.mean, "exact"), (size.paper, "paper"))):
             ax = axes[row, col]
             for i, ez in enumerate(FIG6_ETA_Z):
                 ax.plot(FIG6_RATIOS, data[i], "o-", label=f"η_Z = {ez:g}")
@@ -288,42 +315,85 @@ def scan_snap_fig6(
                 xticklabels=[f"{r:g}" for r in FIG6_RATIOS],
                 xlabel="η_Y/η_Z",
                 ylabel="entropy on distinct tokens",
-                title=f"K = {K} ({title})",
+                title=f"K = {size.K} ({title})",
             )
             ax.legend(fontsize=7)
-    d = np.array(diffs)
-    results["comparison"] = {
-        "mean_abs_diff": float(np.nanmean(np.abs(d))),
-        "max_abs_diff": float(np.nanmax(np.abs(d))),
-        "mean_diff": float(np.nanmean(d)),
-        "corr": float(
-            np.corrcoef(
-                np.ravel([results["per_K"][str(2 * q)]["mean"] for q in queries]),
-                np.ravel([FIG6_PAPER[FIG6_QUERIES.index(q)] for q in queries]),
-            )[0, 1]
-        ),
-    }
-    n_cols = len(queries) * len(FIG6_RATIOS)
-    results["trends"] = {
-        "entropy_falls_with_eta_z": (n_cols - len(not_falling)) / n_cols,
-        "not_falling_K_ratio": [list(f) for f in not_falling],
-        "lowest_near_ratio_2_for_K_ge_6": float(np.mean([r == 2.0 for a in argmins for r in a])) if argmins else None,
-    }
     fig.suptitle(
         "Scan and Snap Fig. 6: Syn-Medium attention entropy on distinct tokens, exact heavy-ball GD "
         f"(μ = {MOMENTUM}, {steps} steps, {seeds} seeds) vs the paper's SGD"
     )
+    return fig
+
+
+def _fig6_comparison(sizes: list[_Fig6Size]) -> dict[str, float]:
+    """The exact means against the paper's table over every size: mean and largest |difference|, mean
+    difference and the correlation of the two tables."""
+    d = np.array([s.mean - s.paper for s in sizes])
+    return {
+        "mean_abs_diff": float(np.nanmean(np.abs(d))),
+        "max_abs_diff": float(np.nanmax(np.abs(d))),
+        "mean_diff": float(np.nanmean(d)),
+        "corr": float(np.corrcoef(np.ravel([s.mean for s in sizes]), np.ravel([s.paper for s in sizes]))[0, 1]),
+    }
+
+
+def _not_falling(sizes: list[_Fig6Size]) -> list[tuple[int, float]]:
+    """The (K, η_Y/η_Z) columns where the entropy does not fall as η_Z grows."""
+    return [(s.K, r) for s in sizes for r, f in zip(FIG6_RATIOS, s.falls, strict=False) if not f]
+
+
+def _fig6_trends(sizes: list[_Fig6Size]) -> dict[str, Any]:
+    """The paper's two trends: the share of (K, η_Y/η_Z) columns where the entropy falls as η_Z grows (and those
+    where it does not), and for K ≥ 6 the share of (K, η_Z) rows lowest at η_Y/η_Z = 2 (None: no such K)."""
+    not_falling = _not_falling(sizes)
+    n_cols = len(sizes) * len(FIG6_RATIOS)
+    argmins = [s.argmin for s in sizes if s.K >= 6]
+    return {
+        "entropy_falls_with_eta_z": (n_cols - len(not_falling)) / n_cols,
+        "not_falling_K_ratio": [list(f) for f in not_falling],
+        "lowest_near_ratio_2_for_K_ge_6": float(np.mean([r == 2.0 for a in argmins for r in a])) if argmins else None,
+    }
+
+
+def _fig6_lines(sizes: list[_Fig6Size], results: dict[str, Any], seeds: int, steps: int) -> list[str]:
+    """The printed summary of Fig. 6: the run, the two trends and the comparison with the paper's table.
+
+    **Arguments:** ``sizes`` the sizes; ``results`` the summary's results ("trends", "comparison"); ``seeds``,
+    ``steps`` the run's settings."""
+    not_falling = _not_falling(sizes)
+    n_cols = len(sizes) * len(FIG6_RATIOS)
+    lowest = results["trends"]["lowest_near_ratio_2_for_K_ge_6"]
     c = results["comparison"]
-    lines = [
-        f"scan-snap-fig6: Syn-Medium, K ∈ {[2 * q for q in queries]}, {seeds} seeds, {steps} exact heavy-ball steps",
+    return [
+        f"scan-snap-fig6: Syn-Medium, K ∈ {[s.K for s in sizes]}, {seeds} seeds, {steps} exact heavy-ball steps",
         f"  entropy falls as η_Z grows in {n_cols - len(not_falling)}/{n_cols} (K, η_Y/η_Z) columns"
         + (f" (not in {', '.join(f'K = {k}, ratio {r:g}' for k, r in not_falling)})" if not_falling else ""),
-        f"  K ≥ 6: lowest at η_Y/η_Z = 2 for {results['trends']['lowest_near_ratio_2_for_K_ge_6']} of the (K, η_Z) rows"
-        if argmins
+        f"  K ≥ 6: lowest at η_Y/η_Z = 2 for {lowest} of the (K, η_Z) rows"
+        if lowest is not None
         else "  K ≥ 6: not in this run",
         f"  vs the paper's table: mean |diff| {c['mean_abs_diff']:.3f}, max {c['max_abs_diff']:.3f}, "
         f"mean diff {c['mean_diff']:+.3f}, correlation {c['corr']:.3f}",
     ]
+
+
+def scan_snap_fig6(
+    queries: tuple[int, ...] = FIG6_QUERIES, seeds: int = 10, steps: int = 100, progress: bool = True
+) -> Result:
+    """Syn-Medium entropy grid (Fig. 6): K = 2·n_query, η_Z ∈ {0.5, 1, 2, 3}, η_Y/η_Z ∈ {1, 2, 5, 10},
+    ``seeds`` U(−1/√M, 1/√M) initialisations, ``steps`` exact heavy-ball steps (μ = 0.9), next to the paper.
+
+    **Arguments:** ``queries`` the sizes n_query (each in ``FIG6_QUERIES``); ``seeds`` initialisations per grid
+    point; ``steps`` GD steps; ``progress`` show a progress bar over the sizes."""
+    queries, seeds, steps = _check_fig6(queries, seeds, steps)
+    from tqdm import tqdm
+
+    ent = {q: fig6_grid(q, seeds, steps) for q in tqdm(queries, desc="Syn-Medium sizes", disable=not progress)}
+    sizes = [_fig6_size(q, ent[q]) for q in queries]
+    results = {
+        "per_K": {str(s.K): s.summary() for s in sizes},
+        "comparison": _fig6_comparison(sizes),
+        "trends": _fig6_trends(sizes),
+    }
     arrays = {
         "fig6": {
             "entropy": np.stack([ent[q] for q in queries]),
@@ -342,7 +412,8 @@ def scan_snap_fig6(
         "T": None,
         "metric": "mean over classes of the entropy of c_n restricted to its distinct tokens, renormalised",
     }
-    return Result(inputs, results, arrays, {"scan-snap-fig6": fig}, lines)
+    figure = _fig6_figure(sizes, seeds, steps)
+    return Result(inputs, results, arrays, {"scan-snap-fig6": figure}, _fig6_lines(sizes, results, seeds, steps))
 
 
 def scan_snap_fig9(n_times: int = 400, progress: bool = True) -> Result:
