@@ -115,6 +115,71 @@ def fig4_inits(model: Transformer, key, e: float = 1.0, w: float = -1.0) -> tupl
     return std, dict(std, **{k: r1[k] for k in ("e", "pos", "W_1", "W_2", "b")})
 
 
+def _loss_and_grad_seconds(model: Transformer, first: dict, second: dict) -> tuple[float, float]:
+    """(seconds of one jitted exact loss and gradient, seconds to compile it): compiled and run at ``first``, then
+    timed at ``second``."""
+    loss_and_grad = jax.jit(jax.value_and_grad(model.loss))
+    t0 = time.perf_counter()
+    jax.block_until_ready(loss_and_grad(first))  # compile
+    t1 = time.perf_counter()
+    jax.block_until_ready(loss_and_grad(second))
+    return time.perf_counter() - t1, t1 - t0
+
+
+def _first_below(ts: np.ndarray, losses: np.ndarray, level: float) -> list[float | None]:
+    """Per loss curve (rows of ``losses`` at steps ``ts``), the first record step with loss below ``level``; None if
+    never."""
+    return [float(ts[np.argmax(curve < level)]) if (curve < level).any() else None for curve in losses]
+
+
+def _fig4_results(
+    model: Transformer, gd, adam_loss: np.ndarray, escape: list[float | None], h_uni: float, h_rate: float
+) -> dict[str, Any]:
+    """Fig 4's summary but for its timings: per initialisation GD's final loss and status, Adam's final loss and
+    first step below the unigram plateau (``escape``), the two entropies and the model's size.
+
+    **Arguments:**
+
+    - ``model``: the transformer; ``gd``: the GD run; ``adam_loss``: Adam's losses, one row per initialisation.
+    - ``h_uni``, ``h_rate``: the unigram loss H_uni and the entropy rate H_rate.
+    """
+    names = ("standard", "rank_one")
+    return {
+        "final_loss": dict(zip(names, map(float, np.asarray(gd.loss)[:, -1]), strict=False)),
+        "status": {n: gd.status_names[int(s)] for n, s in zip(names, np.asarray(gd.status), strict=False)},
+        "unigram_loss": h_uni,
+        "entropy_rate": h_rate,
+        "adam": {
+            "final_loss": dict(zip(names, map(float, adam_loss[:, -1]), strict=False)),
+            "first_step_below_unigram": dict(zip(names, escape, strict=False)),
+        },
+        "n_params": model.n_params(),
+        "N": model.N,
+        "d": model.d,
+        "sequences_per_loss": model.n_sequences,
+    }
+
+
+def _fig4_figure(runs: tuple[tuple, tuple], h_uni: float, h_rate: float) -> Figure:
+    """Fig 4's two panels, exact GD and exact Adam: the standard and rank-one initialisations' losses against the
+    unigram and bigram entropies.
+
+    **Arguments:**
+
+    - ``runs``: per panel (record steps, losses with one row per initialisation, title).
+    - ``h_uni``, ``h_rate``: the unigram loss H_uni and the entropy rate H_rate.
+    """
+    fig = Figure(figsize=(11, 4.2), layout="constrained")
+    for ax, (ts, losses, label) in zip(fig.subplots(1, 2), runs, strict=False):
+        for name, curve in zip(("standard initialisation", "rank-one initialisation"), losses, strict=False):
+            ax.plot(ts, curve, label=name)
+        ax.axhline(h_uni, color="k", ls="--", lw=1, label=f"unigram H_uni = {h_uni:.4f}")
+        ax.axhline(h_rate, color="k", ls=":", lw=1, label=f"bigram H_rate = {h_rate:.4f}")
+        ax.set(ylim=(0.60, 0.90), xlabel="step", ylabel="exact population loss", title=label)
+        ax.legend(fontsize=7)
+    return fig
+
+
 def markov_fig4(
     N: int = 8,
     d: int = 8,
@@ -126,55 +191,37 @@ def markov_fig4(
     progress: bool = True,
 ) -> Result:
     """Fig 4 (§5.4): p = 0.5, q = 0.8, full model with tied weights; exact population GD from the
-    standard and the rank-one initialisation (main panel), and exact Adam for comparison."""
+    standard and the rank-one initialisation (main panel), and exact Adam for comparison.
+
+    **Arguments:**
+
+    - ``N``, ``d``: the model's sequence length and width.
+    - ``steps``, ``lr``: exact GD's steps and step η; ``adam_steps``, ``adam_lr``: exact Adam's.
+    - ``seed``: the standard initialisation's key; ``progress``: the engine's progress bar for GD.
+    """
     p, q = 0.5, 0.8
     model = Transformer(Chain.binary(p, q), N=N, d=d)
     std, r1 = fig4_inits(model, jax.random.PRNGKey(seed))
     batch = jax.tree_util.tree_map(lambda a, b: jnp.stack([a, b]), std, r1)
-    loss_and_grad = jax.jit(jax.value_and_grad(model.loss))
-    t0 = time.perf_counter()
-    jax.block_until_ready(loss_and_grad(std))  # compile
-    t1 = time.perf_counter()
-    jax.block_until_ready(loss_and_grad(r1))
-    cost = time.perf_counter() - t1
+    cost, compile_seconds = _loss_and_grad_seconds(model, std, r1)
     gd = gradient_descent(model, batch, lr=lr, steps=steps, record_every=10, progress=progress)
     adam = gradient_descent(model, batch, lr=adam_lr, steps=adam_steps, optimizer=optax.adam, record_every=10)
     canon = Canonical(p, q)
     h_uni, h_rate = canon.unigram_loss(), canon.entropy_rate()
-    names = ("standard", "rank_one")
     gd_loss, adam_loss = np.asarray(gd.loss), np.asarray(adam.loss)
-    escape = [
-        float(np.asarray(adam.ts[0])[np.argmax(curve < h_uni - 1e-3)]) if (curve < h_uni - 1e-3).any() else None
-        for curve in adam_loss
-    ]
-    results = {
-        "final_loss": dict(zip(names, map(float, gd_loss[:, -1]), strict=False)),
-        "status": {n: gd.status_names[int(s)] for n, s in zip(names, np.asarray(gd.status), strict=False)},
-        "unigram_loss": h_uni,
-        "entropy_rate": h_rate,
-        "adam": {
-            "final_loss": dict(zip(names, map(float, adam_loss[:, -1]), strict=False)),
-            "first_step_below_unigram": dict(zip(names, escape, strict=False)),
-        },
-        "n_params": model.n_params(),
-        "N": N,
-        "d": d,
-        "sequences_per_loss": model.n_sequences,
+    escape = _first_below(np.asarray(adam.ts[0]), adam_loss, h_uni - 1e-3)
+    results = _fig4_results(model, gd, adam_loss, escape, h_uni, h_rate) | {
         "seconds_per_loss_and_grad": cost,
-        "compile_seconds": t1 - t0,
+        "compile_seconds": compile_seconds,
     }
-    fig = Figure(figsize=(11, 4.2), layout="constrained")
-    ax_gd, ax_adam = fig.subplots(1, 2)
-    for ax, losses, ts, label in (
-        (ax_gd, gd_loss, gd.ts, f"exact GD, η = {lr:g}"),
-        (ax_adam, adam_loss, adam.ts, f"exact Adam, lr = {adam_lr:g}"),
-    ):
-        for name, curve in zip(("standard initialisation", "rank-one initialisation"), losses, strict=False):
-            ax.plot(np.asarray(ts[0]), curve, label=name)
-        ax.axhline(h_uni, color="k", ls="--", lw=1, label=f"unigram H_uni = {h_uni:.4f}")
-        ax.axhline(h_rate, color="k", ls=":", lw=1, label=f"bigram H_rate = {h_rate:.4f}")
-        ax.set(ylim=(0.60, 0.90), xlabel="step", ylabel="exact population loss", title=label)
-        ax.legend(fontsize=7)
+    fig = _fig4_figure(
+        (
+            (np.asarray(gd.ts[0]), gd_loss, f"exact GD, η = {lr:g}"),
+            (np.asarray(adam.ts[0]), adam_loss, f"exact Adam, lr = {adam_lr:g}"),
+        ),
+        h_uni,
+        h_rate,
+    )
     inputs = {
         "figure": "markov-fig4",
         "p": p,
@@ -190,26 +237,20 @@ def markov_fig4(
     }
     lines = [
         f"markov-fig4: p = {p}, q = {q}; full model, {model.n_params()} parameters, N = {N}, d = {d}",
-        f"  one exact loss + gradient: {model.n_sequences} sequences, {1e3 * cost:.2f} ms (compile {t1 - t0:.1f} s)",
+        f"  one exact loss + gradient: {model.n_sequences} sequences, {1e3 * cost:.2f} ms (compile "
+        f"{compile_seconds:.1f} s)",
         f"  exact GD (η = {lr:g}, {steps} steps): standard → {gd_loss[0, -1]:.6f} (H_uni {h_uni:.6f}), "
         f"rank-one → {gd_loss[1, -1]:.6f} (H_rate {h_rate:.6f})",
         f"  exact Adam (lr = {adam_lr:g}, {adam_steps} steps): standard → {adam_loss[0, -1]:.6f}, rank-one → "
         f"{adam_loss[1, -1]:.6f}; standard leaves the unigram plateau at step {escape[0]}",
     ]
-    return Result(
-        inputs,
-        results,
-        {
-            "fig4": {
-                "steps_gd": np.asarray(gd.ts[0]),
-                "loss_gd": gd_loss,
-                "steps_adam": np.asarray(adam.ts[0]),
-                "loss_adam": adam_loss,
-            }
-        },
-        {"markov-fig4": fig},
-        lines,
-    )
+    arrays = {
+        "steps_gd": np.asarray(gd.ts[0]),
+        "loss_gd": gd_loss,
+        "steps_adam": np.asarray(adam.ts[0]),
+        "loss_adam": adam_loss,
+    }
+    return Result(inputs, results, {"fig4": arrays}, {"markov-fig4": fig}, lines)
 
 
 FIG3_PAPER = {  # §5.3: share of ‖·‖_F² in the top singular value, authors' saved weights
