@@ -130,8 +130,8 @@ def test_a_factory_that_is_not_a_problem_or_takes_other_keywords_is_refused(tmp_
 @pytest.mark.slow
 def test_markov_sweep_shows_the_p_plus_q_transition_and_compiles_once(caplog):
     """Off the line p + q = 1 the fractions of resolved starts equal the closed-form partition
-    (docs/models/markov.md §4.4) of the same starts, on both sides of it, and the flow's batch solver compiles
-    once for all (p, q)."""
+    (docs/models/markov.md §4.4) of the same starts, on both sides of it, every point names its attractors by the
+    task's names, and the flow's batch solver compiles once for all (p, q)."""
     from popdyn.jobs.sweep import sweep_markov
 
     with jax.log_compiles(), caplog.at_level(logging.WARNING, logger="jax"):
@@ -149,6 +149,9 @@ def test_markov_sweep_shows_the_p_plus_q_transition_and_compiles_once(caplog):
         for name, f in point["predicted_fractions"].items():
             assert point["fractions"][name] == pytest.approx(f, abs=1.5 / 64)
     assert sides == {True, False}
+    # one attractor is one name at every (p, q): the task's own names, never a printed loss level
+    names = {name for point in res.results["points"] for name in point["fractions"]}
+    assert names <= {"global", "local", "saddle"} and {"global", "local"} <= names
     below = [pt for pt in res.results["points"] if pt["values"]["p"] + pt["values"]["q"] < 1]
     above = [pt for pt in res.results["points"] if pt["values"]["p"] + pt["values"]["q"] > 1]
     assert max(pt["fractions"]["local"] for pt in below) < min(pt["fractions"]["local"] for pt in above)
