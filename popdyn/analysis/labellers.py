@@ -176,7 +176,7 @@ class LossLevels(AbstractLabeller):
         if idx.size == 0:
             return Labels(labels, ())
         scale = loss_scale(traj)
-        sub = jax.tree_util.tree_map(lambda x: x[idx], traj.final)
+        sub = jax.tree_util.tree_map(lambda x: np.asarray(x)[idx], traj.final)  # on the host: no gather program
         loss = np.asarray(traj.final_loss)[idx]
         index = morse_index(prob, sub)
         codes = np.asarray(traj.status)[idx]

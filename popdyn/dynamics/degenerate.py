@@ -130,11 +130,12 @@ def _falls_at(prob: Problem, final: Theta, idx: np.ndarray, saddle_tol: float, r
     """``_falls`` at the points ``idx`` of ``final``, in calls of ``chunk(n)`` points (the last one padded with its
     first point): (D, A), each of shape (len(idx), len(radii))."""
     size = chunk(prob.n_params())
+    host = jax.tree_util.tree_map(np.asarray, final)  # picked on the host: no gather program for each index shape
     parts = []
     for start in range(0, idx.size, size):
         part = idx[start : start + size]
         take = np.concatenate([part, np.full(size - part.size, part[0])])
-        sub = jax.tree_util.tree_map(lambda a, take=take: jnp.asarray(a)[take], final)
+        sub = jax.tree_util.tree_map(lambda a, take=take: a[take], host)
         parts.append([np.asarray(v)[: part.size] for v in _falls_batch(prob, sub, saddle_tol, radii)])
     return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 

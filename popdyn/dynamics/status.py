@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Bool, Int
@@ -50,12 +51,14 @@ STATUS_NAMES = tuple(s.name.lower() for s in Status)
 
 def negative(
     lam: Array | np.ndarray, lam_min: Array | np.ndarray, lam_max: Array | np.ndarray, saddle_tol: float
-) -> Array:
+) -> Array | np.ndarray:
     """Whether the eigenvalue(s) ``lam`` count as negative: λ < −saddle_tol·ρ with ρ = max(|λ_min|, |λ_max|), the
     curvature scale of the point itself (no absolute floor: the test is unchanged when L is multiplied by any c > 0;
-    at ρ = 0 nothing is negative). Broadcasts, so it serves one λ_min or a whole spectrum."""
-    rho = jnp.maximum(jnp.abs(lam_min), jnp.abs(lam_max))
-    return jnp.asarray(lam) < -saddle_tol * rho
+    at ρ = 0 nothing is negative). Broadcasts, so it serves one λ_min or a whole spectrum. On NumPy inputs it
+    computes in NumPy (the same IEEE operations, and no program compiled for each new shape)."""
+    xp = jnp if any(isinstance(x, jax.Array) for x in (lam, lam_min, lam_max)) else np
+    rho = xp.maximum(xp.abs(lam_min), xp.abs(lam_max))
+    return xp.asarray(lam) < -saddle_tol * rho
 
 
 def refine_saddles(status: Int[Array, " B"], lam_min: Array, lam_max: Array, saddle_tol: float) -> Int[Array, " B"]:
