@@ -10,10 +10,9 @@ unless a grid sets a coordinate. The loss is the exact T → ∞ population cros
 
 from __future__ import annotations
 
-import functools
 import math
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, NamedTuple, cast
 
 import equinox as eqx
@@ -29,7 +28,7 @@ from popdyn.dynamics import STATUS_NAMES, Trajectory, gradient_descent
 from popdyn.io import Result
 from popdyn.jobs.basin_result import basin_result
 from popdyn.plot import plot_step_size_audit
-from popdyn.problem import Overlay, Problem, Theta
+from popdyn.problem import Theta
 from popdyn.tasks.scan_snap import (
     Classes,
     ScanSnap,
@@ -38,6 +37,7 @@ from popdyn.tasks.scan_snap import (
     make_classes,
     omega_1,
     scan_time,
+    token_winner,
     transition_time,
     x_star,
 )
@@ -557,57 +557,6 @@ def stepsize_scan_snap(
 
 
 # ---- basins: which distinct token wins the scan ---------------------------------------------------------------------
-class _Winner(Problem):
-    """``prob``'s loss with one attractor per distinct token l of a class: "l wins", residual
-    relu(max_{l'≠l} log c̃_l' − log c̃_l) (0 where l has the most attention among them, log c̃_l = log P(l|n) + z_ml),
-    and the Theorem 3 tie line y = ``tie`` on the ``axes`` slice. Its numbers are leaves, so a new rate or data
-    value reuses the compiled solver."""
-
-    prob: ScanSnap
-    logp: Float[Array, " D"]
-    tie: Float[Array, ""]
-    m: int = eqx.field(static=True)
-    dist: tuple[int, ...] = eqx.field(static=True)
-    axes: tuple[str, str] = eqx.field(static=True)
-
-    def loss(self, theta: Theta) -> Float[Array, ""]:
-        return self.prob.loss(theta)
-
-    def init(self, key: Array) -> Theta:
-        return self.prob.init(key)
-
-    def attractors(self) -> dict[str, Callable[[Theta], Float[Array, ""]]]:
-        """Attractor name "token l wins" → its residual, for each distinct token l of the class (in token order)."""
-        return {f"token {tok} wins": functools.partial(self._residual, i) for i, tok in enumerate(self.dist)}
-
-    def _residual(self, i: int, theta: Theta) -> Float[Array, ""]:
-        s = self.logp + theta["Z"][self.m, np.asarray(self.dist)]
-        return jax.nn.relu(jnp.max(jnp.where(np.arange(len(self.dist)) == i, -jnp.inf, s)) - s[i])
-
-    def overlays(self, x_axis: str, y_axis: str, x_range: tuple[float, float]) -> list[Overlay]:
-        if (x_axis, y_axis) != self.axes:
-            return []
-        tie = float(self.tie)
-        return [
-            Overlay(
-                "tie of c̃(0) (Theorem 3; exact at x = 0)",
-                "line",
-                tuple(x_range),
-                (tie, tie),
-                {"color": "k", "ls": ":", "lw": 1},
-            ),
-            Overlay("", "points", (0.0,), (tie,), {"color": "k", "marker": "x", "s": 40}),
-        ]
-
-
-def _winner_problem(prob: ScanSnap, cls: int, axes: tuple[str, str], tie: float) -> _Winner:
-    """The ``_Winner`` problem of class ``cls`` of ``prob``."""
-    P = np.asarray(prob.probs)
-    dist = np.flatnonzero(distinct_mask(P)[cls])
-    logp = jax.device_put(np.log(P[cls, dist]))
-    return _Winner(prob, logp, jax.device_put(np.asarray(tie)), int(prob.query[cls]), tuple(map(int, dist)), axes)
-
-
 class _BasinsSettings(NamedTuple):
     """The validated settings of ``basins_scan_snap`` (the arguments of the same names; ``grid`` points per axis,
     ``x_range`` = decoder_range, ``y_range`` = logit_range)."""
@@ -806,7 +755,7 @@ def basins_scan_snap(
     classes = shared_query_classes(s.K, s.n_common, s.n_distinct, s.M)
     tok = _scan_tokens(classes)
     axes = (f"Y[{tok.runner_up},{tok.next_token}]", f"Z[{tok.query},{tok.runner_up}]")
-    wp = _winner_problem(ScanSnap(classes), 0, axes, tok.tie)
+    wp = token_winner(ScanSnap(classes), 0, axes, tok.tie)
     plane = Grid(*axes, s.x_range, s.y_range, (s.grid, s.grid))
     bm = basin_map(
         wp,

@@ -22,12 +22,14 @@ from popdyn.tasks.scan_snap.metrics import (
 )
 from popdyn.tasks.scan_snap.model import ScanSnap
 from popdyn.tasks.scan_snap.reduced import attention_velocity, reduced_attention_flow
+from popdyn.tasks.scan_snap.winner import TokenWinner, token_winner
 
 __all__ = [
     "B_n",
     "Classes",
     "Gamma",
     "ScanSnap",
+    "TokenWinner",
     "attention_velocity",
     "dataset2",
     "distinct_entropy",
@@ -45,6 +47,7 @@ __all__ = [
     "snap_logit",
     "syn_medium",
     "syn_small",
+    "token_winner",
     "transition_time",
     "x_star",
 ]
