@@ -15,14 +15,13 @@ from popdyn.jobs.records import summary
 from popdyn.jobs.scb.training import (
     Stage1Run,
     gradient_variance,
-    normalise,
     population_reference,
     stage1,
     stage1_threshold,
     surrogate_noise,
     trajectory_metrics,
 )
-from popdyn.tasks.scb import SparseBigram, random_instance
+from popdyn.tasks.scb import SparseBigram, normalise, random_instance
 
 pytestmark = pytest.mark.slow  # every test here runs end-to-end jobs or large instances
 
@@ -106,7 +105,8 @@ def test_with_reference_records_delta_without_storing_theta(setting):
     runs with saved parameters (deterministic case: ℓ1 prox, no noise)."""
     import popdyn
     from popdyn.dynamics import L1Prox
-    from popdyn.jobs.scb.training import WithReference, preconditioner
+    from popdyn.jobs.scb.training import preconditioner
+    from popdyn.tasks.scb import WithReference
 
     prob, s1 = setting
     pair = WithReference(prob)

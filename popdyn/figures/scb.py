@@ -25,16 +25,14 @@ from popdyn.jobs.scb.training import (
     LAMBDA_A,
     RunMetrics,
     Stage1Run,
-    WithReference,
     gradient_variance,
-    normalise,
     population_reference,
     stage1,
     stage2,
     surrogate_noise,
     trajectory_metrics,
 )
-from popdyn.tasks.scb import SparseBigram, random_instance
+from popdyn.tasks.scb import SparseBigram, WithReference, normalise, random_instance
 
 RUNS = (("proximal", "proximal", ETA2), ("sgd", "SGD η_2", ETA2), ("sgd_small", "SGD η_2'", ETA2_SMALL))
 

@@ -1,24 +1,22 @@
 """Sparse-contextual-bigram runs: the two-stage training of the paper and its transfer experiment, and the
-command-line jobs built on them (docs/jobs.md)."""
+command-line jobs built on them (docs/jobs.md). ``StateMetrics``, ``WithReference``, ``normalise`` and
+``state_metrics`` are ``popdyn.tasks.scb``'s, listed here too."""
 
 from popdyn.jobs.scb.training import (
     RunMetrics,
     SampledGradient,
     Stage1Run,
-    StateMetrics,
-    WithReference,
     gradient_variance,
-    normalise,
     population_reference,
     preconditioner,
     stage1,
     stage1_threshold,
     stage2,
-    state_metrics,
     surrogate_noise,
     trajectory_metrics,
 )
 from popdyn.jobs.scb.transfer import Signals, Transfer, TransferRun, run_signals, transfer
+from popdyn.tasks.scb import StateMetrics, WithReference, normalise, state_metrics
 
 __all__ = [
     "RunMetrics",

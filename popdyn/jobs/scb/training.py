@@ -1,6 +1,7 @@
 """Algorithm 1, reconstructed (docs/models/scb.md §5): stage 1 on the exact population process, stage 2 as
-ℓ1-proximal or plain preconditioned SGD with exact minibatches or the Gaussian surrogate, the final
-normalisation, and Δ, the distance to the noise-free population trajectory.
+ℓ1-proximal or plain preconditioned SGD with exact minibatches or the Gaussian surrogate, the noise-free population
+trajectory, and the state metrics (``popdyn.tasks.scb.state_metrics``: distances, signals and Δ, the distance to that
+trajectory) along a run.
 
 Every hyperparameter of the paper is [unknown]; the defaults below are popdyn's choices, tuned once on
 random N = 10, T = 50, Q = 2 instances (measured: proximal reaches ‖A − Qm‖_μ ≈ 0.006 after
@@ -16,12 +17,12 @@ import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
-from jaxtyping import Array, Float
 
 from popdyn import _validate
 from popdyn.dynamics import L1Prox, Trajectory, gradient_descent
 from popdyn.jobs.records import internal
-from popdyn.problem import Problem, Theta
+from popdyn.problem import Theta
+from popdyn.tasks.scb.metrics import StateMetrics, state_metrics
 from popdyn.tasks.scb.model import SparseBigram
 from popdyn.tasks.scb.sampling import minibatch_gradient, per_sample_sq_norms
 
@@ -40,18 +41,6 @@ def stage1_threshold(N: int, Q: int) -> float:
 def preconditioner(prob: SparseBigram, project: bool = True) -> eqx.Partial:
     """θ ↦ the §4 direction of a gradient (Π_T-projected by default), as a traceable callable for the engine."""
     return eqx.Partial(prob.precondition, project=project)
-
-
-def normalise(theta: Theta) -> Theta:
-    """The final normalisation [our choice of the unknown rule]: clip negatives, then rescale every column of
-    V and A to sum to 1 (a column with no positive entry becomes uniform)."""
-
-    def columns(M):
-        M = jnp.maximum(M, 0.0)
-        s = jnp.sum(M, axis=0, keepdims=True)
-        return jnp.where(s > 0, M / jnp.where(s > 0, s, 1.0), 1.0 / M.shape[0])
-
-    return {"V": columns(theta["V"]), "A": columns(theta["A"])}
 
 
 def gradient_variance(
@@ -197,32 +186,6 @@ def population_reference(
     )
 
 
-class StateMetrics(NamedTuple):
-    """Where an SCB state (V, A) stands (§5, ``state_metrics``); scalars at one state, arrays along a run.
-
-    - ``dist_V``, ``dist_A``: ‖V − P‖_μ and ‖A − Qm‖_μ; ``dist_V_normalised``, ``dist_A_normalised``: the same after
-      ``normalise``.
-    - ``alpha_V``, ``alpha_A``: the signals α_V, α_A.
-    - ``delta_V_fro``, ``delta_V_mu``, ``delta_A_fro``, ``delta_A_mu``: Δ_V = V − V_ref and Δ_A = A − A_ref in the
-      Frobenius and μ norms (the plot norm is [unknown], both reported); None without a reference state.
-    """
-
-    dist_V: Float[Array, "*run"]
-    dist_A: Float[Array, "*run"]
-    dist_V_normalised: Float[Array, "*run"]
-    dist_A_normalised: Float[Array, "*run"]
-    alpha_V: Float[Array, "*run"]
-    alpha_A: Float[Array, "*run"]
-    delta_V_fro: Float[Array, "*run"] | None = None
-    delta_V_mu: Float[Array, "*run"] | None = None
-    delta_A_fro: Float[Array, "*run"] | None = None
-    delta_A_mu: Float[Array, "*run"] | None = None
-
-    def named(self) -> dict[str, Float[Array, "*run"]]:
-        """The metrics by name, those without a reference left out: the engine's ``metrics=`` form."""
-        return {k: v for k, v in self._asdict().items() if v is not None}
-
-
 class RunMetrics(NamedTuple):
     """``StateMetrics`` along a run (``trajectory_metrics``): ``state``, NumPy arrays of the metrics at the record
     ``steps``."""
@@ -234,27 +197,6 @@ class RunMetrics(NamedTuple):
         """The run's ``.npz`` form: the metrics by name (``StateMetrics.named``) in alphabetical order, as the engine
         records ``metrics=`` (``WithReference``), then ``steps``."""
         return {k: np.asarray(v) for k, v in sorted(self.state.named().items())} | {"steps": self.steps}
-
-
-def state_metrics(prob: SparseBigram, theta: Theta, reference: Theta | None = None) -> StateMetrics:
-    """``StateMetrics`` of θ = (V, A): its distances to (P, Qm) (raw and after ``normalise``) and signals, and with a
-    ``reference`` state Δ_V, Δ_A in the Frobenius and μ norms (§5).
-
-    **Arguments:**
-
-    - ``prob``: the instance; ``theta``: the state.
-    - ``reference``: the noise-free reference state (V_ref, A_ref) at the same step, or None.
-    """
-    dV, dA = prob.distances(theta)
-    nV, nA = prob.distances(normalise(theta))
-    aV, aA = prob.signals(theta)
-    deltas = {}
-    if reference is not None:
-        for b in ("V", "A"):
-            diff = theta[b] - reference[b]
-            deltas[f"delta_{b}_fro"] = jnp.sqrt(jnp.sum(diff**2))
-            deltas[f"delta_{b}_mu"] = prob.mu_norm(diff)
-    return StateMetrics(dV, dA, nV, nA, aV, aA, **deltas)
 
 
 def trajectory_metrics(prob: SparseBigram, traj: Trajectory, reference: Trajectory | None = None) -> RunMetrics:
@@ -272,35 +214,3 @@ def trajectory_metrics(prob: SparseBigram, traj: Trajectory, reference: Trajecto
         else jax.vmap(lambda th: state_metrics(prob, th))(traj.params)
     )
     return RunMetrics(steps=np.asarray(traj.ts), state=jax.tree_util.tree_map(np.asarray, out))
-
-
-class WithReference(Problem):
-    """The SCB state (V, A) and the noise-free, unregularised reference (V_ref, A_ref) advanced together: the
-    losses add, so each copy follows its own gradient, and Δ is recorded as a metric without storing θ.
-    Noise and the ℓ1 prox name the blocks "V", "A" only, so the reference stays exact (§5)."""
-
-    prob: SparseBigram
-
-    def loss(self, theta: Theta):
-        return self.prob.loss({"V": theta["V"], "A": theta["A"]}) + self.prob.loss(
-            {"V": theta["V_ref"], "A": theta["A_ref"]}
-        )
-
-    def init(self, key) -> Theta:
-        return self.pair(self.prob.init(key))
-
-    @staticmethod
-    def pair(theta: Theta) -> Theta:
-        """(V, A) and an identical reference copy."""
-        return {"V": theta["V"], "A": theta["A"], "V_ref": theta["V"], "A_ref": theta["A"]}
-
-    def precondition(self, grad: Theta) -> Theta:
-        """The projected §4 preconditioner on each copy."""
-        a = self.prob.precondition({"V": grad["V"], "A": grad["A"]}, project=True)
-        b = self.prob.precondition({"V": grad["V_ref"], "A": grad["A_ref"]}, project=True)
-        return {"V": a["V"], "A": a["A"], "V_ref": b["V"], "A_ref": b["A"]}
-
-    def metrics(self, theta: Theta) -> dict[str, Float[Array, ""]]:
-        """``state_metrics`` of (V, A) against the reference copy, by name (the engine's ``metrics=``)."""
-        pair = state_metrics(self.prob, {"V": theta["V"], "A": theta["A"]}, {"V": theta["V_ref"], "A": theta["A_ref"]})
-        return pair.named()

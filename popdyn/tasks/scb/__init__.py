@@ -2,8 +2,10 @@
 
 from popdyn.tasks.scb.brute_force import MAX_SEQUENCES, brute_force_loss, sequence_table
 from popdyn.tasks.scb.instance import random_instance, validate_instance
+from popdyn.tasks.scb.metrics import StateMetrics, normalise, state_metrics
 from popdyn.tasks.scb.model import SoftmaxBigram, SparseBigram
 from popdyn.tasks.scb.reduced import Reduced2D, Reduced4D, embed_2d, embed_4d
+from popdyn.tasks.scb.reference import WithReference
 from popdyn.tasks.scb.sampling import minibatch_gradient, per_sample_gradients, per_sample_loss
 from popdyn.tasks.scb.stepsize import Whitened
 
@@ -13,14 +15,18 @@ __all__ = [
     "Reduced4D",
     "SoftmaxBigram",
     "SparseBigram",
+    "StateMetrics",
     "Whitened",
+    "WithReference",
     "brute_force_loss",
     "embed_2d",
     "embed_4d",
     "minibatch_gradient",
+    "normalise",
     "per_sample_gradients",
     "per_sample_loss",
     "random_instance",
     "sequence_table",
+    "state_metrics",
     "validate_instance",
 ]
