@@ -53,8 +53,9 @@ def discard_partial() -> None:
         _remove(path)
 
 
-def environment() -> dict:
-    """Versions of popdyn and its numerical stack, the JAX devices and the default float dtype."""
+def environment() -> dict[str, Any]:
+    """Versions of popdyn and its numerical stack, the JAX devices and the default float dtype: the JSON block of
+    every summary.json."""
     import jax
     import jax.numpy as jnp
 

@@ -8,7 +8,7 @@ import abc
 import dataclasses
 import os
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import equinox as eqx
 from jaxtyping import ArrayLike, Float
@@ -145,7 +145,7 @@ RUN_OPTIONS = ("chunk_size", "progress", "checkpoint")
 """The keywords of ``AbstractDynamics.run``: how a run is executed, not what it computes."""
 
 
-def run_options(dynamics: AbstractDynamics, options: dict, **shortcuts) -> dict:
+def run_options(dynamics: AbstractDynamics, options: dict[str, Any], **shortcuts: object) -> dict[str, Any]:
     """``options`` for ``dynamics.run``: a ValueError when one of them is a setting, which belongs to the dynamics
     object, or when a method name's shortcut setting (``shortcuts``: t1, lr, steps; None when not given) is given."""
     given = {name for name, value in shortcuts.items() if value is not None}

@@ -51,7 +51,9 @@ def _reduced_run(red: TeacherReduced, lr: float, steps: int, record_every: int, 
     )
 
 
-def reduced_records(red: TeacherReduced, lr: float, steps: int, early: int) -> tuple[np.ndarray, np.ndarray, dict, str]:
+def reduced_records(
+    red: TeacherReduced, lr: float, steps: int, early: int
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray], str]:
     """The exact reduced GD map from zero for ``steps`` steps, recorded finely (~4000 records) over the first
     ``early`` steps and then ~``RECORDS`` times: (steps, losses, {"C1", "Delta"}) at the records, and the
     engine's status of the run ("max_steps" unless it diverged or produced NaN)."""
