@@ -399,7 +399,7 @@ def scb_fig5(
     seed = _validate.int_at_least("seed", seed, 0)
     switch = _validate.positive("switch", switch)
     steps = _validate.int_at_least("steps", steps, 1)
-    prob = SparseBigram(*random_instance(jax.random.PRNGKey(seed), N, T, Q))
+    prob = SparseBigram(*random_instance(seed, N, T, Q))
     s1, var = _fig5_switch(prob, Q, switch, seed, samples)
     if batch is None:
         batch, _ = fig5_batch(prob, s1.theta, var["A"])

@@ -1,14 +1,13 @@
 """SCB command-line jobs (docs/models/scb.md §4, §10): ``popdyn converge scb``, ``popdyn basins scb`` and
 ``popdyn stepsize scb``.
 
-All three start from a random instance (``random_instance(PRNGKey(seed), N, T, Q)``) and use the exact
+All three start from a random instance (``random_instance(seed, N, T, Q)``) and use the exact
 preconditioned, column-sum-projected population dynamics; from the uninformative start these stay on 𝓜,
 where the full matrices equal the 2-D recursion (tested to 1e-12).
 """
 
 from __future__ import annotations
 
-import jax
 import numpy as np
 from matplotlib.figure import Figure
 
@@ -27,7 +26,7 @@ from popdyn.tasks.scb.stepsize import Whitened
 
 def _instance(N: int, T: int, Q: int, seed: int) -> tuple[SparseBigram, Reduced2D, dict]:
     seed = _validate.seed("seed", seed)
-    prob = SparseBigram(*random_instance(jax.random.PRNGKey(seed), N, T, Q))
+    prob = SparseBigram(*random_instance(seed, N, T, Q))
     red = Reduced2D.from_instance(prob)
     info = {
         "c": float(prob.c),
@@ -200,7 +199,7 @@ def stepsize_scb(
     record_every = _validate.int_at_least("record_every", record_every, 1)
     if lrs is not None:
         lrs = [_validate.positive("lr", lr) for lr in lrs]
-    prob = SparseBigram(*random_instance(jax.random.PRNGKey(seed), N, T, Q))
+    prob = SparseBigram(*random_instance(seed, N, T, Q))
     white = Whitened(prob)
     lam_star = float(lambda_max(white, white.at({"V": prob.P, "A": prob.Qm}), method="exact"))
     lam_raw = float(lambda_max(prob, {"V": prob.P, "A": prob.Qm}, method="exact"))

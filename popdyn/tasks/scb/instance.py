@@ -64,16 +64,19 @@ def validate_instance(P, Qm) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return P, Qm, mu
 
 
-def random_instance(key: Array, N: int, T: int, Q: int) -> tuple[Float[Array, "N N"], Float[Array, "T N"]]:
+def random_instance(key: Array | int, N: int, T: int, Q: int) -> tuple[Float[Array, "N N"], Float[Array, "T N"]]:
     """(P, Qm): columns of P ~ Dirichlet(1_N); for each last token k a uniformly random support of Q of
-    the T positions carrying Dirichlet(1_Q) weights (docs/models/scb.md §1 item 6). Use ``SparseBigram(P, Qm)``."""
+    the T positions carrying Dirichlet(1_Q) weights (docs/models/scb.md §1 item 6). Use ``SparseBigram(P, Qm)``.
+
+    **Arguments:** ``key`` a PRNG key or a seed (made a key once the sizes are checked: bad input compiles
+    nothing); ``N``, ``T``, ``Q`` the vocabulary, the positions and the sparsity (1 ≤ Q ≤ T)."""
     N = _validate.int_at_least("N", N, 2)
     T = _validate.int_at_least("T", T, 1)
     Q = _validate.int_at_least("Q", Q, 1)
     if Q > T:
         raise ValueError(f"Q={Q} is out of range: the sparsity must satisfy 1 <= Q <= T = {T}")
     check_memory(8.0 * 16 * (N * N + T * N), f"an instance with N={N:,}, T={T:,}")  # P, Qm and their working copies
-    return _draw(key, N, T, Q)
+    return _draw(jax.random.PRNGKey(key) if isinstance(key, (int, np.integer)) else key, N, T, Q)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))
