@@ -15,25 +15,23 @@ import jax
 import numpy as np
 import pytest
 from _props import examples
+from _tiny_models_d import wells
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import popdyn
 from popdyn import checkpoint
 from popdyn.dynamics import descent
-from popdyn.tasks.markov import Canonical
 
 REPO = Path(__file__).resolve().parents[1]
 
-# 256 points in 8 chunks of 32; 100 000 GD steps make a chunk take ~0.15 s on a CPU core, and the labelling,
-# theory check and figure after the last chunk take seconds more: time enough to stop a run mid-way
+# the two-well user model of tests/_tiny_models_d.py (what is checked, saving and resuming chunks on a signal, is
+# the same for every problem, and its programs compile in a fraction of a built-in task's time): 256 points in 8
+# chunks of 32; 500 000 GD steps make a chunk take ~0.15 s on a CPU core, and the labelling and figure after the
+# last chunk take a second more: time enough to stop a run mid-way
 ARGV = [
     "basins",
-    "markov",
-    "--p",
-    "0.2",
-    "--q",
-    "0.3",
+    "_tiny_models_d:wells",
     "--grid",
     "16",
     "--chunk",
@@ -41,7 +39,7 @@ ARGV = [
     "--method",
     "gd",
     "--steps",
-    "100000",
+    "500000",
     "--quiet",
 ]
 SIGNALS = {"SIGINT": (signal.SIGINT, 130), "SIGTERM": (signal.SIGTERM, 143)}
@@ -49,7 +47,7 @@ SIGNALS = {"SIGINT": (signal.SIGINT, 130), "SIGTERM": (signal.SIGTERM, 143)}
 
 def _popen(argv: list, cwd: Path) -> subprocess.Popen:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return subprocess.Popen(
         [sys.executable, "-m", "popdyn.cli", *map(str, argv)],
         cwd=cwd,
@@ -124,8 +122,10 @@ def test_resumed_run_equals_the_uninterrupted_one_bit_for_bit(cli, name):
 
 
 # ---- the API: basin_map(checkpoint=…) -----------------------------------------------------------------
-PROB = Canonical(0.2, 0.3)
-GRID = popdyn.Grid.square("w", "e", -3.0, 3.0, 6)  # 36 points: 5 chunks of 8, the last one padded
+# the two-well user model of tests/_tiny_models_d.py: saving, checking and resuming chunks is the same for every
+# problem, and its programs compile in a fraction of a built-in task's time
+PROB = wells()
+GRID = popdyn.Grid.square("x", "y", -3.0, 3.0, 6)  # 36 points: 5 chunks of 8, the last one padded
 SETTINGS = {"method": "gd", "lr": 0.5, "steps": 50, "chunk_size": 8}
 
 
@@ -134,8 +134,8 @@ def _same(a: popdyn.BasinMap, b: popdyn.BasinMap) -> None:
     for x, y in [
         (a.labels, b.labels),
         (a.status, b.status),
-        (a.final["e"], b.final["e"]),
-        (a.final["w"], b.final["w"]),
+        (a.final["x"], b.final["x"]),
+        (a.final["y"], b.final["y"]),
     ]:
         assert np.array_equal(x, y)
     assert np.array_equal(a.times, b.times, equal_nan=True)
@@ -200,14 +200,14 @@ def test_a_run_stopped_between_a_digest_and_its_chunk_resumes(done, tmp_path, mo
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("change", ["p", "grid", "steps", "method", "chunk_size"])
+@pytest.mark.parametrize("change", ["c", "grid", "steps", "method", "chunk_size"])
 def test_a_checkpoint_for_other_inputs_is_refused(done, change):
     ck, _ = done
     prob, grid, settings = PROB, GRID, dict(SETTINGS)
-    if change == "p":
-        prob = Canonical(0.21, 0.3)
+    if change == "c":
+        prob = wells(1.01)
     elif change == "grid":
-        grid = popdyn.Grid.square("w", "e", -3.0, 3.5, 6)
+        grid = popdyn.Grid.square("x", "y", -3.0, 3.5, 6)
     elif change == "method":
         settings["method"] = "flow"
     else:
@@ -237,9 +237,9 @@ def test_chunks_without_a_manifest_are_refused(done):
 
 
 def _other_run(tmp_path) -> Path:
-    """A finished checkpoint of the same grid at another p (chunks of the same shapes, other contents)."""
+    """A finished checkpoint of the same grid at another c (chunks of the same shapes, other contents)."""
     ck = tmp_path / "other"
-    popdyn.basin_map(Canonical(0.25, 0.3), GRID, checkpoint=ck, **SETTINGS)
+    popdyn.basin_map(wells(1.25), GRID, checkpoint=ck, **SETTINGS)
     return ck
 
 
@@ -381,11 +381,13 @@ def test_a_manifest_of_the_wrong_shape_is_refused_by_name(tmp_path, content):
             call()
 
 
-@pytest.mark.slow  # four command-line runs: ~14 s
+@pytest.mark.slow  # four command-line runs
 def test_the_command_line_refuses_a_damaged_checkpoint_in_one_line_and_its_advice_works(tmp_path, run_cli):
     """A damaged chunk: exit 2 and one line naming it; deleting it, as the line says, lets the rerun finish.
-    A damaged manifest: likewise, deleting the directory."""
-    argv = ["basins", "markov", "--grid", "4", "--chunk", "8", "--method", "gd", "--steps", "5", "--quiet"]
+    A damaged manifest: likewise, deleting the directory. (The two-well user model of tests/_tiny_models_d.py: the
+    checkpoint's checks and advice are the same for every task.)"""
+    argv = ["basins", "_tiny_models_d:wells", "--grid", "4", "--chunk", "8", "--method", "gd", "--steps", "5"]
+    argv += ["--quiet"]
     argv += ["--out", tmp_path / "out", "--checkpoint", tmp_path / "ck"]
     assert run_cli(*argv).returncode == 0
     chunk, manifest = tmp_path / "ck" / "chunk_00001.npz", tmp_path / "ck" / "manifest.json"
