@@ -19,17 +19,19 @@ CHAINS = {
 
 
 def _brute_loss(model, theta):
-    """Loop over every sequence in Python: weight × per-position CE (independent of `expectation`)."""
+    """Loop over every sequence in Python: weight × per-position CE (independent of `expectation`); the model's
+    log-probabilities of one sequence are one compiled program, called once per sequence."""
     ch = model.chain
     V, N, k = ch.V, model.N, ch.order
     init, kern = np.asarray(ch.init), np.asarray(ch.kernel)
+    log_probs = jax.jit(lambda x: jax.nn.log_softmax(model.logits(theta, x)))
     total = 0.0
     for x in itertools.product(range(V), repeat=N):
         ctx = lambda toks: int(sum(t * V ** (len(toks) - 1 - i) for i, t in enumerate(toks)))  # noqa: E731
         w = init[ctx(x[:k])]
         for n in range(k, N):
             w *= kern[ctx(x[n - k : n]), x[n]]
-        logp = np.asarray(jax.nn.log_softmax(model.logits(theta, jnp.asarray(x))))
+        logp = np.asarray(log_probs(jnp.asarray(x)))
         ce = 0.0
         for n in range(1, N + 1):
             if n >= k:
