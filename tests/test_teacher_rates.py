@@ -4,16 +4,26 @@ KD(D−K)/4 for the four teachers and three activations, slopes, T*, the step-si
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 
 import numpy as np
 import pytest
 
 from popdyn.io import _jsonable
-from popdyn.jobs.teacher.rates import FullModelCheck, RatesRun, rates
+from popdyn.jobs.teacher.rates import FullModelCheck, RatesRun, default_steps, rates
 from popdyn.tasks.teacher.builders import PAPER_SIZES, build
 
 SMALL = {"cnn": (9, 3), "gcn": (9, 3), "sts": (9, 3), "gslp": (9, 1)}  # cnn, gcn, sts share one compilation
+HORIZON = 3000  # ηT = 3000 × late onset: D = 9, K = 3 needs ~3000 for the 1/T constant (``rates``)
+
+
+@functools.cache
+def gcn_rates(activation: str) -> RatesRun:
+    """``rates`` on gcn (D = 9, K = 3) to ηT = ``HORIZON`` × late onset, with the audit, OOD and full-model settings
+    of ``popdyn converge teacher`` (12 audit points, 4000 OOD draws, 2000 full-model steps): computed once per
+    activation for the tests below, and the command line's run at the same steps reuses its compiled programs."""
+    return rates(build("gcn", 9, 3, activation), horizon=HORIZON)
 
 
 @pytest.mark.slow
@@ -46,7 +56,7 @@ def test_rates_job(activation):
     full model equals the reduced map; the OOD excess decays like 1/T (§7: exact for the identity, Monte Carlo
     with Exp(1) inputs otherwise)."""
     prob = build("gcn", 9, 3, activation)
-    r = rates(prob, audit_points=4, ood_samples=500, horizon=3000, full_steps=300)
+    r = gcn_rates(activation)
     assert r.status == "max_steps" and r.horizon_over_onset >= 2990  # steps rounded to whole records
     assert abs(r.late_constant / r.late_constant_predicted - 1) < 0.02
     assert r.late_constant_predicted == prob.K * prob.D * (prob.D - prob.K) / 4
@@ -69,8 +79,8 @@ def test_rates_job(activation):
 @pytest.mark.slow
 def test_rates_record():
     """``rates`` returns a frozen ``RatesRun`` whose JSON part is every field but the recorded ``curves``, its audit,
-    OOD and full-model records as mappings."""
-    r = rates(build("gcn", 9, 3, "linear"), steps=200, full_steps=20, audit_points=2)
+    OOD and full-model records as mappings (the run of ``test_rates_job[linear]``)."""
+    r = gcn_rates("linear")
     assert isinstance(r, RatesRun)
     with pytest.raises(dataclasses.FrozenInstanceError):
         r.lr = 1.0
@@ -98,7 +108,7 @@ def test_rates_record():
     json.dumps(_jsonable(out), allow_nan=False)
     assert list(out["full_model"]) == list(FullModelCheck._fields) and out["audit"]["stable"] == r.audit.stable
     assert list(out["ood"]) == ["steps", "excess", "se", "slope", "exact"]
-    assert r.steps == 200 and len(r.curves["steps"]) > 2
+    assert r.steps == r.curves["steps"][-1] and len(r.curves["steps"]) > 2
 
 
 @pytest.mark.slow
@@ -133,6 +143,12 @@ def test_paper_sizes_and_build():
 
 @pytest.mark.slow
 def test_cli_converge_teacher(tmp_path, run_cli):
+    """``popdyn converge teacher`` writes its arrays, figure and summary; leaky gcn (D = 9, K = 3) run to the steps of
+    ``gcn_rates("leaky")`` (ηT = ``HORIZON`` × late onset), so the programs compiled there are reused."""
+    from popdyn.tasks.teacher import TeacherReduced
+
+    prob = build("gcn", 9, 3, "leaky")
+    steps = default_steps(TeacherReduced.from_teacher(prob), 1.0 / prob.lambda_max_at_teacher(), HORIZON)
     out = tmp_path / "t"
     proc = run_cli(
         "converge",
@@ -146,7 +162,7 @@ def test_cli_converge_teacher(tmp_path, run_cli):
         "--activation",
         "leaky",
         "--steps",
-        "20000",
+        steps,
         "--out",
         out,
         "--quiet",
