@@ -1,6 +1,8 @@
 """Two real processes on JAX's distributed runtime (``popdyn.distributed``, docs/distributed.md) split a basin map's
 chunks between them and give the one-process basin map bit for bit, with flow and with GD; process 0 alone writes
-the checkpoint, a resumed run recomputes only the missing chunks, and disagreements stop both processes."""
+the checkpoint, a resumed run recomputes only the missing chunks, and disagreements stop both processes. The maps
+are of a two-well user model (tests/_tiny_models_d.py): how chunks are shared, written and agreed on is the same for
+every problem, and its programs compile in a fraction of a built-in task's time."""
 
 import json
 import os
@@ -32,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import popdyn
 from popdyn import sharding
-from popdyn.tasks.markov import Canonical
+from _tiny_models_d import wells
 
 computed = []
 place = sharding.place
@@ -57,8 +59,8 @@ def errors(call):
 
 
 sharding.place = counting_place
-prob = Canonical(0.9, 0.9)
-grid = popdyn.Grid.square("w", "e", -3.0, 3.0, 12)  # 144 points: 5 chunks of 30
+prob = wells()
+grid = popdyn.Grid.square("x", "y", -3.0, 3.0, 12)  # 144 points: 5 chunks of 30
 arrays = {}
 for method in ("flow", "gd"):
     bm = basins(method)
@@ -77,11 +79,11 @@ arrays |= {"resumed_labels": resumed.labels, "resumed_times": resumed.times,
 report = {"processes": jax.process_count(), "devices": jax.local_device_count(), "computed": computed,
           "written": written}
 if num_processes > 1:
-    theta0 = {"w": np.full(4, float(process_id)), "e": np.zeros(4)}
+    theta0 = {"x": np.full(4, float(process_id)), "y": np.zeros(4)}
     report["disagree"] = errors(lambda: popdyn.gradient_flow(prob, theta0, t1=1.0, chunk_size=2))
-    other = Canonical(0.9 + 0.01 * process_id, 0.9)  # another problem option on process 1, same starts
+    other = wells(1.0 + 0.01 * process_id)  # another problem option on process 1, same starts
     report["other problem"] = errors(lambda: popdyn.basin_map(other, grid, "gd", steps=30, chunk_size=30))
-    sizes = popdyn.Grid.square("w", "e", -3.0, 3.0, 12 + 2 * process_id)  # other grids: other chunk counts
+    sizes = popdyn.Grid.square("x", "y", -3.0, 3.0, 12 + 2 * process_id)  # other grids: other chunk counts
     report["other grid"] = errors(lambda: popdyn.basin_map(prob, sizes, "gd", steps=30, chunk_size=30))
     # one input of a user's model run changed on process 1 alone, down to one ulp: every process refuses
     def user(half=0.5, c=0.0):
@@ -119,7 +121,7 @@ def _run_all(tmp_path: Path, runs: dict[str, list[str]], script_text: str = SCRI
     """Start every run (name → script arguments) at once and wait for all; when one fails, stop the others so a
     partner waiting on it cannot hang. Returns name → (exit code, stdout, stderr)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device per process
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["JAX_PLATFORMS"] = "cpu"
     script = tmp_path / "basins.py"
     script.write_text(script_text)
@@ -222,16 +224,12 @@ def test_one_process_is_the_writer():
 
 @pytest.mark.slow  # three command-line runs at once: ~40 s on two shared cores
 def test_the_command_line_on_two_processes_writes_once_the_one_process_result(tmp_path):
-    """``popdyn basins markov … --coordinator --num-processes --process-id``: process 0 alone writes --out, and its
-    arrays are the one-process command's bit for bit."""
+    """``popdyn basins MODEL … --coordinator --num-processes --process-id``: process 0 alone writes --out, and its
+    arrays are the one-process command's bit for bit (MODEL: the two-well user model of tests/_tiny_models_d.py)."""
     cli = "import sys\nfrom popdyn.cli import main\nsys.exit(main())\n"
     argv = [
         "basins",
-        "markov",
-        "--p",
-        "0.9",
-        "--q",
-        "0.9",
+        "_tiny_models_d:wells",
         "--grid",
         "12",
         "--method",
@@ -271,7 +269,7 @@ CLI = [sys.executable, "-m", "popdyn.cli"]
 
 def _start_cli(tmp_path: Path, name: str, argv: list, **environ: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env |= {"JAX_PLATFORMS": "cpu", "POPDYN_CACHE_DIR": "off", **environ}
     with open(tmp_path / f"{name}.err", "w") as err:
         return subprocess.Popen([*CLI, *map(str, argv)], env=env, cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err)
@@ -309,8 +307,10 @@ def test_signals_stop_every_process_of_a_command_line_run(tmp_path, sent, codes)
     went on computing, wrote --out and exited 0); then, when process 0 left first, JAX's runtime could abort
     process 1 (SIGABRT) before its handler ran; and a process that was not signalled waited for the runtime's
     heartbeat timeout (100 s) before it ended natively."""
-    argv = ["basins", "markov", "--p", "0.2", "--q", "0.3", "--grid", "16", "--chunk", "32", "--method", "gd"]
-    argv += ["--steps", "100000", "--quiet", "--out", "out", "--checkpoint", "ck"]
+    # the two-well user model of tests/_tiny_models_d.py: 500 000 GD steps make a chunk of 32 starts take ~0.15 s
+    # on a CPU core, time enough to signal the processes after their first chunk and before their last
+    argv = ["basins", "_tiny_models_d:wells", "--grid", "16", "--chunk", "32", "--method", "gd"]
+    argv += ["--steps", "500000", "--quiet", "--out", "out", "--checkpoint", "ck"]
     port = _free_port()
     procs = {f"p{i}": _start_cli(tmp_path, f"p{i}", [*argv, *_processes(port, 2, i)]) for i in (0, 1)}
     deadline = time.monotonic() + 240
