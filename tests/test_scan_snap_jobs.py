@@ -26,12 +26,24 @@ def _distinct_weights(n_distinct):
 
 
 # ---- converge ------------------------------------------------------------------------------------
+# The job's default instance, K = 10 classes, M = 200, η_Y = 0.5, 10 distinct tokens per class: every converge run
+# below but the worked case's M = 1000 has these shapes, so all of them share one compiled solver.
+K10, M200, ETA_Y = 10, 200, 0.5
+
+
+@pytest.fixture(scope="module")
+def overlap_k10():
+    """One common token at K = 10, M = 200, η_Y/η_Z ∈ {1, 10, 100} (Remark 1's bracket)."""
+    return converge_scan_snap(K=K10, M=M200, eta_y=ETA_Y, ratios=(1.0, 10.0, 100.0), n_common=1, rtol=RTOL)
+
+
 @pytest.mark.slow
-def test_converge_hits_the_closed_form_t0_and_overlap_brackets_it():
+def test_converge_hits_the_closed_form_t0_and_overlap_brackets_it(overlap_k10):
     """Disjoint supports: Z never moves and the measured t₀ is Lemma 6's K(2(M−1)x*−1)/(Mη_Y) for every η_Y/η_Z.
-    One common token: t₀ < measured < t₀/(1−ρ₀) (Remark 1), later for larger η_Y/η_Z, with the signs of Theorem 2."""
-    K, M, eta_y = 2, 24, 0.5
-    orth = converge_scan_snap(K=K, M=M, eta_y=eta_y, ratios=(10.0, 1.0), n_common=0, n_distinct=4, rtol=RTOL)
+    One common token: t₀ < measured < t₀/(1−ρ₀) (Remark 1), later for larger η_Y/η_Z, with the signs of Theorem 2.
+    At the job's default K = 10, M = 200 (the orthogonal and the overlapping classes have the same shapes)."""
+    K, M, eta_y = K10, M200, ETA_Y
+    orth = converge_scan_snap(K=K, M=M, eta_y=eta_y, ratios=(10.0, 1.0), n_common=0, rtol=RTOL)
     closed = orth.results["closed_form"]
     xs, t0 = closed["x_star"], closed["t0"]
     assert np.exp(xs) == pytest.approx((M - 1) * xs, rel=1e-12) and xs > np.log(M)  # Lemma 8's larger root
@@ -47,8 +59,8 @@ def test_converge_hits_the_closed_form_t0_and_overlap_brackets_it():
         assert r["common_logit_change"] is None and abs(r["top_distinct_logit_change"]) < 1e-12  # Z never moves
     assert all(orth.results["checks"].values())
 
-    over = converge_scan_snap(K=K, M=M, eta_y=eta_y, ratios=(1.0, 10.0, 100.0), n_common=1, n_distinct=4, rtol=RTOL)
-    d = _distinct_weights(4)
+    over = overlap_k10
+    d = _distinct_weights(10)
     rho0 = 1.0 / (1.0 + np.sum(d**2))  # f_nᵀf_n' at Z = 0: the common token's share of ‖P(·|n)‖²
     closed1 = over.results["closed_form"]
     assert closed1["rho0"] == pytest.approx(rho0, rel=1e-12)
@@ -83,10 +95,10 @@ def test_decoder_log_odds_is_M_h_along_the_closed_form():
 
 
 @pytest.mark.slow
-def test_converge_worked_case():
+def test_converge_worked_case(overlap_k10):
     """The worked case of §5, K = 10, M = 1000, η_Y = 0.5 (about 20 s): the closed forms and the measured t₀ of
     orthogonal classes; then the bracket with one common token at the job's default M = 200 (each flow at
-    M = 1000 runs ~10 s; M = 200 pays one compilation and ~1 s of flow; K = 2, M = 24 is checked above)."""
+    M = 1000 runs ~10 s; the M = 200 runs are those of the test above)."""
     K, M, eta_y = 10, 1000, 0.5
     orth = converge_scan_snap(K=K, M=M, eta_y=eta_y, ratios=(10.0,), n_common=0)
     c = orth.results["closed_form"]
@@ -96,8 +108,9 @@ def test_converge_worked_case():
     assert c["t0_sharp"] == pytest.approx(2 * K * float(x_star(M)) / eta_y, rel=1e-14)
     assert c["t0_sharp"] == pytest.approx(2 * (1 + c["omega_1"]) * K * np.log(M) / eta_y, rel=1e-12)
     assert orth.results["rows"][0]["t0_measured"] == pytest.approx(c["t0"], rel=100 * RTOL)
-    over = converge_scan_snap(K=K, M=200, eta_y=eta_y, ratios=(1.0, 100.0), n_common=1)
-    t = [r["t0_measured"] for r in over.results["rows"]]
+    over = overlap_k10
+    assert over.inputs["M"] == 200 and over.inputs["K"] == K and over.inputs["eta_y"] == eta_y
+    t = [r["t0_measured"] for r in over.results["rows"] if r["ratio"] in (1.0, 100.0)]
     c1 = over.results["closed_form"]
     assert c1["t0"] < t[0] < t[1] < c1["t0_remark1"]  # measured 289.57 < 294.93 < 299.35 < 364.79
 
