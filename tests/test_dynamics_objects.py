@@ -18,7 +18,16 @@ from popdyn.tasks.markov import Canonical
 
 PROB = Canonical(0.9, 0.9)
 STARTS = {"e": jnp.array([0.5, -1.0, 1.5, 0.1]), "w": jnp.array([0.3, 1.2, -0.8, 2.0])}
-GRID = popdyn.Grid.square("e", "w", -2.0, 2.0, 4)
+GRID = popdyn.Grid.square("e", "w", -2.0, 2.0, 2)  # 2 × 2: as many points as STARTS, so runs share programs
+# the settings that two tests run: the same object compiles its programs once
+FLOW_SAVED = GradientFlow(
+    t1=50.0,
+    solver=diffrax.Dopri5(),
+    controller=pid_controller(1e-9, 1e-11),
+    stopping=Steady(rtol=1e-9, atol=1e-11),
+    save=SaveAt(ts=5, params=True),
+)
+GD_END = GradientDescent(lr=0.5, steps=300)
 DOCS = Path(__file__).parent.parent / "docs" / "dynamics.md"
 
 
@@ -33,13 +42,7 @@ def _same(a: popdyn.Trajectory, b: popdyn.Trajectory) -> None:
 
 @pytest.mark.slow
 def test_the_convenience_functions_are_the_objects_run():
-    flow = GradientFlow(
-        t1=50.0,
-        solver=diffrax.Dopri5(),
-        controller=pid_controller(1e-9, 1e-11),
-        stopping=Steady(rtol=1e-9, atol=1e-11),
-        save=SaveAt(ts=5, params=True),
-    )
+    flow = FLOW_SAVED
     traj = flow.run(PROB, STARTS)
     assert traj.dynamics is flow
     _same(
@@ -56,7 +59,7 @@ def test_the_convenience_functions_are_the_objects_run():
 
 @pytest.mark.slow
 def test_objects_save_end_points_by_default():
-    traj = GradientDescent(lr=0.3, steps=40).run(PROB, STARTS)
+    traj = GD_END.run(PROB, STARTS)
     assert traj.loss.shape == (4, 2) and traj.params is None
     traj = GradientFlow(t1=20.0).run(PROB, STARTS)
     assert traj.ts.shape == (4, 2) and traj.params is None
@@ -64,7 +67,7 @@ def test_objects_save_end_points_by_default():
 
 @pytest.mark.slow
 def test_analyses_take_a_dynamics_object_and_match_the_method_names():
-    gd = GradientDescent(lr=0.5, steps=300)
+    gd = GD_END
     by_object, by_name = popdyn.basin_map(PROB, GRID, gd), popdyn.basin_map(PROB, GRID, "gd", lr=0.5, steps=300)
     for name in ("labels", "times", "status"):
         np.testing.assert_array_equal(getattr(by_object, name), getattr(by_name, name), strict=True)
@@ -99,7 +102,7 @@ def test_the_audit_reads_the_runs_rate_and_momentum():
         popdyn.step_size_audit(PROB, traj, 0.2)
     with pytest.raises(ValueError, match="differs from the run's momentum"):
         popdyn.step_size_audit(PROB, traj, momentum=0.0)
-    flow = GradientFlow(t1=10.0, save=SaveAt(ts=4, params=True)).run(PROB, STARTS)
+    flow = FLOW_SAVED.run(PROB, STARTS)
     with pytest.raises(ValueError, match="lr is required"):
         popdyn.step_size_audit(PROB, flow)
 
