@@ -1,6 +1,7 @@
 """A researcher's own model, built from a plain loss function (docs/problem.md): every engine feature, flat and
 pytree θ, the contract's checks, manifolds of minima, exact hitting times, basin fractions, step-size sweeps."""
 
+import functools
 import math
 
 import jax
@@ -14,9 +15,11 @@ from popdyn import Status
 from popdyn.plot import plot_basin_map
 
 
+@functools.cache
 def factorization(d: int, k: int, seed: int = 0):
     """L(U) = ‖UUᵀ − M‖²_F / 4 for U ∈ R^{d×k} (flat θ), M PSD with distinct eigenvalues μ; every local minimum is
-    global, at the level Σ_{i>k} μ_i² / 4 (the best rank-k approximation)."""
+    global, at the level Σ_{i>k} μ_i² / 4 (the best rank-k approximation). One Problem per (d, k, seed): the tests
+    on the same instance reuse its compiled programs."""
     rng = np.random.default_rng(seed)
     Q, _ = np.linalg.qr(rng.normal(size=(d, d)))
     mu = np.linspace(2.0, 0.5, d)
@@ -50,8 +53,9 @@ def test_from_loss_gives_every_engine_feature_for_a_flat_theta():
     np.testing.assert_allclose(lam, spec[:, -1], rtol=1e-12)
     audit = popdyn.step_size_audit(prob, gd, 0.05)
     assert audit.lambda_max.shape == (16, 9)
-    bm = popdyn.basin_map(prob, popdyn.Grid.square("[0]", "[3]", -1.0, 1.0, 6, base=np.full(6, 0.4)))
-    assert bm.labels.shape == (6, 6) and bm.final.shape == (6, 6, 6)
+    # 8 × 8 points: the batch of 64 starts that the basin-fraction tests below run on this problem
+    bm = popdyn.basin_map(prob, popdyn.Grid.square("[0]", "[3]", -1.0, 1.0, 8, base=np.full(6, 0.4)))
+    assert bm.labels.shape == (8, 8) and bm.final.shape == (8, 8, 6)
     fig = plot_basin_map(bm, prob)
     assert fig.axes
 
@@ -114,7 +118,7 @@ def test_a_plain_function_or_a_negative_residual_is_refused_with_a_clear_error()
 def test_every_start_on_a_manifold_of_minima_is_counted_there(d, k):
     """UUᵀ ≈ M: minima form a manifold (U ↦ UO, O orthogonal), where ‖∇L‖ levels off at curvature × solver
     tolerance. With default settings every random start is resolved and lands on the one minimum level."""
-    prob, level = factorization(d, k, seed=d + k)
+    prob, level = factorization(d, k)
     bf = popdyn.basin_fractions(prob, 64, seed=1)
     assert bf.status_counts()["max_steps"] == 0 and bf.fractions["unresolved"] == 0.0
     assert bf.attractors == (f"min L={level:.6g}",)
@@ -126,7 +130,7 @@ def test_every_start_on_a_manifold_of_minima_is_counted_there(d, k):
 @pytest.mark.slow
 def test_a_run_short_of_its_budget_is_unresolved_and_summaries_say_so():
     prob, level = factorization(3, 2)
-    bf = popdyn.basin_fractions(prob, 32, "gd", lr=0.01, steps=20, seed=3)
+    bf = popdyn.basin_fractions(prob, 64, "gd", lr=0.01, steps=20, seed=3)
     assert bf.fractions["unresolved"] > 0.5 and bf.resolved_fraction == pytest.approx(1 - bf.fractions["unresolved"])
     assert np.all(bf.status[bf.labels < 0] == int(Status.MAX_STEPS))
     assert all(math.isnan(v) or 0 <= v <= 1 for v in bf.fractions_of_resolved.values())
@@ -150,12 +154,14 @@ def test_flow_hitting_times_match_the_logistic_closed_form():
     eps = 1e-6
     s0, s = a0**2, 1.0 - math.sqrt(2 * eps)
     exact = 0.5 * np.log((1 / s0 - 1) / (1 / s - 1))
-    ht = popdyn.hitting_times(DLN, {"a": a0, "b": a0}, popdyn.LossBelow(DLN, eps), t1=100.0)
-    assert np.all(ht.reached)
-    np.testing.assert_allclose(ht.times, exact, rtol=1e-6)
-    # not at step ends: the times vary smoothly with a0 (no ripples), compared with the closed form's slope
+    # and, not at step ends: the times vary smoothly with a0 (no ripples), compared with the closed form's slope; both
+    # sets of starts in one batch
     a = np.linspace(0.2, 0.21, 11)
-    t = popdyn.hitting_times(DLN, {"a": a, "b": a}, popdyn.LossBelow(DLN, eps), t1=100.0).times
+    starts = np.concatenate([a0, a])
+    ht = popdyn.hitting_times(DLN, {"a": starts, "b": starts}, popdyn.LossBelow(DLN, eps), t1=100.0)
+    assert np.all(ht.reached)
+    np.testing.assert_allclose(ht.times[: a0.size], exact, rtol=1e-6)
+    t = ht.times[a0.size :]
     np.testing.assert_allclose(t, 0.5 * np.log((1 / a**2 - 1) / (1 / s - 1)), rtol=1e-6)
 
 
@@ -282,8 +288,8 @@ def test_a_minimum_reached_at_round_off_has_one_name_at_every_point_of_a_sweep()
     assert sw.attractors == ("min L=0",)
     for point in sw.points:
         assert point.fractions == {"min L=0": 1.0} and point.resolved_fraction == 1.0
-    prob = _product_problem(2.0)
-    bf = popdyn.basin_fractions(prob, 16, seed=1)
+    prob = _product_problem(2.0)  # a data value of the sweep, and its number of starts: the sweep's programs
+    bf = popdyn.basin_fractions(prob, 64, seed=1)
     losses = np.asarray(jax.vmap(prob.loss)(bf.final))
     assert np.all(losses < 1e-12) and np.any(losses > 0)  # round-off levels, not exact zeros: the names snap them
     assert bf.attractors == ("min L=0",)
