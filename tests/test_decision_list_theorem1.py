@@ -58,17 +58,22 @@ def test_counterexample_with_delta_gamma_one():
 def test_reduced_flow_is_the_full_W_flow(ref_run):
     """§3 C: from W₀ = 0 the full-W flow (path B over all L² entries) stays column-structured and equals the
     reduced flow with the 1/(L−m) metric on ω, embedded back; and the exact PC margin of the full model, and
-    the §4 criterion per column, change sign at the reduced flow's T*."""
+    the §4 criterion per column, change sign at the reduced flow's T*. The reduced flow is the one Theorem 1's run
+    recorded (``ref_run.trajectory``, 4000 log-spaced records): the full flow is compared with it at the records
+    nearest t = 1 and t = 0.98 T*, 1.02 T* for m = 3 and m = 2."""
     L, n, M, c = 10, 3, 3, 10.0
     lists, perm = random_lists(L, M, seed=2), random_perm(L, seed=3)
     full = DecisionList(L, n, lists, perm, c=c, train="W")
-    red = ReducedDecisionList(L, n, range(1, M + 1), c)
+    red, rec = ref_run.problem, ref_run.trajectory
+    assert isinstance(red, ReducedDecisionList) and red.lengths == (1, 2, 3) and float(red.c) == c
     T = _T(ref_run)
-    ts = np.array([0.0, 1.0, 0.98 * T[3], 1.02 * T[3], 0.98 * T[2], 1.02 * T[2]])
-    kw = dict(ts=ts, save_params=True, rtol=1e-11, atol=1e-13)
-    f = gradient_flow(full, full.init(None), t1=ts[-1], **kw)
-    r = gradient_flow(red, red.init(None), t1=ts[-1], **kw)
-    Wr = jax.vmap(lambda th: red.embed(th, lists))(r.params)
+    rts = np.asarray(rec.ts)
+    idx = [0] + [int(np.argmin(np.abs(np.log(rts[1:] / t)))) + 1 for t in (1.0, 0.98 * T[3], 1.02 * T[3])]
+    idx += [int(np.argmin(np.abs(np.log(rts[1:] / t)))) + 1 for t in (0.98 * T[2], 1.02 * T[2])]
+    ts = rts[idx]
+    assert ts[0] == 0.0 and ts[2] < T[3] < ts[3] < ts[4] < T[2] < ts[5]
+    f = gradient_flow(full, full.init(None), t1=ts[-1], ts=ts, save_params=True, rtol=1e-11, atol=1e-13)
+    Wr = jax.vmap(lambda th: red.embed(th, lists))(jax.tree_util.tree_map(lambda x: x[np.array(idx)], rec.params))
     np.testing.assert_allclose(f.params["W"], Wr, atol=1e-9)
     assert is_column_structured(np.asarray(f.final["W"]), lists)
     assert float(jnp.abs(Wr[-1]).max()) > 0.1  # the flow has moved
