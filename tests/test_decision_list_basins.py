@@ -63,12 +63,14 @@ def test_basin_labels_agree_with_the_full_model():
 
 @pytest.mark.slow
 def test_cli_basins(tmp_path, run_cli):
+    """The command line runs the job and writes its summary and maps. Same sizes, c, horizon and records as the
+    test above (the programs it compiled are reused): the command line's plumbing is what is tested here."""
     out = tmp_path / "b"
-    proc = run_cli(
-        "basins", "decision-list", "--L", "8", "--n", "3", "--grid", "8", "--t1", "5", "--out", out, "--quiet"
-    )
+    argv = ("--L", "6", "--n", "3", "--c", "8", "--grid", "6", "--t1", "3", "--records", "60")
+    proc = run_cli("basins", "decision-list", *argv, "--out", out, "--quiet")
     assert proc.returncode == 0, proc.stderr
     res = json.loads((out / "summary.json").read_text())["results"]
     assert set(res["fractions"]) == set(RULE_ORDERS) and res["order_from_zero"] in RULE_ORDERS
+    assert (res["L"], res["n"], res["c"], res["t1"]) == (6, 3, 8.0, 3.0)
     data = np.load(out / "basins.npz")
-    assert data["labels"].shape == (8, 8) and data["T_star"].shape == (8, 8)
+    assert data["labels"].shape == (6, 6) and data["T_star"].shape == (6, 6)
