@@ -82,8 +82,8 @@ def test_figure_and_summary(job, tmp_path):
 
 @pytest.mark.slow
 def test_single_draw():
-    """draws = 1: the spread is the run's own λ_max(θ₀)."""
-    r = stepsize_decision_list(L, N, M, seed=5, steps=1, draws=1).results
+    """draws = 1: the spread is the run's own λ_max(θ₀) (steps as the module's job, whose programs are reused)."""
+    r = stepsize_decision_list(L, N, M, seed=5, steps=2, draws=1).results
     s = r["lambda_max0_spread"]
     assert r["draw_seeds"] == [5] and s["n"] == 1 and s["min"] == s["median"] == s["max"] == r["lambda_max0"]
 
