@@ -8,6 +8,7 @@ from popdyn.dynamics.descent import GradientDescent, gradient_descent
 from popdyn.dynamics.prox import L1Prox, soft_threshold
 from popdyn.dynamics.status import STATUS_NAMES, Status
 from popdyn.dynamics.trajectory import Trajectory
+from popdyn.dynamics.transforms import block_rates, gaussian_noise, preconditioned
 
 if TYPE_CHECKING:  # a type checker sees the real names; at run time they load on first use (below)
     from popdyn.dynamics.flow import GradientFlow as GradientFlow
@@ -26,9 +27,12 @@ __all__ = [
     "Status",
     "Steady",
     "Trajectory",
+    "block_rates",
+    "gaussian_noise",
     "gradient_descent",
     "gradient_flow",
     "pid_controller",
+    "preconditioned",
     "soft_threshold",
 ]
 

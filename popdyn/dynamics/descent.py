@@ -19,13 +19,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-from jax.tree_util import PyTreeDef
 from jax.typing import ArrayLike
 from jaxtyping import Array, Float
 
 from popdyn import _validate
 from popdyn.batching import apply_scales, as_batch, check_chunk_size, map_chunks, scale_tree
-from popdyn.dynamics import stopping
+from popdyn.dynamics import stopping, transforms
 from popdyn.dynamics.base import AbstractDynamics, SaveAt, Steady, check_hooks, check_lanes
 from popdyn.dynamics.lanes import lane_width, run_lanes
 from popdyn.dynamics.status import Status
@@ -41,7 +40,8 @@ class GradientDescent(AbstractDynamics):
     """Gradient descent θ ← θ − η τ ⊙ d (heavy-ball momentum optional), or any optax optimizer, for ``steps`` steps
     from each start, as one compiled ``lax.scan`` vmapped over the starts.
 
-    The direction is d = P(g) + σξ: g = ∇L, or the ``gradient`` hook (θ, key) → g, a stochastic estimate such as a
+    The step is one optax chain (``popdyn.dynamics.transforms``): the direction d = τ ⊙ (P(g) + σξ), then heavy ball
+    and −η, or the ``optimizer``. Here g = ∇L, or the ``gradient`` hook (θ, key) → g, a stochastic estimate such as a
     sampled minibatch gradient (the key is per start and step); P is ``precondition``; ``noise`` σ adds i.i.d.
     N(0, σ²) entries drawn from ``seed``, one stream per start and step. ``prox`` (θ, η) → θ' runs after every step
     (proximal GD, e.g. ``L1Prox``). A point whose ‖θ‖ exceeds ``diverge`` or turns non-finite is frozen where it was
@@ -56,7 +56,10 @@ class GradientDescent(AbstractDynamics):
       ball and any optimizer given as a factory.
     - ``steps``: the number of steps (≥ 1).
     - ``optimizer``: None (plain or heavy-ball GD), an optax transformation (its own rate), or a factory
-      lr → transformation such as ``optax.adam``.
+      lr → transformation such as ``optax.adam``. A chain may hold the links of ``popdyn.dynamics.transforms``
+      (``gaussian_noise``, ``preconditioned``, ``block_rates``) anywhere, e.g. noise after momentum:
+      ``lambda lr: optax.chain(optax.trace(0.9), gaussian_noise(0.1), optax.scale_by_learning_rate(lr))``; every
+      link's ``update`` gets ``key``, one per start and step.
     - ``momentum``: heavy-ball μ in [0, 1), PyTorch's convention b ← μb + d, θ ← θ − ηb (b₀ = 0); plain GD only.
     - ``precondition``, ``prox``, ``gradient``: the hooks above, or None.
     - ``noise``: σ ≥ 0, one number or {top-level block of θ: σ}.
@@ -116,7 +119,7 @@ class GradientDescent(AbstractDynamics):
         if self.optimizer is not None and self.momentum:
             raise ValueError(
                 f"momentum={self.momentum} is heavy-ball GD's (optimizer=None): an optax optimizer carries its own "
-                "(e.g. optax.sgd(lr, momentum=0.9))"
+                "(e.g. optax.sgd(lr, momentum=0.9), or optax.trace(0.9) as a link of its chain)"
             )
         check_hooks(precondition=self.precondition, prox=self.prox, gradient=self.gradient, target=self.target)
         check_lanes(self.lanes, self.lane_steps)
@@ -155,7 +158,9 @@ class GradientDescent(AbstractDynamics):
                 "(e.g. optax.adam), not a built transformation with its own rate"
             )
         lr_arr = jnp.asarray(lrs, dtype=jnp.result_type(float))
-        keys = _keys(self.seed, n, stochastic=self.gradient is not None or noise_levels != 0.0)
+        # an optimizer's chain may hold links that draw (transforms.gaussian_noise): it gets keys too
+        stochastic = self.gradient is not None or noise_levels != 0.0 or self.optimizer is not None
+        keys = _keys(self.seed, n, stochastic=stochastic)
         hooks = (self.precondition, self.prox, self.gradient, self.save.metrics, self.target)
         gd = _GD(prob, self.optimizer, hooks, cfg)
         width = lane_width(self.lanes, n, chunk_size)
@@ -297,11 +302,24 @@ class _GD(eqx.Module):
     hooks: tuple
     cfg: _DescentConfig = eqx.field(static=True)
 
-    def transform(self, lr) -> optax.GradientTransformation | None:
-        """The optax transformation of a point with learning rate ``lr`` (None: plain or heavy-ball GD)."""
-        if self.optimizer is None or isinstance(self.optimizer, optax.GradientTransformation):
-            return self.optimizer
-        return self.optimizer(lr)
+    def transform(self, lr) -> optax.GradientTransformationExtraArgs:
+        """The step of a point with learning rate ``lr`` as one optax chain (``popdyn.dynamics.transforms``): the
+        direction's links P, noise σξ and per-block rates τ, then the optimizer (or its factory called with ``lr``),
+        or, for GD, heavy ball b ← μb + u (``optax.trace``) and −η u."""
+        precondition = self.hooks[0]
+        cfg = self.cfg
+        links = [] if precondition is None else [transforms.preconditioned(precondition)]
+        if cfg.noise:
+            links.append(transforms.gaussian_noise(cfg.noise if isinstance(cfg.noise, float) else dict(cfg.noise)))
+        if cfg.scales is not None:
+            links.append(transforms.block_rates(dict(cfg.scales)))
+        if self.optimizer is None:
+            links += [optax.trace(cfg.momentum)] if cfg.momentum else []
+            links.append(optax.scale_by_learning_rate(lr))
+        else:
+            built = isinstance(self.optimizer, optax.GradientTransformation)
+            links.append(self.optimizer if built else self.optimizer(lr))
+        return optax.chain(*links)
 
     def field(self, theta):  # the noise-free direction, −τ⊙P(∇L), for the stopping rule
         return self.field_from(jax.grad(self.prob.loss)(theta))
@@ -315,52 +333,21 @@ class _GD(eqx.Module):
     def scales(self):
         return None if self.cfg.scales is None else dict(self.cfg.scales)
 
-    def direction(self, theta, key, g=None):
-        """d = P(∇L or the ``gradient`` hook) + noise, scaled; ``g`` is ∇L(θ) when the caller already has it."""
-        precondition, _, gradient, _, _ = self.hooks
-        cfg = self.cfg
+    def update(self, theta, state, lr, key, g=None):
+        """One step from θ: u = ∇L(θ) (``g`` when the caller already has it) or the ``gradient`` hook's estimate, the
+        chain of ``transform`` (its links draw from the second half of ``key``), θ + update, then the prox."""
+        prox, gradient = self.hooks[1], self.hooks[2]
         key, key_noise = jax.random.split(key)
         if gradient is not None:
-            d = gradient(theta, key)
-        else:
-            d = jax.grad(self.prob.loss)(theta) if g is None else g
-        if precondition is not None:
-            d = precondition(d)
-        if cfg.noise:
-            if isinstance(cfg.noise, float):
-                stds = jax.tree_util.tree_map(lambda _: cfg.noise, d)
-            else:
-                per_block = dict(cfg.noise)
-                stds = {k: jax.tree_util.tree_map(lambda _, s=per_block[k]: s, v) for k, v in d.items()}
-            tree: PyTreeDef  # annotated: jaxlib ships no stubs, so mypy cannot infer the treedef type
-            leaves, tree = jax.tree_util.tree_flatten(d)
-            ks = jax.random.split(key_noise, len(leaves))
-            sig = tree.flatten_up_to(stds)
-            d = jax.tree_util.tree_unflatten(
-                tree,
-                [x + s_ * jax.random.normal(k_, x.shape, x.dtype) for x, s_, k_ in zip(leaves, sig, ks, strict=False)],
-            )
-        return apply_scales(d, self.scales())
-
-    def update(self, theta, state, lr, key, g=None):
-        prox = self.hooks[1]
-        g = self.direction(theta, key, g)
-        opt = self.transform(lr)
-        if opt is None and self.cfg.momentum:  # heavy ball: the state is the buffer b
-            state = jax.tree_util.tree_map(lambda b, d: self.cfg.momentum * b + d, state, g)
-            new = jax.tree_util.tree_map(lambda x, b: x - lr * b, theta, state)
-        elif opt is None:  # plain GD: no optimizer state
-            new = jax.tree_util.tree_map(lambda x, d: x - lr * d, theta, g)
-        else:
-            updates, state = opt.update(g, state, theta)
-            new = optax.apply_updates(theta, updates)
+            g = gradient(theta, key)
+        elif g is None:
+            g = jax.grad(self.prob.loss)(theta)
+        updates, state = self.transform(lr).update(g, state, theta, key=key_noise)
+        new = optax.apply_updates(theta, updates)
         return (new if prox is None else prox(new, lr)), state
 
     def init_state(self, theta, lr):
-        opt = self.transform(lr)
-        if opt is not None:
-            return opt.init(theta)
-        return jax.tree_util.tree_map(jnp.zeros_like, theta) if self.cfg.momentum else ()
+        return self.transform(lr).init(theta)
 
     def start_code(self, theta) -> Array:
         """−2 when the target is met at step 0, else −1 (running). Codes: ≥ 0 a Status, −2 − k reached at step k."""
