@@ -170,3 +170,25 @@ def test_the_docs_example_runs_noise_after_momentum(problem):
     )
     np.testing.assert_array_equal(np.asarray(namespace["traj"].loss), np.asarray(here.loss))
     assert np.all(np.isfinite(np.asarray(here.loss)))
+
+
+@pytest.mark.parametrize(
+    "option",
+    [
+        {"optimizer": lambda lr: optax.chain(optax.trace(0.9), optax.scale_by_learning_rate(lr))},
+        {"precondition": _halve},
+        {"time_scales": {"a": 2.0}},
+    ],
+    ids=["optimizer", "precondition", "time_scales"],
+)
+def test_the_step_size_audit_refuses_a_step_whose_thresholds_differ(problem, option):
+    """1/η and 2/η (heavy ball's with μ) on λ_max(∇²L) are plain and heavy-ball GD's thresholds: a run through an
+    optimizer's chain (here heavy ball at μ = 0.9, whose edge is 3.8/η, not 2/η), a preconditioner or per-block
+    rates is refused, not audited against the wrong ones; the same run without the option is audited."""
+    prob, starts = problem
+    one = jax.tree_util.tree_map(lambda x: x[0], starts)
+    traj = popdyn.gradient_descent(prob, one, 0.1, 10, save_params=True, **option)
+    with pytest.raises(ValueError, match=f"traj's step has {next(iter(option))}"):
+        popdyn.step_size_audit(prob, traj)
+    plain = popdyn.gradient_descent(prob, one, 0.1, 10, save_params=True)
+    assert np.isfinite(popdyn.step_size_audit(prob, plain).max_lambda)

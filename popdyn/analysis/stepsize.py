@@ -230,12 +230,20 @@ def _rates(lr, lead: tuple) -> float | np.ndarray:
 
 def _run_settings(traj: Trajectory, lr, momentum) -> tuple:
     """(lr, momentum) of the audit: the run's own (``traj.dynamics``, a ``GradientDescent``) where not given; given
-    values must agree with the run's, as a setting is never passed twice with two values."""
+    values must agree with the run's, as a setting is never passed twice with two values. A run whose step is not
+    plain or heavy-ball GD (an optimizer, a preconditioner, per-block rates) is refused: its thresholds differ."""
     run = traj.dynamics
     if not isinstance(run, GradientDescent):
         if lr is None:
             raise ValueError("lr is required: traj was not run by GradientDescent, so it carries no learning rate")
         return lr, 0.0 if momentum is None else momentum
+    changed = [name for name in ("optimizer", "precondition", "time_scales") if getattr(run, name) is not None]
+    if changed:
+        raise ValueError(
+            f"traj's step has {' and '.join(changed)}: the audit's thresholds, (1 − √μ)²/η and 2(1 + μ)/η on λ_max of "
+            "∇²L, are those of plain and heavy-ball GD and do not hold for that step; audit a plain or heavy-ball run "
+            "(of a reparametrised problem where the step preconditions, e.g. a whitened one)"
+        )
     if lr is not None and not np.array_equal(np.asarray(lr, dtype=float), np.asarray(run.lr, dtype=float)):
         raise ValueError(f"lr={lr!r} differs from the run's lr={run.lr!r}: leave it out, the audit reads the run's")
     if momentum is not None and float(momentum) != float(run.momentum):
