@@ -16,6 +16,7 @@ from jaxtyping import Array, Float
 from popdyn import _validate
 from popdyn.batching import check_memory
 from popdyn.exact.markov_chain import stationary_distribution
+from popdyn.tasks._keys import as_key
 
 _SUM_TOL = 1e-10  # the column-sum tolerance, as for the rows of a Markov kernel (popdyn.exact.markov_chain)
 
@@ -76,7 +77,7 @@ def random_instance(key: Array | int, N: int, T: int, Q: int) -> tuple[Float[Arr
     if Q > T:
         raise ValueError(f"Q={Q} is out of range: the sparsity must satisfy 1 <= Q <= T = {T}")
     check_memory(8.0 * 16 * (N * N + T * N), f"an instance with N={N:,}, T={T:,}")  # P, Qm and their working copies
-    return _draw(jax.random.PRNGKey(key) if isinstance(key, (int, np.integer)) else key, N, T, Q)
+    return _draw(as_key(key), N, T, Q)
 
 
 @functools.partial(jax.jit, static_argnums=(1, 2, 3))

@@ -11,6 +11,7 @@ from jaxtyping import Array, Float
 
 from popdyn import _validate
 from popdyn.batching import check_memory
+from popdyn.tasks._keys import as_key
 from popdyn.tasks.teacher.model import BilinearTeacher, validate_settings, validate_sizes
 
 TEACHERS = ("cnn", "gcn", "sts", "gslp")
@@ -70,7 +71,7 @@ def random_V(key: Array | int, M: int, d: int, norm: float | None = None) -> Flo
     M = _validate.int_at_least("M", M, 1)
     d = _validate.int_at_least("d", d, 1)
     norm = None if norm is None else _validate.positive("norm", norm)
-    V = jax.random.normal(jax.random.PRNGKey(key) if isinstance(key, int) else key, (M, d))
+    V = jax.random.normal(as_key(key), (M, d))
     return V if norm is None else V * (norm / jnp.linalg.norm(V))
 
 
