@@ -2,19 +2,14 @@
 forms of docs/models/markov.md (§4.4 basins, §4.6 local rates and step sizes)."""
 
 import json
-import os
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from _quick_codegen_a import quick_codegen_env
 
 pytestmark = pytest.mark.slow  # every test here runs end-to-end jobs or large instances
-
-# The command is compile-bound (its run time is almost all XLA code generation, at any grid size): it runs with
-# cheaper CPU code generation, no LLVM optimisation passes and XLA's loop emitters for fused ops (about a third less
-# time). The same operations are computed, so every number checked below changes at rounding level at most.
-QUICK_CODEGEN = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitters=false"
 
 
 def test_demo_writes_every_part(tmp_path):
@@ -24,7 +19,7 @@ def test_demo_writes_every_part(tmp_path):
         capture_output=True,
         text=True,
         timeout=600,
-        env=os.environ | {"XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} {QUICK_CODEGEN}".strip()},
+        env=quick_codegen_env(),  # compile-bound: cheaper code generation (tests/_quick_codegen_a.py)
     )
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _quick_codegen_a import run_in_quick_process
 
 TUTORIAL = Path(__file__).resolve().parents[1] / "docs" / "tutorial.md"
 
@@ -95,9 +96,9 @@ CHECKS = [None, _check_start, _check_one_flow, _check_batch, _check_gd, _check_c
 CHECKS += [_check_basins, _check_times, _check_stack, _check_student]
 
 
-@pytest.mark.slow  # ~1 min: the tutorial's own sizes (1,000 starts, a 48 × 48 map)
-def test_the_tutorial_runs_and_shows_what_it_computes(tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # its figure is written to the current folder
+def run_tutorial() -> None:
+    """Run the tutorial's blocks in order in one namespace, in the current folder (its figure is written there),
+    checking what each block shows after it runs."""
     blocks = _blocks()
     assert len(blocks) == len(CHECKS)
     ns: dict = {}
@@ -105,3 +106,9 @@ def test_the_tutorial_runs_and_shows_what_it_computes(tmp_path, monkeypatch):
         exec(compile(code, str(TUTORIAL), "exec"), ns)
         if check is not None:
             check(ns)
+
+
+@pytest.mark.slow  # ~1 min: the tutorial's own sizes (1,000 starts, a 48 × 48 map)
+def test_the_tutorial_runs_and_shows_what_it_computes(tmp_path):
+    """In a new process with cheaper code generation (tests/_quick_codegen_a.py): the tutorial is compile-bound."""
+    run_in_quick_process("test_tutorial", "run_tutorial", tmp_path)
