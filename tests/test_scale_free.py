@@ -51,11 +51,40 @@ def test_statuses_times_and_labels_do_not_change_when_the_loss_is_scaled():
         np.testing.assert_array_equal(gd_labels, gd_labels0, err_msg=f"k={k}")
 
 
+CASES = {  # loss, start, status: the higher-order probe at critical points with zero Hessian eigenvalues
+    "hyperbola of minima ab = 1": (lambda t, c: 0.5 * c * (t[0] * t[1] - 1) ** 2, [2.0, 0.5], Status.CONVERGED),
+    "line of minima a + b = 1": (lambda t, c: c * (t[0] + t[1] - 1) ** 2, [0.35, 0.65], Status.CONVERGED),
+    "quartic minimum": (lambda t, c: c * (t[0] ** 4 + t[1] ** 4), [0.0, 0.0], Status.CONVERGED),
+    "cubic inflection": (lambda t, c: c * (t[0] ** 3 + t[1] ** 2), [0.0, 0.0], Status.SADDLE),
+    "Peano's surface": (lambda t, c: c * (t[1] - t[0] ** 2) * (t[1] - 2 * t[0] ** 2), [0.0, 0.0], Status.SADDLE),
+    # a quartic minimum whose basin (|x| < 1/150) lies inside the probe's largest sphere: a minimum all the same
+    "small basin": (lambda t, c: c * (t[0] ** 4 - 150 * t[0] ** 5 + t[1] ** 2), [0.0, 0.0], Status.CONVERGED),
+    # L falls at fourth order near 0 but rises beyond |x| = 0.01: seen on the smallest sphere only, undecided
+    "fall inside a ring": (
+        lambda t, c: c * (-(t[0] ** 4) + 1e4 * t[0] ** 6 + t[1] ** 2),
+        [0.0, 0.0],
+        Status.DEGENERATE,
+    ),
+}
+CASE_LOSSES = tuple(loss for loss, _, _ in CASES.values())
+
+
+def case_loss(t, d):
+    """The loss of case number d["case"] (in the order of CASES) at scale d["c"]."""
+    return jax.lax.switch(d["case"].astype(jnp.int32), CASE_LOSSES, t, d["c"])
+
+
+def case_problem(case, c):
+    """The Problem of a case at scale c. The case and the scale are data leaves of one loss function: every case and
+    scale runs the same compiled programs (GD, the saddle test, the higher-order probe, the labels)."""
+    return popdyn.Problem.from_loss(case_loss, jnp.zeros(2), data={"case": float(list(CASES).index(case)), "c": c})
+
+
 @pytest.mark.parametrize("c", [1e-10, 1e-3, 1.0, 1e10])
 def test_a_saddle_of_small_curvature_is_a_saddle(c):
     """½c(ab − 1)² at a = b = 0: gradient 0, Hessian eigenvalues ±c. A saddle for every c, not a minimum once
-    c < saddle_tol (the test is relative to the point's own curvature)."""
-    prob = popdyn.Problem.from_loss(lambda t, c: 0.5 * c * (t[0] * t[1] - 1) ** 2, jnp.zeros(2), data=c)
+    c < saddle_tol (the test is relative to the point's own curvature). The loss is the hyperbola case below."""
+    prob = case_problem("hyperbola of minima ab = 1", c)
     traj = popdyn.gradient_descent(prob, jnp.zeros((1, 2)), lr=0.1 / c, steps=1)
     assert int(traj.status[0]) == Status.SADDLE
     assert label_end_points(prob, traj)[1] == ("saddle(1) L=" + f"{0.5 * c:.6g}",)
@@ -90,29 +119,12 @@ def test_a_higher_order_saddle_is_not_a_minimum():
         assert label_end_points(prob, traj)[1] == (f"saddle(0) L={0.125 * c:.6g}",)
 
 
-CASES = {  # loss, start, status: the higher-order probe at critical points with zero Hessian eigenvalues
-    "hyperbola of minima ab = 1": (lambda t, c: 0.5 * c * (t[0] * t[1] - 1) ** 2, [2.0, 0.5], Status.CONVERGED),
-    "line of minima a + b = 1": (lambda t, c: c * (t[0] + t[1] - 1) ** 2, [0.35, 0.65], Status.CONVERGED),
-    "quartic minimum": (lambda t, c: c * (t[0] ** 4 + t[1] ** 4), [0.0, 0.0], Status.CONVERGED),
-    "cubic inflection": (lambda t, c: c * (t[0] ** 3 + t[1] ** 2), [0.0, 0.0], Status.SADDLE),
-    "Peano's surface": (lambda t, c: c * (t[1] - t[0] ** 2) * (t[1] - 2 * t[0] ** 2), [0.0, 0.0], Status.SADDLE),
-    # a quartic minimum whose basin (|x| < 1/150) lies inside the probe's largest sphere: a minimum all the same
-    "small basin": (lambda t, c: c * (t[0] ** 4 - 150 * t[0] ** 5 + t[1] ** 2), [0.0, 0.0], Status.CONVERGED),
-    # L falls at fourth order near 0 but rises beyond |x| = 0.01: seen on the smallest sphere only, undecided
-    "fall inside a ring": (
-        lambda t, c: c * (-(t[0] ** 4) + 1e4 * t[0] ** 6 + t[1] ** 2),
-        [0.0, 0.0],
-        Status.DEGENERATE,
-    ),
-}
-
-
 @pytest.mark.slow  # moved out of the quick tier (< 3 min); still in the full suite
 @pytest.mark.parametrize("case", list(CASES))
 def test_degenerate_critical_points_are_probed(case):
-    loss, start, expected = CASES[case]
+    _, start, expected = CASES[case]
     for c in (1e-200, 1.0, 1e200):
-        prob = popdyn.Problem.from_loss(loss, jnp.zeros(2), data=c)
+        prob = case_problem(case, c)
         traj = popdyn.gradient_descent(prob, jnp.asarray([start]), lr=0.1 / c, steps=1)
         assert int(traj.status[0]) == expected, (case, c)
     labels, names = label_end_points(prob, traj)
@@ -131,12 +143,12 @@ def test_the_smallest_sphere_first_gives_the_verdicts_of_every_sphere_at_once():
         saddle, held = np.all(d < -a, axis=1), d[:, -1] >= -a[:, -1]
         return np.where(saddle, int(Status.SADDLE), np.where(held, int(Status.CONVERGED), int(Status.DEGENERATE)))
 
-    for loss, start, _ in CASES.values():
-        prob = popdyn.Problem.from_loss(loss, jnp.zeros(2), data=1.0)
+    for case, (_, start, _) in CASES.items():
+        prob = case_problem(case, 1.0)
         final = jnp.asarray([start, start])
         got = degenerate.refine(prob, final, np.zeros(2, int), np.ones(2, bool), 1e-7)
         np.testing.assert_array_equal(got, all_at_once(prob, final, np.arange(2)))
-    prob = popdyn.Problem.from_loss(CASES["hyperbola of minima ab = 1"][0], jnp.zeros(2), data=1.0)
+    prob = case_problem("hyperbola of minima ab = 1", 1.0)
     starts = jnp.asarray(np.random.default_rng(0).uniform(0.2, 2.0, size=(64, 2)))
     final = popdyn.gradient_descent(prob, starts, lr=0.1, steps=3000, record_every=3000).final
     got = degenerate.refine(prob, final, np.zeros(64, int), np.ones(64, bool), 1e-7)
