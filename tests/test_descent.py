@@ -134,15 +134,15 @@ FLOW_REF = dict(save_params=True, rtol=1e-12, atol=1e-14, gtol=1e-14)
 def test_gd_approaches_flow_for_small_steps():
     """GD with η → 0 follows the flow: at time T = η·n, positions agree to O(η). Both step sizes run the same 200
     steps recorded every 100 (one compiled loop): T = 2 is step 100 at η = 0.02 and step 200 at η = 0.01."""
-    prob = Canonical(0.5, 0.8)
-    theta = {"e": jnp.asarray(0.9), "w": jnp.asarray(-1.2)}
+    prob = COUPLED
+    theta = {"e": jnp.asarray(0.7), "w": jnp.asarray(-0.4), "b": jnp.asarray(0.2)}
     flow = popdyn.gradient_flow(prob, theta, t1=2.0, ts=[0.0, 2.0], **FLOW_REF)
     errs = []
     for lr in (0.02, 0.01):
         gd = popdyn.gradient_descent(prob, theta, lr=lr, steps=200, record_every=100, save_params=True)
         at_2 = int(round(2.0 / lr)) // 100
         assert np.asarray(gd.ts)[at_2] * lr == pytest.approx(2.0)
-        errs.append(max(abs(np.asarray(gd.params[n])[at_2] - np.asarray(flow.params[n])[-1]) for n in ("e", "w")))
+        errs.append(max(abs(np.asarray(gd.params[n])[at_2] - np.asarray(flow.params[n])[-1]) for n in theta))
     assert errs[1] < 0.6 * errs[0] and errs[1] < 5e-3  # first-order convergence in η
 
 
@@ -203,8 +203,8 @@ def test_precondition_prox_and_noise_are_the_exact_update_rule():
 def test_preconditioned_flow():
     """θ̇ = −P(∇L): with P = 2·identity the flow runs twice as fast (the unpreconditioned flow has the settings of the
     reference flow above)."""
-    prob = Canonical(0.5, 0.8)
-    theta = {"e": jnp.asarray(0.7), "w": jnp.asarray(-0.4)}
+    prob = COUPLED
+    theta = {"e": jnp.asarray(0.7), "w": jnp.asarray(-0.4), "b": jnp.asarray(0.2)}
     double = lambda g: {k: 2 * v for k, v in g.items()}  # noqa: E731
     fast = popdyn.gradient_flow(prob, theta, t1=1.0, ts=[0.0, 1.0], precondition=double, **FLOW_REF)
     slow = popdyn.gradient_flow(prob, theta, t1=2.0, ts=[0.0, 2.0], **FLOW_REF)
