@@ -39,14 +39,20 @@ def test_flow_reaches_the_tabulated_limits(p, q, e0, w0, e_inf, w_inf):
     assert np.max(np.abs(E - float(prob.energy(theta0)))) < 1e-8
 
 
+# tolerances and record count of the batched Markov runs below (the random batch in chunks of four, the status and
+# the horizon tests): they share one compiled solver, t1 and the record times being traced
+SHARED = dict(ts=8, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.slow
 def test_flow_agrees_with_predicted_limit_on_random_batch():
+    """The flow ends at the closed-form limit of §4.4 from 64 random starts away from the separatrix."""
     prob = Canonical(0.2, 0.3)
     key = jax.random.PRNGKey(7)
     z = jax.random.uniform(key, (64, 2), minval=-2.5, maxval=2.5)
     theta0 = {"e": z[:, 0], "w": z[:, 1]}
     far = np.asarray(prob.separatrix_distance(theta0)) > 0.05
-    traj = popdyn.gradient_flow(prob, theta0, t1=1e5, rtol=1e-10, atol=1e-12, ts=None)
+    traj = popdyn.gradient_flow(prob, theta0, t1=1e5, chunk_size=4, **SHARED)
     lim = jax.vmap(prob.predicted_limit)(theta0)
     ok = np.asarray(traj.status) == Status.CONVERGED
     assert ok[far].all()
@@ -101,11 +107,10 @@ def test_energy_not_conserved_with_trained_bias():
 
 @pytest.mark.slow
 def test_status_reports_each_point_without_killing_the_batch():
-    """Four points, four fates in one recorded batch: two converge, one is NaN from the start, one starts at a saddle.
-    (Four points and 8 record times, as in the horizon test below: one compiled solver for both.)"""
+    """Four points, four fates in one recorded batch: two converge, one is NaN at the start, one starts at a saddle."""
     prob = Canonical(0.1, 0.1)
     theta0 = {"e": jnp.array([1.0, 0.5, jnp.nan, 0.0]), "w": jnp.array([0.5, -0.5, 0.3, 0.5])}
-    traj = popdyn.gradient_flow(prob, theta0, t1=1e4, ts=8)
+    traj = popdyn.gradient_flow(prob, theta0, t1=1e4, **SHARED)
     st = np.asarray(traj.status)
     assert st[0] == Status.CONVERGED and st[1] == Status.CONVERGED
     assert st[2] == Status.NAN
@@ -175,17 +180,18 @@ def test_kvaerno5_and_time_scales():
 @pytest.mark.slow
 def test_a_new_horizon_or_new_record_times_reuse_the_compiled_solver():
     """t1 and the record times are traced, not static: after one run, other horizons and other times of the same
-    count compile nothing (a basin map or a convergence study over t1 pays one compilation). Four points and 8 record
-    times, the shape of the status test above, whose solver the first run reuses."""
+    count compile nothing (a basin map or a convergence study over t1 pays one compilation). The first run has the
+    settings and shape of the tests above, whose solver it reuses."""
     from _props import no_compilation
 
     prob = Canonical(0.2, 0.3)
     theta0 = {"e": jnp.array([1.0, -0.5, 0.8, -1.5]), "w": jnp.array([0.5, 0.1, -0.3, 1.0])}
-    first = popdyn.gradient_flow(prob, theta0, t1=5.0, ts=8)
+    first = popdyn.gradient_flow(prob, theta0, t1=5.0, **SHARED)
+    tol = {k: SHARED[k] for k in ("rtol", "atol")}
     runs = {}
     with no_compilation("gradient_flow compiled again for a new t1 or new record times"):
         for t1, ts in ((7.0, 8), (3.0, np.linspace(0.0, 3.0, 8))):
-            runs[t1] = popdyn.gradient_flow(prob, theta0, t1=t1, ts=ts)
+            runs[t1] = popdyn.gradient_flow(prob, theta0, t1=t1, ts=ts, **tol)
     for t1, again in runs.items():  # inspected outside the block: eager indexing compiles small programs
         assert np.asarray(again.ts)[0, -1] == t1 and again.loss.shape == first.loss.shape
         np.testing.assert_array_equal(again.status, Status.MAX_STEPS)  # still moving at these horizons
