@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # what a type checker sees: the real names and signatures (at
     from popdyn.analysis import BasinFractions as BasinFractions
     from popdyn.analysis import BasinMap as BasinMap
     from popdyn.analysis import Distance as Distance
+    from popdyn.analysis import GradientNoise as GradientNoise
     from popdyn.analysis import GradNormBelow as GradNormBelow
     from popdyn.analysis import Grid as Grid
     from popdyn.analysis import HittingTimes as HittingTimes
@@ -28,6 +29,7 @@ if TYPE_CHECKING:  # what a type checker sees: the real names and signatures (at
     from popdyn.analysis import basin_fractions as basin_fractions
     from popdyn.analysis import basin_map as basin_map
     from popdyn.analysis import extreme_eigenvalues as extreme_eigenvalues
+    from popdyn.analysis import gradient_noise as gradient_noise
     from popdyn.analysis import hessian_spectrum as hessian_spectrum
     from popdyn.analysis import hitting_times as hitting_times
     from popdyn.analysis import lambda_max as lambda_max
@@ -53,6 +55,7 @@ _HOME = {
             "BasinMap",
             "Distance",
             "GradNormBelow",
+            "GradientNoise",
             "Grid",
             "HittingTimes",
             "LossBelow",
@@ -60,6 +63,7 @@ _HOME = {
             "basin_fractions",
             "basin_map",
             "extreme_eigenvalues",
+            "gradient_noise",
             "hessian_spectrum",
             "hitting_times",
             "lambda_max",

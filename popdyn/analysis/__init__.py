@@ -1,4 +1,5 @@
-"""Curvature, basin maps, hitting times and step-size audits (docs/architecture.md, layer 4)."""
+"""Curvature, basin maps, hitting times, step-size audits and SGD's exact gradient noise (docs/architecture.md,
+layer 4)."""
 
 from popdyn.analysis.basins import (
     UNRESOLVED,
@@ -23,6 +24,7 @@ from popdyn.analysis.labellers import (
     loss_scale,
     morse_index,
 )
+from popdyn.analysis.noise import Eigenpairs, GradientNoise, gradient_noise
 from popdyn.analysis.slices import AbstractSlice, BlockScales, Plane
 from popdyn.analysis.stepsize import AuditRow, StepSizeAudit, step_size_audit
 from popdyn.analysis.sweeps import Sweep, SweepPoint, basin_sweep
@@ -65,6 +67,9 @@ __all__ = [
     "loss_scale",
     "morse_index",
     "Grid",
+    "Eigenpairs",
+    "GradientNoise",
+    "gradient_noise",
     "AbstractSlice",
     "BlockScales",
     "Plane",
