@@ -5,6 +5,8 @@
   (``docs/models/markov.md §4.4``), else the one the file names nearest before it (a module names its page once,
   in its docstring, and then cites bare ``§4.4``). No reference points outside the repository.
 * ``mkdocs build --strict`` passes (broken links, anchors and API references fail it), when mkdocs is installed.
+* Every name in the ``__all__`` of a public subpackage has a ``::: module.Name`` entry in the docs, at its defining
+  module.
 * The CLI reference (docs/cli.md) is what ``popdyn.jobs.reference`` generates from the job registry
   (``python -m popdyn.jobs.reference`` rewrites it): every job with exactly its options, as ``--help`` shows
   them, and the figures of ``popdyn reproduce``; a help text citing a missing model-page section fails it.
@@ -12,7 +14,9 @@
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
+import inspect
 import re
 import subprocess
 import sys
@@ -35,6 +39,22 @@ SECTION = r"§(\d+(?:\.\d+)*)(?: ([A-D])\b)?"
 SECTION_REF = re.compile(SECTION)
 HEADING = re.compile(r"^#{1,6} " + SECTION, re.M)
 STALE = re.compile(r"spec [`']?\w+\.md|DESIGN\.md|shared/specs|\.\./shared|/work/shared")
+MODEL_PAGES = ("markov", "decision_lists", "scan_snap", "scb", "teacher")
+PUBLIC = (
+    "popdyn",
+    "popdyn.analysis",
+    "popdyn.dynamics",
+    "popdyn.exact",
+    "popdyn.tasks",
+    "popdyn.tasks.markov",
+    "popdyn.tasks.decision_list",
+    "popdyn.tasks.scan_snap",
+    "popdyn.tasks.scb",
+    "popdyn.tasks.teacher",
+    "popdyn.figures",
+)
+"""The public subpackages: every name of their ``__all__`` has an API entry."""
+API_ENTRY = re.compile(r"^::: ([\w.]+)\s*$", re.M)
 
 
 def _rel(path: Path) -> str:
@@ -99,8 +119,71 @@ def test_every_cited_section_is_a_heading_of_its_model_page():
 
 
 def test_the_model_pages_number_their_sections():
-    for page in ("markov", "decision_lists", "scan_snap", "scb", "teacher"):
+    for page in MODEL_PAGES:
         assert {"1", "2", "3"} <= _headings(page), page
+
+
+def _api_entries() -> set[str]:
+    """The dotted paths of every ``::: path`` entry of the docs."""
+    return {path for page in sorted(DOCS.rglob("*.md")) for path in API_ENTRY.findall(_text(page))}
+
+
+def _resolve(path: str):
+    """The object a dotted path names: the longest importable module prefix, then attributes."""
+    parts = path.split(".")
+    for i in range(len(parts), 0, -1):
+        name = ".".join(parts[:i])
+        try:
+            obj = importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name is None or not name.startswith(err.name):
+                raise
+            continue
+        for attr in parts[i:]:
+            obj = getattr(obj, attr)
+        return obj
+    raise ModuleNotFoundError(path)
+
+
+def _home(obj) -> str | None:
+    """The module that defines a class or function (None for constants and wrapped callables)."""
+    return obj.__module__ if inspect.isclass(obj) or inspect.isfunction(obj) else None
+
+
+def test_every_exported_name_has_an_api_entry():
+    """Each name of a public subpackage's ``__all__`` has a ``::: module.Name`` entry somewhere under docs/ that
+    names that very object, a class or function at its defining module; an exported subpackage is covered by its
+    own walk, or by entries under it."""
+    entries = _api_entries()
+    by_name: dict[str, list[str]] = {}
+    for path in entries:
+        by_name.setdefault(path.rsplit(".", 1)[-1], []).append(path)
+    missing = []
+    for package in PUBLIC:
+        module = importlib.import_module(package)
+        for name in module.__all__:
+            obj = getattr(module, name)
+            if inspect.ismodule(obj):
+                if obj.__name__ not in PUBLIC and not any(e.startswith(obj.__name__ + ".") for e in entries):
+                    missing.append(f"{package}.{name} (no entry under {obj.__name__})")
+                continue
+            home = _home(obj)
+            found = [p for p in by_name.get(name, []) if _resolve(p) is obj]
+            if not found or (home is not None and f"{home}.{name}" not in found):
+                want = f"::: {home}.{name}" if home else f"::: <defining module>.{name}"
+                missing.append(f"{package}.{name} (want `{want}`, found {found or 'none'})")
+    assert not missing, "exported names without an API entry in docs/:\n" + "\n".join(missing)
+
+
+def test_every_api_entry_names_an_existing_object():
+    """No ``:::`` entry points at a name that does not exist (mkdocs would fail too, but later and slower)."""
+    broken = []
+    for path in sorted(_api_entries()):
+        try:
+            _resolve(path)
+        except (ImportError, AttributeError) as err:
+            broken.append(f"{path}: {err}")
+    assert not broken, "\n".join(broken)
 
 
 @pytest.mark.skipif(

@@ -18,7 +18,17 @@ from popdyn.exact.markov_chain import binary_kernel, stationary_distribution, va
 
 
 class Chain(eqx.Module):
-    """An order-k, V-state chain: ``init`` (V^k,) law of x_1..x_k, ``kernel`` (V^k, V) next-token law."""
+    """An order-k, V-state chain: ``init`` (V^k,) law of x_1..x_k, ``kernel`` (V^k, V) next-token law.
+
+    Contexts are indexed in base V, oldest token most significant. Build one with ``Chain.binary(p, q)``,
+    ``Chain.from_matrix(P)`` or ``Chain.binary_order_k(probs)`` rather than from its fields.
+
+    **Arguments:**
+
+    - ``init``: the law of the first k tokens, over the V^k contexts.
+    - ``kernel``: row c the law of the next token after context c.
+    - ``V``: the number of states; ``order``: k.
+    """
 
     init: Float[Array, " C"]
     kernel: Float[Array, "C V"]
@@ -87,7 +97,18 @@ class Chain(eqx.Module):
 
 
 def sample(chain: Chain, n_seq: int, length: int, rng: np.random.Generator) -> np.ndarray:
-    """Draw ``n_seq`` sequences x_1..x_length from the chain with NumPy (for Monte-Carlo checks)."""
+    """Draw ``n_seq`` sequences x_1..x_length from the chain with NumPy (for Monte-Carlo checks of the exact
+    sums): the first ``order`` tokens from the chain's initial law over contexts, each next token from the
+    kernel's row of the last ``order`` tokens.
+
+    **Arguments:**
+
+    - ``chain``: the ``Chain``.
+    - ``n_seq``: the number of sequences; ``length``: tokens per sequence (≥ the chain's order).
+    - ``rng``: a NumPy ``Generator``.
+
+    Returns an int64 array of shape (n_seq, length).
+    """
     V, k = chain.V, chain.order
     init, kernel = np.asarray(chain.init), np.asarray(chain.kernel)
     first = rng.choice(init.size, size=n_seq, p=init / init.sum())

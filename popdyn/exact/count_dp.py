@@ -54,6 +54,16 @@ def occupancy_loss(chain: Chain, occupancy: Array, logits: Array) -> Float[Array
 
 
 def count_dp_loss(chain: Chain, N: int, logit: Callable[[Array, Array, Array], Array]) -> Float[Array, ""]:
-    """Exact mean next-token cross-entropy over positions 1..N of a binary first-order chain;
-    ``logit(n, x, s)`` is vectorised over broadcast index arrays and returns logit P(x_{n+1} = 1)."""
+    """Exact mean next-token cross-entropy over positions 1..N of a binary first-order chain, for a predictor
+    whose logit at position n depends only on (n, x_n, S_n), S_n the count of ones in x_1..x_n:
+    L = (1/N) Σ_n Σ_{x,s} α_n(x, s) Σ_y P(x, y) CE(y, σ(logit(n, x, s))), with the occupation measure
+    α_n(x, s) = P(x_n = x, S_n = s) from the forward DP (O(N²) terms instead of 2^N sequences).
+
+    **Arguments:**
+
+    - ``chain``: a binary first-order ``Chain`` (ValueError otherwise).
+    - ``N``: the number of predicted positions.
+    - ``logit``: ``logit(n, x, s)``, vectorised over broadcast integer index arrays of shape (N, 2, N+1)
+      (n = 1..N), returning logit P(x_{n+1} = 1) of the same shape.
+    """
     return occupancy_loss(chain, count_occupancy(chain, N), logit(*count_grid(N)))

@@ -19,7 +19,14 @@ MAX_SEQUENCES = 2**22
 
 
 def check_enumerable(V: int, N: int, max_sequences: int = MAX_SEQUENCES) -> int:
-    """V^N, or ValueError naming N when it exceeds ``max_sequences``."""
+    """V^N, the number of sequences an exact sum over [V]^N visits, or ValueError naming N (and the largest N that
+    fits) when it exceeds ``max_sequences``.
+
+    **Arguments:**
+
+    - ``V``: the vocabulary size; ``N``: the sequence length.
+    - ``max_sequences``: the largest count allowed (``MAX_SEQUENCES`` by default).
+    """
     total = V**N
     if total > max_sequences:
         n_max = 0
@@ -33,7 +40,14 @@ def check_enumerable(V: int, N: int, max_sequences: int = MAX_SEQUENCES) -> int:
 
 
 def sequences(V: int, N: int, idx: Int[Array, " B"]) -> Int[Array, "B N"]:
-    """The sequences with indices ``idx``: digits of idx in base V, first token most significant."""
+    """The sequences with indices ``idx``: sequence i of [V]^N is the N digits of i in base V, first token most
+    significant, so ``idx = arange(V**N)`` lists every sequence once, in lexicographic order.
+
+    **Arguments:**
+
+    - ``V``: the vocabulary size; ``N``: the sequence length.
+    - ``idx``: integer indices in [0, V^N), shape (B,); the result has shape (B, N).
+    """
     powers = V ** jnp.arange(N - 1, -1, -1)
     return (idx[:, None] // powers[None, :]) % V
 
@@ -45,7 +59,19 @@ def expectation(
     chunk: int = 4096,
     max_sequences: int = MAX_SEQUENCES,
 ) -> Float[Array, ""]:
-    """Σ_x P(x) fn(x, next_probs(x)) over all x ∈ [V]^N, where next_probs[n−1] = P(x_{n+1} | x_1..x_n)."""
+    """Σ_x P(x) fn(x, next_probs(x)) over all x ∈ [V]^N, where next_probs[n−1] = P(x_{n+1} | x_1..x_n).
+
+    Summed ``chunk`` sequences at a time inside one ``lax.scan``, so memory stays bounded; jit/grad-able in what
+    ``fn`` closes over.
+
+    **Arguments:**
+
+    - ``fn``: fn(x, next_probs) → a scalar, for one sequence x (N,) and its next-token laws (N, V).
+    - ``chain``: the ``Chain`` the sequences are drawn from.
+    - ``N``: the sequence length (≥ the chain's order).
+    - ``chunk``: sequences per step.
+    - ``max_sequences``: the largest V^N allowed (``MAX_SEQUENCES`` by default; ValueError above it).
+    """
     if N < chain.order:
         raise ValueError(f"N={N} is too small: must be at least the chain's order {chain.order}")
     total = check_enumerable(chain.V, N, max_sequences)

@@ -17,7 +17,13 @@ _ROW_TOL = 1e-10
 def validate_transition_matrix(P, name: str = "P") -> np.ndarray:
     """Check that ``P`` is a square, row-stochastic, irreducible matrix; return it as float64.
 
-    Raises ValueError naming the entry or row that fails.
+    Entries must lie in [0, 1], every row must sum to 1 (to 1e-10), and every state must reach every other
+    (irreducible: the stationary law π is then unique). Raises ValueError naming the entry or row that fails.
+
+    **Arguments:**
+
+    - ``P``: the V × V transition matrix, P[i, j] = P(next = j | current = i), V ≥ 2.
+    - ``name``: the parameter name the errors use.
     """
     P = _validate.float_array(name, P)
     if P.ndim != 2 or P.shape[0] != P.shape[1] or P.shape[0] < 2:
@@ -49,12 +55,23 @@ def validate_transition_matrix(P, name: str = "P") -> np.ndarray:
 
 
 def binary_kernel(p: float, q: float) -> np.ndarray:
-    """P = [[1-p, p], [q, 1-q]]: p = P(1 | 0), q = P(0 | 1) (§1.1)."""
+    """P = [[1-p, p], [q, 1-q]]: the binary chain's transition matrix (§1.1), as float64.
+
+    **Arguments:**
+
+    - ``p``: P(next = 1 | current = 0); ``q``: P(next = 0 | current = 1). Not checked here: pass the result to
+      ``validate_transition_matrix`` (p, q ∈ (0, 1] make the chain irreducible).
+    """
     return np.array([[1.0 - p, p], [q, 1.0 - q]], dtype=np.float64)
 
 
 def stationary_distribution(P) -> Float[np.ndarray, " V"]:
-    """The unique π with πP = π and Σπ = 1, for an irreducible stochastic P."""
+    """The unique π with πP = π and Σπ = 1, for an irreducible stochastic P (the left Perron vector).
+
+    **Arguments:**
+
+    - ``P``: the V × V row-stochastic transition matrix (checked by ``validate_transition_matrix``).
+    """
     P = validate_transition_matrix(P)
     V = P.shape[0]
     # Solve (Pᵀ - I)π = 0 with the normalisation row appended (least squares; exact for irreducible P).
@@ -70,13 +87,24 @@ def _xlogx(x: np.ndarray) -> np.ndarray:
 
 
 def entropy_rate(P) -> float:
-    """H_rate = -Σ_i π_i Σ_j P_ij ln P_ij, the optimal next-token (bigram) loss in nats."""
+    """H_rate = -Σ_i π_i Σ_j P_ij ln P_ij, the optimal next-token (bigram) loss in nats.
+
+    **Arguments:**
+
+    - ``P``: the V × V row-stochastic, irreducible transition matrix.
+    """
     P = validate_transition_matrix(P)
     pi = stationary_distribution(P)
     return float(-(pi[:, None] * _xlogx(P)).sum())
 
 
 def unigram_loss(P) -> float:
-    """H_uni = -Σ_i π_i ln π_i, the loss of predicting π regardless of context."""
+    """H_uni = -Σ_i π_i ln π_i (nats): the loss of predicting the stationary law π regardless of context, the
+    plateau of a model that ignores the previous token (§1.1).
+
+    **Arguments:**
+
+    - ``P``: an irreducible V × V transition matrix (``validate_transition_matrix``).
+    """
     pi = stationary_distribution(P)
     return float(-_xlogx(pi).sum())

@@ -22,7 +22,14 @@ MAX_POINTS = 2**22
 
 
 def check_point_count(sizes: Sequence[int], max_points: int = MAX_POINTS) -> int:
-    """∏ sizes, or ValueError naming d and the count when it exceeds ``max_points``."""
+    """∏ sizes, the number of points of a product grid, or ValueError naming d and the count when it exceeds
+    ``max_points``.
+
+    **Arguments:**
+
+    - ``sizes``: the number of values of each of the d coordinates.
+    - ``max_points``: the largest product allowed (``MAX_POINTS`` by default).
+    """
     total = math.prod(sizes)
     if total > max_points:
         shown = f"{sizes[0]}^{len(sizes)}" if len(set(sizes)) == 1 else "×".join(map(str, sizes))

@@ -84,7 +84,12 @@ def _eig_factor(cov: Float[Array, "d d"]) -> Float[Array, "d d"]:
 def covariance_factor(cov: Float[Array, "d d"]) -> Float[Array, "d d"]:
     """A matrix A with A Aᵀ = cov: the Cholesky factor when it is finite (cov positive definite), else
     U diag(√max(λ, 0)) from the eigen-decomposition (positive semidefinite, singular). Each branch gets a safe
-    input when not taken, so gradients stay finite (for positive definite cov)."""
+    input when not taken, so gradients stay finite (for positive definite cov). Jits, and ``cov`` may be traced.
+
+    **Arguments:**
+
+    - ``cov``: a symmetric positive semidefinite d × d matrix (symmetrised as (cov + covᵀ)/2 first).
+    """
     cov = (cov + cov.T) / 2
     d = cov.shape[0]
     ok = jnp.all(jnp.isfinite(jnp.linalg.cholesky(jax.lax.stop_gradient(cov))))
@@ -178,7 +183,17 @@ def gaussian_expectation(
     max_nodes: int = MAX_NODES,
 ) -> PyTree:
     """E[fn(X)], X ~ N(mean, cov), by the Gauss–Hermite rule exact for polynomials of total degree ≤ ``degree``
-    (docs/exact.md). A scalar mean with a scalar variance ``cov`` is the 1-D case, and fn then gets a scalar."""
+    (docs/exact.md). A scalar mean with a scalar variance ``cov`` is the 1-D case, and fn then gets a scalar.
+
+    **Arguments:**
+
+    - ``fn``: the integrand, x ∈ ℝ^d (or a scalar in 1-D) → a pytree of arrays; jit/vmap-able.
+    - ``mean``: μ, shape (d,) or a scalar; ``cov``: Σ, d × d positive semidefinite, or a scalar variance (both may
+      be traced).
+    - ``degree``: the total polynomial degree integrated exactly (≥ 0).
+    - ``chunk``: nodes evaluated per step (None: all at once).
+    - ``max_nodes``: the largest rule n^d built (``MAX_NODES`` by default; ValueError above it).
+    """
     if np.ndim(mean) == 0:
         if np.ndim(cov) != 0:
             raise ValueError(f"cov has shape {np.shape(cov)}: with a scalar mean it must be a scalar variance")

@@ -14,8 +14,15 @@ def bisect(
 ) -> Float[Array, ""]:
     """Root of a continuous ``f`` on [lo, hi] with f(lo)·f(hi) ≤ 0, by ``iters`` halvings.
 
-    200 halvings of any float64 bracket reach adjacent floats, so the result is exact to rounding.
-    Returns NaN when the bracket does not straddle a sign change.
+    Each halving keeps the half [a, m] or [m, b] whose ends differ in sign; the midpoint of the last bracket is
+    returned. 200 halvings of any float64 bracket reach adjacent floats, so the result is exact to rounding.
+    Returns NaN when the bracket does not straddle a sign change. Jits and vmaps (a ``lax.fori_loop``).
+
+    **Arguments:**
+
+    - ``f``: a scalar function of a scalar array, continuous on [lo, hi].
+    - ``lo``, ``hi``: the bracket's ends (scalar arrays).
+    - ``iters``: the number of halvings.
     """
     flo = f(lo)
 

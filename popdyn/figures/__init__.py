@@ -32,10 +32,17 @@ FIGURES = {
     "teacher-heatmaps": (teacher_heatmaps, "Bilinear teachers: learned attention S at the end of training vs S*"),
     "scb-fig5": (scb_fig5, "SCB Fig 5: N=100, T=1e5 Gaussian surrogate, Δ for ℓ1-proximal vs SGD (~5 min on 2 cores)"),
 }
+"""Figure name → (the function that reproduces it at the paper's settings, what it draws): the figures of
+``popdyn reproduce FIGURE``, in the order ``popdyn reproduce --list`` names them."""
 
 
 def get_figure(name: str):
-    """The job that reproduces ``name``; ValueError listing the known figures otherwise."""
+    """The job that reproduces ``name``; ValueError listing the known figures otherwise.
+
+    **Arguments:**
+
+    - ``name``: a key of ``FIGURES``, e.g. ``"markov-fig1"``.
+    """
     if name not in FIGURES:
         raise ValueError(f"figure={name!r} is unknown: must be one of {', '.join(FIGURES)} (popdyn reproduce --list)")
     return FIGURES[name][0]

@@ -32,7 +32,14 @@ FIG1_LABELS = {  # §5.1: (w, e) positions of the region labels
 def markov_fig1(n_basin: int = 128, progress: bool = True) -> Result:
     """Fig 1 (§5.1): for p=q=0.1 and p=q=0.9 on [−3, 3]², left the loss with the normalised negative
     gradient (0.2 grid) and the critical sets, right the energy levels with the basins I_* (green) and
-    I_min (red) as reached by the exact gradient flow from an n_basin² grid, and the separatrix."""
+    I_min (red) as reached by the exact gradient flow from an n_basin² grid, and the separatrix; the basins are
+    checked against the closed form of §4.4.
+
+    **Arguments:**
+
+    - ``n_basin``: points per axis of the basin grid (≥ 2; the runs cost n_basin² flows per panel).
+    - ``progress``: show the engine's progress bars.
+    """
     n_basin = _validate.int_at_least("n_basin", n_basin, 2)
     fig = Figure(figsize=(12, 10.5), layout="constrained")
     axes = fig.subplots(2, 2)
@@ -272,7 +279,14 @@ def markov_fig3(
     """Fig 3 (§5.3): rank-one emergence in W_V, W_1 and the positional vectors from the standard
     initialisation, under exact population AdamW with the authors' settings (lr 2e-3, β = (0.9, 0.95),
     weight decay 1e-3), p = 0.2, q = 0.3 (the nearby runs' chain; the figure's own (p, q) is unknown).
-    N is small enough to enumerate, so the positional matrix has N rows instead of the paper's 1024."""
+    N is small enough to enumerate, so the positional matrix has N rows instead of the paper's 1024.
+
+    **Arguments:**
+
+    - ``N``, ``d``: the model's sequence length and width.
+    - ``steps``, ``lr``: AdamW's steps and learning rate.
+    - ``seed``: the standard initialisation's key; ``progress``: the engine's progress bar.
+    """
     p, q = 0.2, 0.3
     model = Transformer(Chain.binary(p, q), N=N, d=d)
     theta = model.init(jax.random.PRNGKey(seed))

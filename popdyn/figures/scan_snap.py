@@ -418,7 +418,13 @@ def scan_snap_fig6(
 
 def scan_snap_fig9(n_times: int = 400, progress: bool = True) -> Result:
     """B_n(t) = ¼ ln(C_0 + 2(η_Z/η_Y) K (M−1)² h(t/K)²) (Eq. 129) for the two panels of Fig. 9, with
-    t_0 = 2K ln M/η_Y (and the sharp 2K x*/η_Y) marked; K = 1, C_0 = 1 [our choice]."""
+    t_0 = 2K ln M/η_Y (and the sharp 2K x*/η_Y) marked; K = 1, C_0 = 1 [our choice]. Closed forms only: no run.
+
+    **Arguments:**
+
+    - ``n_times``: time points per curve (≥ 2).
+    - ``progress``: unused (nothing to wait for).
+    """
     del progress
     n_times = _validate.int_at_least("n_times", n_times, 2)
     fig = Figure(figsize=(11, 4.2), layout="constrained")

@@ -162,7 +162,15 @@ def scb_fig1(
     noise: str = "gaussian",
     progress: bool = True,
 ) -> Result:
-    """Fig. 1: distances to the truth over stage 2 for proximal, SGD η_2 and SGD η_2'."""
+    """Fig. 1: distances to the truth ‖V − P‖_μ, ‖A − Qm‖_μ over stage 2 of Algorithm 1 for the ℓ1-proximal run,
+    SGD at η_2 and SGD at the smaller η_2', all from the same exact stage-1 end point (``stage2_comparison``).
+
+    **Arguments:**
+
+    - ``N``, ``T``, ``Q``, ``seed``: the random instance (``random_instance`` from ``PRNGKey(seed)``).
+    - ``steps``, ``batch``, ``noise``: stage 2's steps, batch B and noise model.
+    - ``progress``: unused.
+    """
     del progress
     comp = stage2_comparison(N, T, Q, seed, steps, batch, noise)
     fig = Figure(figsize=(11, 4), layout="constrained")
@@ -205,7 +213,14 @@ def scb_fig3(
     progress: bool = True,
 ) -> Result:
     """Fig. 3: signals α_V, α_A and the distances Δ_V, Δ_A (μ-norm and Frobenius) to the noise-free,
-    unregularised population trajectory, for proximal and SGD η_2."""
+    unregularised population trajectory, for proximal and SGD η_2 (``stage2_comparison``).
+
+    **Arguments:**
+
+    - ``N``, ``T``, ``Q``, ``seed``: the random instance (``random_instance`` from ``PRNGKey(seed)``).
+    - ``steps``, ``batch``, ``noise``: stage 2's steps, batch B and noise model.
+    - ``progress``: unused.
+    """
     del progress
     comp = stage2_comparison(N, T, Q, seed, steps, batch, noise)
     fig = Figure(figsize=(11, 7.5), layout="constrained")

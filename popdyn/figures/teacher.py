@@ -205,7 +205,16 @@ def teacher_heatmaps(
     sizes: dict | None = None, horizon: float = 300.0, settings=SETTINGS, progress: bool = True
 ) -> Result:
     """The learned attention S = softmax(A/√D) at the end of the exact run from zero, next to S*, for the six
-    settings (CNN block-diagonal, GCN cyclic tridiagonal, STS and GSLP bright rows)."""
+    settings (CNN block-diagonal, GCN cyclic tridiagonal, STS and GSLP bright rows). The runs are the exact reduced
+    flow of §4.2 at η = 1/λ_max at the teacher, embedded back into the full model.
+
+    **Arguments:**
+
+    - ``sizes``: (D, K) per teacher; default the paper's (``PAPER_SIZES``).
+    - ``horizon``: each run ends at ηT = ``horizon`` × late onset.
+    - ``settings``: the (teacher, activation) pairs, one column each.
+    - ``progress``: unused (the runs are short).
+    """
     del progress
     fig = Figure(figsize=(15, 5.5), layout="constrained")
     axes = fig.subplots(2, len(settings), squeeze=False)

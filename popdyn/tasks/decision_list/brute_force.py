@@ -44,7 +44,17 @@ def brute_force_logits(W: Float[Array, "L L"], V: Float[Array, "L L"], seqs) -> 
 
 
 def brute_force_loss(W, V, L: int, n: int, lists, perm, distribution: str = "distinct") -> Float[Array, ""]:
-    """ℒ(W, V) = E_s[(1/n) Σ_j −log softmax(z_j)[y_j]] by enumerating every sequence."""
+    """ℒ(W, V) = E_s[(1/n) Σ_j −log softmax(z_j)[y_j]] by enumerating every sequence (§3 A): the logits
+    z = V X σ(XᵀWX) of the literal model, y_j = π(LDT) the label of position j. The ground truth the faster exact
+    paths are tested against; tiny cases only.
+
+    **Arguments:**
+
+    - ``W``: the L × L attention matrix; ``V``: the L × L output matrix.
+    - ``L``, ``n``: the number of tokens and the sequence length (L^n ≤ 100,000).
+    - ``lists``, ``perm``: the decision lists and the label permutation (``validate_lists``, ``validate_perm``).
+    - ``distribution``: the sequence law, one of ``DISTRIBUTIONS``.
+    """
     seqs, probs, labels = sequence_table(L, n, lists, perm, distribution)
     z = brute_force_logits(W, V, seqs)
     logp = jax.nn.log_softmax(z, axis=1)
@@ -53,7 +63,16 @@ def brute_force_loss(W, V, L: int, n: int, lists, perm, distribution: str = "dis
 
 
 def brute_force_margin(W, V, L: int, n: int, lists, perm, distribution: str = "distinct") -> Float[Array, ""]:
-    """min over sequences and positions of z_y − max_{k≠y} z_k; perfect classification ⇔ margin > 0."""
+    """min over sequences and positions of z_y − max_{k≠y} z_k, by enumerating every sequence (§3 A):
+    perfect classification ⇔ margin > 0 (§4).
+
+    **Arguments:**
+
+    - ``W``: the L × L attention matrix; ``V``: the L × L output matrix.
+    - ``L``, ``n``: the number of tokens and the sequence length (L^n ≤ 100,000).
+    - ``lists``, ``perm``: the decision lists and the label permutation (``validate_lists``, ``validate_perm``).
+    - ``distribution``: the sequence law, one of ``DISTRIBUTIONS``.
+    """
     seqs, _, labels = sequence_table(L, n, lists, perm, distribution)
     z = brute_force_logits(W, V, seqs)
     zy = jnp.take_along_axis(z, labels[:, None, :], axis=1)[:, 0, :]

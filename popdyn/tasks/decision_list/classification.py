@@ -58,7 +58,17 @@ def log_max_counts(L: int, n: int, lst: Sequence[int], j: int, distribution: str
 
 def pc_slacks(W, lists: Sequence[Sequence[int]], n: int, distribution: str = "distinct") -> np.ndarray:
     """Per column a: min over firing rules j and tokens b of W[a_j,a] − W[b,a] − log κ_j(b) (§4; +inf if no constraint).
-    V = cP with c > 0 classifies perfectly iff every entry is > 0."""
+    V = cP with c > 0 classifies perfectly iff every entry is > 0; κ_j(b) is the largest count token b can have in
+    a sequence whose label-determining token for query a is a_j (the module docstring).
+
+    **Arguments:**
+
+    - ``W``: the L × L attention matrix (finite).
+    - ``lists``: the decision lists (``validate_lists``).
+    - ``n``: the sequence length; ``distribution``: the sequence law, one of ``DISTRIBUTIONS``.
+
+    Returns the L slacks, one per column a.
+    """
     W = _validate_W(W)
     L, n, distribution = validate_sizes(W.shape[0], n, distribution)
     lists = validate_lists(lists, L)
@@ -71,5 +81,13 @@ def pc_slacks(W, lists: Sequence[Sequence[int]], n: int, distribution: str = "di
 
 
 def pc_closed_form(W, lists: Sequence[Sequence[int]], n: int, distribution: str = "distinct") -> bool:
-    """Whether W with V = cP (any c > 0) classifies every admissible (query, sequence) strictly correctly (§4)."""
+    """Whether W with V = cP (any c > 0) classifies every admissible (query, sequence) strictly correctly (§4):
+    every entry of ``pc_slacks`` is > 0. Exact for both sequence laws and every size, without enumeration.
+
+    **Arguments:**
+
+    - ``W``: the L × L attention matrix (finite).
+    - ``lists``: the decision lists (``validate_lists``).
+    - ``n``: the sequence length; ``distribution``: the sequence law, one of ``DISTRIBUTIONS``.
+    """
     return bool(np.all(pc_slacks(W, lists, n, distribution) > 0))

@@ -19,10 +19,18 @@ import numpy as np
 from popdyn import _validate
 
 DISTRIBUTIONS = ("distinct", "iid")
+"""The sequence laws (§2): ``"distinct"``, a uniformly random ordered n-subset; ``"iid"``, i.i.d. uniform tokens."""
 
 
 def validate_lists(lists: Sequence[Sequence[int]], L: int) -> tuple[tuple[int, ...], ...]:
-    """One list per token a ∈ [L], with distinct entries in [L] ending in a; ValueError otherwise."""
+    """The lists as tuples, checked: one list per token a ∈ [L], non-empty, with distinct entries in [L] ending in
+    a; ValueError naming the list otherwise.
+
+    **Arguments:**
+
+    - ``lists``: ``lists[a]`` the list L_a = (a_1, …, a_m) of token a (§0).
+    - ``L``: the number of tokens.
+    """
     if isinstance(lists, (str, bytes)) or not hasattr(lists, "__iter__"):
         raise ValueError(f"lists={lists!r} is invalid: must be a sequence of L={L} lists of integer tokens")
     checked = tuple(_validate.int_sequence(f"lists[{a}]", lst) for a, lst in enumerate(lists))
@@ -41,7 +49,14 @@ def validate_lists(lists: Sequence[Sequence[int]], L: int) -> tuple[tuple[int, .
 
 
 def validate_perm(perm: Sequence[int], L: int) -> tuple[int, ...]:
-    """π as a permutation of 0..L−1; ValueError otherwise."""
+    """The label permutation as a tuple, checked: ``perm[b] = π(b)`` must be a permutation of 0..L−1; ValueError
+    otherwise.
+
+    **Arguments:**
+
+    - ``perm``: π, the label of each token (§0).
+    - ``L``: the number of tokens.
+    """
     perm = _validate.int_sequence("perm", perm)
     if sorted(perm) != list(range(L)):
         raise ValueError(f"perm={perm} is invalid: must be a permutation of 0..{L - 1}")
@@ -60,7 +75,14 @@ def validate_sizes(L: int, n: int, distribution: str) -> tuple[int, int, str]:
 
 def random_lists(L: int, M: int, seed: int = 0) -> tuple[tuple[int, ...], ...]:
     """Random lists with every length 1..M present: lengths 1..M assigned cyclically to a random order of
-    the tokens, earlier entries drawn without replacement from the other tokens."""
+    the tokens, earlier entries drawn without replacement from the other tokens (each list ends in its token).
+
+    **Arguments:**
+
+    - ``L``: the number of tokens (≥ 2).
+    - ``M``: the longest list, 1 ≤ M ≤ L.
+    - ``seed``: the NumPy seed (the same seed gives the same lists).
+    """
     L = _validate.int_at_least("L", L, 2)
     M = _validate.int_at_least("M", M, 1)
     if M > L:
@@ -76,7 +98,13 @@ def random_lists(L: int, M: int, seed: int = 0) -> tuple[tuple[int, ...], ...]:
 
 
 def random_perm(L: int, seed: int = 0) -> tuple[int, ...]:
-    """A uniformly random permutation π of 0..L−1."""
+    """A uniformly random permutation π of 0..L−1, as a tuple (``perm[b] = π(b)``).
+
+    **Arguments:**
+
+    - ``L``: the number of tokens (≥ 2).
+    - ``seed``: the NumPy seed.
+    """
     L = _validate.int_at_least("L", L, 2)
     return tuple(int(k) for k in np.random.default_rng(_validate.seed("seed", seed)).permutation(L))
 
@@ -90,7 +118,18 @@ def ldt(lst: Sequence[int], present) -> int:
 
 
 def rule_probabilities(L: int, n: int, m: int, distribution: str = "distinct") -> np.ndarray:
-    """P(LDT(a, s) = a_j | a ∈ s) for j = 1..m (§2): π_j under D_distinct, the i.i.d. analogue otherwise."""
+    """P(LDT(a, s) = a_j | a ∈ s) for j = 1..m (§2): the probability that rule j of a length-m list fires, given
+    the list's token is in the sequence. Under D_distinct π_j = C(L−1−j, n−2)/C(L−1, n−1) for j < m and
+    π_m = C(L−m, n−1)/C(L−1, n−1); under i.i.d. tokens the inclusion–exclusion analogue. They sum to 1.
+
+    **Arguments:**
+
+    - ``L``: the number of tokens; ``n``: the sequence length (≤ L for distinct tokens).
+    - ``m``: the list length, 1 ≤ m ≤ L.
+    - ``distribution``: one of ``DISTRIBUTIONS``.
+
+    Returns an array of shape (m,).
+    """
     L, n, distribution = validate_sizes(L, n, distribution)
     m = _validate.int_at_least("m", m, 1)
     if m > L:
@@ -108,7 +147,17 @@ def rule_probabilities(L: int, n: int, m: int, distribution: str = "distinct") -
 
 
 def loss_weights(L: int, n: int, m: int, distribution: str = "distinct") -> np.ndarray:
-    """ρ_{a,j} = E[(h_a/n)·1{LDT(a, s) = a_j}] for j = 1..m (§2): π_j/L under D_distinct."""
+    """ρ_{a,j} = E[(h_a/n)·1{LDT(a, s) = a_j}] for j = 1..m (§2): the weight of rule j of a length-m list in the
+    population loss (h_a the count of token a in s); π_j/L under D_distinct (``rule_probabilities``).
+
+    **Arguments:**
+
+    - ``L``: the number of tokens; ``n``: the sequence length (≤ L for distinct tokens).
+    - ``m``: the list length.
+    - ``distribution``: one of ``DISTRIBUTIONS``.
+
+    Returns an array of shape (m,).
+    """
     L, n, distribution = validate_sizes(L, n, distribution)
     if distribution == "distinct":
         return rule_probabilities(L, n, m, distribution) / L

@@ -23,7 +23,15 @@ from popdyn.tasks.decision_list.reduced import is_column_structured, structured_
 
 
 def permutation_matrix(perm) -> np.ndarray:
-    """P with P[k, b] = 1 iff k = π(b), so P e_b = e_{π(b)} (§0)."""
+    """P with P[k, b] = 1 iff k = π(b), so P e_b = e_{π(b)} (§0): V = cP predicts the label of the
+    label-determining token.
+
+    **Arguments:**
+
+    - ``perm``: π as a permutation of 0..L−1 (``perm[b] = π(b)``).
+
+    Returns the L × L float matrix P.
+    """
     L = len(perm)
     P = np.zeros((L, L))
     P[list(perm), np.arange(L)] = 1.0
@@ -38,6 +46,16 @@ class DecisionList(Problem):
     paper's law being unknown (§2). ``init`` gives W₀ = 0 and V₀ = cP + U(−ε/2, ε/2) with ε = ``init_eps``.
     c and init_eps are 0-d array leaves (a new value compiles nothing; problems of one list structure stack and
     vmap); sizes, lists, perm and the flags are static.
+
+    **Arguments:**
+
+    - ``L``: the number of tokens (≥ 2); ``n``: the sequence length (≤ L for distinct tokens).
+    - ``lists``: one decision list per token (``validate_lists``); ``perm``: the labels π (``validate_perm``).
+    - ``distribution``: the sequence law, one of ``DISTRIBUTIONS``.
+    - ``c``: the scale of V = cP (> 0).
+    - ``train``: ``"both"`` (θ = {"W", "V"}) or ``"W"`` (V = cP fixed).
+    - ``init_eps``: the width ε of ``init``'s uniform perturbation of V₀ (≥ 0).
+    - ``chunk``: histograms per step of the exact enumeration.
     """
 
     table: Histograms

@@ -128,6 +128,14 @@ def column_loss(
 
     ``w[i] = W[a_{i+1}, a]`` in list order (the last is W[a, a]) and ``omega`` is the shared distractor value;
     m = len(w). Exact finite sum, jit/grad/vmap-able in (w, omega, c); stable for large c (log-sum-exp).
+
+    **Arguments:**
+
+    - ``w``: column a's entries on its list, shape (m,), 1 ≤ m ≤ L.
+    - ``omega``: the value shared by the column's L − m distractor entries.
+    - ``L``, ``n``: the number of tokens and the sequence length (static: a new value compiles anew).
+    - ``c``: the scale of V = cP (may be traced).
+    - ``distribution``: the sequence law, one of ``DISTRIBUTIONS`` (static).
     """
     L, n, distribution = validate_sizes(L, n, distribution)
     m = w.shape[0]
@@ -169,7 +177,14 @@ def _matrix(W, lists) -> tuple[np.ndarray, tuple[tuple[int, ...], ...]]:
 
 
 def is_column_structured(W: Float[ArrayLike, "L L"], lists) -> bool:
-    """True iff in every column a the distractor entries W[b, a], b ∉ L_a, are equal (to relative 1e-12)."""
+    """True iff in every column a the distractor entries W[b, a], b ∉ L_a, are equal (to relative 1e-12): the
+    structure (§3 C) that gradient flow from W = 0 keeps, under which the loss is a sum of per-column losses.
+
+    **Arguments:**
+
+    - ``W``: the L × L attention matrix.
+    - ``lists``: the decision lists, one per token.
+    """
     W, lists = _matrix(W, lists)
     return all(_column_split(W, lst)[2] for lst in lists)
 
@@ -195,7 +210,18 @@ def columns_from_matrix(W: Float[ArrayLike, "L L"], lists) -> list[tuple[np.ndar
 def structured_total_loss(
     W: Float[ArrayLike, "L L"], lists, *, L: int, n: int, c: float, distribution: str = "distinct"
 ) -> Float[Array, ""]:
-    """ℒ(W, cP) = Σ_a ℒ_a(column a) for a concrete column-structured W (§3 C, §1 Fact 3)."""
+    """ℒ(W, cP) = Σ_a ℒ_a(column a) for a concrete column-structured W (§3 C, §1 Fact 3): each column split into
+    its list entries and its shared distractor value and summed with ``column_loss``. ValueError if some column is
+    not column-structured (``is_column_structured``).
+
+    **Arguments:**
+
+    - ``W``: the L × L attention matrix.
+    - ``lists``: the decision lists, one per token.
+    - ``L``, ``n``: the number of tokens and the sequence length.
+    - ``c``: the scale of V = cP.
+    - ``distribution``: the sequence law, one of ``DISTRIBUTIONS``.
+    """
     L = _validate.int_at_least("L", L, 2)
     if len(lists) != L:
         raise ValueError(f"lists has {len(lists)} entries: must have one list per token, i.e. L={L}")

@@ -29,7 +29,16 @@ def _key(m: int) -> str:
 class ReducedDecisionList(Problem):
     """θ = {"m1": (w_1, u), "m2": (w_1, w_2, u), …} for the list lengths in ``lengths`` (u absent when m = L);
     loss = Σ_m ℒ_m(column), the loss of one column of each length (§3 C (F5) / the i.i.d. partition sum).
-    c is a 0-d array leaf (a new value compiles nothing; problems of one shape stack and vmap); the rest is static."""
+    c is a 0-d array leaf (a new value compiles nothing; problems of one shape stack and vmap); the rest is static.
+    The distractor coordinate u = √(L − m)·ω, so the flow on θ is the flow of the full structured W.
+
+    **Arguments:**
+
+    - ``L``: the number of tokens; ``n``: the sequence length (≤ L for distinct tokens).
+    - ``lengths``: the list lengths present, each in 1..L.
+    - ``c``: the scale of V = cP (> 0).
+    - ``distribution``: the sequence law, one of ``DISTRIBUTIONS``.
+    """
 
     c: Float[Array, ""]
     L: int = eqx.field(static=True)

@@ -35,7 +35,14 @@ def _fires(L: int, n: int, m: int, distribution: str) -> np.ndarray:
 def delta_gamma(L: int, n: int, M: int, distribution: str = "distinct") -> tuple[float, float]:
     """(δ, γ) of §5 [our choice]: δ = min P(E_{a,j} | a ∈ s) and γ = min ρ_{a,j} = min E[(h_a/n)·1_{E_{a,j}}], both over
     the rules of positive probability of lists of lengths 1..M. For distinct tokens γ = δ/L, δ = 1 for M = 1 and
-    δ = min(π_{M−1}, π_M) for M ≥ 2, n ≥ 2 and L ≥ n + M − 1."""
+    δ = min(π_{M−1}, π_M) for M ≥ 2, n ≥ 2 and L ≥ n + M − 1.
+
+    **Arguments:**
+
+    - ``L``: the number of tokens; ``n``: the sequence length (≤ L for distinct tokens).
+    - ``M``: the longest list, 1 ≤ M ≤ L (lists of every length 1..M, as ``random_lists`` makes them).
+    - ``distribution``: the sequence law, one of ``DISTRIBUTIONS``.
+    """
     L, n, distribution = validate_sizes(L, n, distribution)
     M = _validate_M(L, M)
     deltas, gammas = [], []
@@ -47,7 +54,13 @@ def delta_gamma(L: int, n: int, M: int, distribution: str = "distinct") -> tuple
 
 
 def theorem1_c(L: int, n: int, M: int, distribution: str = "distinct", delta: float | None = None) -> float:
-    """c = 4n·log(L)/δ, the value scale of V = cP in Theorem 1 (§5; δ [our choice] unless given)."""
+    """c = 4n·log(L)/δ, the value scale of V = cP in Theorem 1 (§5; δ [our choice] unless given).
+
+    **Arguments:**
+
+    - ``L``, ``n``, ``M``, ``distribution``: the instance, as in ``delta_gamma``.
+    - ``delta``: δ > 0 to use instead of ``delta_gamma``'s.
+    """
     if delta is None:
         delta, _ = delta_gamma(L, n, M, distribution)
     return 4 * n * math.log(L) / _validate.positive("delta", delta)
@@ -124,7 +137,15 @@ def _validate_distinct(distribution: str) -> str:
 
 
 def theorem2_c(L: int, n: int, M: int, eps: float, distribution: str = "distinct") -> float:
-    """The unique root of c = 10n²ℒ_0(c)/δ + 4εn with ℒ_0(c) = ℒ(0, cP) (§6; D_distinct only, δ [our choice])."""
+    """The unique root of c = 10n²ℒ_0(c)/δ + 4εn with ℒ_0(c) = ℒ(0, cP) (§6; D_distinct only, δ [our choice]).
+    The right side decreases in c, so the root is unique; it is found by Brent's method to relative 1e-15.
+
+    **Arguments:**
+
+    - ``L``, ``n``, ``M``: the instance, as in ``delta_gamma``.
+    - ``eps``: Theorem 2's ε > 0.
+    - ``distribution``: ``"distinct"`` (the only law the theorem's constants are defined for; ValueError otherwise).
+    """
     _validate_distinct(distribution)
     eps = _validate.positive("eps", eps)
     delta, _ = delta_gamma(L, n, M, distribution)
@@ -132,7 +153,14 @@ def theorem2_c(L: int, n: int, M: int, eps: float, distribution: str = "distinct
 
 
 def theorem2_feasible(n: int, L0: float, m: int) -> bool:
-    """Whether some ε, A satisfy Theorem 2's hypotheses: max_ε ε(ℒ_0 − 6ε/n)² > 4mℒ_0 ⇔ n·ℒ_0² > 162m (§6)."""
+    """Whether some ε, A satisfy Theorem 2's hypotheses: max_ε ε(ℒ_0 − 6ε/n)² > 4mℒ_0 ⇔ n·ℒ_0² > 162m (§6).
+
+    **Arguments:**
+
+    - ``n``: the sequence length (≥ 1).
+    - ``L0``: ℒ_0 = ℒ(0, cP) > 0, the initial loss.
+    - ``m``: the theorem's m (≥ 1).
+    """
     n = _validate.int_at_least("n", n, 1)
     L0 = _validate.positive("L0", L0)
     m = _validate.int_at_least("m", m, 1)

@@ -47,7 +47,15 @@ def _safeguarded_newton(g, lo, hi, b0, iters: int = _NEWTON_ITERS):
 class AttentionScalar(Problem):
     """θ = {"e", "w", "a"} (``bias="profiled"``) or {"e", "w", "a", "b"} (``bias="trained"``) on a binary
     (p, q) chain, sequences of length N; loss by the count DP. p, q and init_std are 0-d array leaves, like the
-    chain (a new value compiles nothing; problems of one N stack and vmap); N and bias are static."""
+    chain (a new value compiles nothing; problems of one N stack and vmap); N and bias are static.
+
+    **Arguments:**
+
+    - ``p``: P(next = 1 | current = 0) ∈ (0, 1); ``q``: P(next = 0 | current = 1) ∈ (0, 1).
+    - ``N``: the number of predicted positions (≥ 1).
+    - ``bias``: ``"trained"`` (b a coordinate of θ, from 0) or ``"profiled"``.
+    - ``init_std``: the std of ``init``'s e, w and a (> 0).
+    """
 
     chain: Chain
     occupancy: Array

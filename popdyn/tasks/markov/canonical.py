@@ -211,6 +211,12 @@ class Canonical(Problem):
     vanishes and Γ* merges with that line; the closed-form limits of §4.4 do not apply there.
     p, q and init_std are 0-d array leaves (a new value compiles nothing; problems stack and vmap); the closed
     forms for reports (``pi1``, ``entropy_rate()``, ``optimal_gap()``…) are Python floats outside transformations.
+
+    **Arguments:**
+
+    - ``p``: P(next = 1 | current = 0) ∈ (0, 1); ``q``: P(next = 0 | current = 1) ∈ (0, 1).
+    - ``bias``: ``"profiled"`` (b = b*(e, w), §2.2) or ``"trained"`` (b a coordinate of θ, §2.3).
+    - ``init_std``: the std of ``init``'s e and w (> 0).
     """
 
     p: Float[Array, ""]

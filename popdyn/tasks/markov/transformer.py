@@ -36,6 +36,15 @@ class Transformer(Problem):
     (V, d); ``layernorm=True`` adds gains/biases ``ln1_g … lnf_b``. Default init: GPT-2, N(0, 0.02²),
     residual projections W_O, W_2 at 0.02/√2, biases 0 (§6.2). init_std is a 0-d array leaf, like the chain (a new
     value compiles nothing; problems of one shape stack and vmap); sizes and flags are static.
+
+    **Arguments:**
+
+    - ``chain``: the data, a ``popdyn.exact.Chain`` (V states, order k).
+    - ``N``: the sequence length (≥ the chain's order; V^N sequences are enumerated per loss).
+    - ``d``: the width.
+    - ``tie``: tie the output head to the embedding; ``layernorm``: GPT-2 pre-LayerNorm.
+    - ``init_std``: the std of ``init``'s weights (> 0).
+    - ``chunk``: sequences per step of the enumeration; ``max_sequences``: the largest V^N allowed.
     """
 
     chain: Chain
@@ -152,7 +161,16 @@ def rank_one_weights(e, w, b, *, N: int, d: int, a=0.0, alpha=None) -> Theta:
     """Full-model weights of the canonical point (e, w, b) (and attention scalar a) by §2.2 / §2.4:
     e_vec = eα, p_n = −(e/2)α, W_Q = W_K = 0, W_V = a·ααᵀ, W_O = I, W_1 = (|w|/√d)·1αᵀ, W_2 = (w/√d)·α1ᵀ,
     tied head. For e > 0 the logit is e²(x − ½) + 2w|w|e²x + b at a = 0 (the canonical model exactly).
-    ``alpha`` is the unit direction (default 1/√d)."""
+
+    **Arguments:**
+
+    - ``e``, ``w``, ``b``: the canonical coordinates (embedding scale, MLP weight, bias).
+    - ``N``, ``d``: the full model's sequence length and width (≥ 1).
+    - ``a``: the attention scalar of §2.4 (0: no attention contribution).
+    - ``alpha``: the direction α in ℝ^d, normalised to unit length (default 1/√d in every coordinate).
+
+    Returns the weights as a θ dictionary of the ``Transformer`` without LayerNorm (float arrays).
+    """
     N, d = _validate.int_at_least("N", N, 1), _validate.int_at_least("d", d, 1)
     alpha = jnp.full(d, 1.0 / math.sqrt(d)) if alpha is None else jnp.asarray(alpha) / jnp.linalg.norm(alpha)
     ones = jnp.ones(4 * d)

@@ -57,7 +57,16 @@ class Classes:
 
 def make_classes(probs, query, label, weights=None, *, M: int | None = None) -> Classes:
     """Validated ``Classes``: P rows are distributions over [M], tokens lie in [M], labels are distinct,
-    weights are a distribution (default uniform, as in Theorem 1)."""
+    weights are a distribution (default uniform, as in Theorem 1); ValueError naming the field otherwise.
+
+    **Arguments:**
+
+    - ``probs``: the K × M matrix of P(l | n), one row-stochastic row per class (K ≥ 1, M ≥ 2).
+    - ``query``: the query token ψ(n) of each class, K integers in [M].
+    - ``label``: the next token of each class, K distinct integers in [M].
+    - ``weights``: the class probabilities π_n (None: uniform).
+    - ``M``: the vocabulary size, checked against the columns of ``probs`` (None: read from ``probs``).
+    """
     probs = _validate.float_array("probs", probs)
     if probs.ndim != 2 or probs.shape[0] < 1 or probs.shape[1] < 2:
         raise ValueError(f"probs has shape {probs.shape}: must be K×M with K >= 1 classes and M >= 2 tokens")
@@ -110,6 +119,15 @@ def dataset2(
 
     P(·|n) is the normalised concatenation of ``common_weight`` per common token (global, then the
     class's per-query ones) and linspace(``distinct_range``, n_distinct) on the class's own distinct tokens.
+
+    **Arguments:**
+
+    - ``n_query``: the number of query tokens; ``n_next_per_query``: next tokens (classes) per query token.
+    - ``n_common``: common tokens shared by every class; ``n_common_per_query``: common tokens shared by the
+      classes of one query token.
+    - ``n_distinct``: distinct tokens per class.
+    - ``common_weight``: the unnormalised weight of each common token (> 0).
+    - ``distinct_range``: the (lowest, highest) unnormalised weight of a class's distinct tokens (> 0).
     """
     n_query = _validate.int_at_least("n_query", n_query, 1)
     per = _validate.int_at_least("n_next_per_query", n_next_per_query, 1)
@@ -148,5 +166,10 @@ def syn_small() -> Classes:
 
 def syn_medium(n_query: int) -> Classes:
     """Syn-Medium of Fig. 6 (§6): ``n_query`` ∈ {1, 3, 5, 10} query tokens with 2 next tokens each
-    (K = 2·n_query), 10 global common tokens, 10 distinct per class; M = 10 + 10K + n_query + K."""
+    (K = 2·n_query), 10 global common tokens, 10 distinct per class; M = 10 + 10K + n_query + K.
+
+    **Arguments:**
+
+    - ``n_query``: the number of query tokens (≥ 1; the paper's grid is 1, 3, 5, 10).
+    """
     return dataset2(n_query=n_query, n_next_per_query=2)

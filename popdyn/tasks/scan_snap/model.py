@@ -49,6 +49,13 @@ class ScanSnap(Problem):
     ``T`` counts the contextual tokens plus the query, as in the paper (T−1 contextual tokens). Finite T
     enumerates C(s+T−2, T−1) count vectors per class of support size s, chunked; a support too large for
     ``limit`` raises a ValueError naming T.
+
+    **Arguments:**
+
+    - ``classes``: the sequence classes (``make_classes``, ``syn_small``, ``syn_medium``, ``dataset2``).
+    - ``M``: the vocabulary size, checked against the classes' (None: the classes').
+    - ``T``: the sequence length (≥ 2), or None for the T → ∞ limit.
+    - ``chunk``: count vectors per step of the enumeration; ``limit``: the most count vectors per class.
     """
 
     probs: Float[Array, "K M"]

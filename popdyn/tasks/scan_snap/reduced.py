@@ -20,7 +20,14 @@ from popdyn.tasks.scan_snap.model import ScanSnap
 
 
 def attention_velocity(prob: ScanSnap, Z: Float[Array, "M M"], gamma_t, eta_z) -> Float[Array, "M M"]:
-    """Right side of Eq. (10) at Z for a given γ(t)."""
+    """Right side of Eq. (10) at Z for a given γ(t): ż_m = η_Z γ(t) Σ_{n∈ψ⁻¹(m)} diag(f_n) Σ_{n'≠n} β_{nn'}
+    (f_n f_nᵀ − I) f_{n'}, with β_{nn'} = f_nᵀ f_{n'} (§5, Lemma 4).
+
+    **Arguments:**
+
+    - ``prob``: the ``ScanSnap`` problem; ``Z``: the M × M attention logits.
+    - ``gamma_t``: the speed-control coefficient γ(t) (``gamma``); ``eta_z``: the attention rate η_Z.
+    """
     f = prob.features({"Z": Z})
     G = f @ f.T
     beta = G * (1.0 - jnp.eye(prob.K, dtype=G.dtype))
@@ -42,6 +49,15 @@ def reduced_attention_flow(
     """Z at the times ``ts`` (increasing, from 0) under Eq. (10), and whether the solve succeeded.
 
     Non-success leaves diffrax's inf padding in the unreached rows, reported by the code, never hidden.
+    Solved by diffrax's Tsit5 with a PID step-size controller, γ(t) from ``gamma`` (Lemma 6's h).
+
+    **Arguments:**
+
+    - ``prob``: the ``ScanSnap`` problem.
+    - ``ts``: the record times, increasing, the first the start (usually 0).
+    - ``eta_y``, ``eta_z``: the decoder and attention rates η_Y, η_Z > 0.
+    - ``Z0``: the M × M attention logits at ``ts[0]`` (None: zero).
+    - ``rtol``, ``atol``: the solver's tolerances; ``max_steps``: its step budget.
     """
     _validate.positive("eta_y", eta_y)
     _validate.positive("eta_z", eta_z)

@@ -14,11 +14,17 @@ from jaxtyping import Array, Float, Int
 from popdyn.tasks.scb.model import SparseBigram
 
 MAX_SEQUENCES = 200_000
+"""Largest N^(T+1) that ``sequence_table`` enumerates (tiny instances only: N = 3, T = 10 is 177,147)."""
 
 
 def sequence_table(prob: SparseBigram) -> tuple[Int[Array, "S T1"], Float[Array, " S"]]:
     """(every sequence x_1..x_{T+1} as token ids, its probability Π_t μ_{x_t}); ValueError above
-    ``MAX_SEQUENCES`` sequences. Traceable in ``prob`` (jit with ``eqx.filter_jit``)."""
+    ``MAX_SEQUENCES`` sequences. Traceable in ``prob`` (jit with ``eqx.filter_jit``).
+
+    **Arguments:**
+
+    - ``prob``: the ``SparseBigram`` instance; x_1..x_{T+1} are i.i.d. from its stationary law μ.
+    """
     N, T = prob.N, prob.T
     if N ** (T + 1) > MAX_SEQUENCES:
         raise ValueError(
@@ -30,7 +36,14 @@ def sequence_table(prob: SparseBigram) -> tuple[Int[Array, "S T1"], Float[Array,
 
 
 def brute_force_loss(prob: SparseBigram, V: Float[Array, "N N"], A: Float[Array, "T N"]) -> Float[Array, ""]:
-    """L(V, A) = ½ Σ_x Pr(x) [1 − 2 (V X a_k)·(P X q_k) + ‖V X a_k‖²] over all N^(T+1) sequences."""
+    """L(V, A) = ½ Σ_x Pr(x) [1 − 2 (V X a_k)·(P X q_k) + ‖V X a_k‖²] over all N^(T+1) sequences (k = x_{T+1}):
+    the literal model f = V X a_k, the ground truth the closed form of §3 is tested against.
+
+    **Arguments:**
+
+    - ``prob``: the ``SparseBigram`` instance (N^(T+1) ≤ ``MAX_SEQUENCES``).
+    - ``V``: the N × N value matrix; ``A``: the T × N attention, column k the weights a_k over positions.
+    """
     seqs, probs = sequence_table(prob)
 
     def one(x):

@@ -46,6 +46,11 @@ def validate_instance(P, Qm) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     stationary law μ (Pμ = μ, Σμ = 1) is unique and positive; Qm T×N with columns in Δ_T.
 
     Raises ValueError naming ``P`` or ``Qm``, the offending entry or column and the allowed range.
+
+    **Arguments:**
+
+    - ``P``: the N × N transition matrix, P[i, j] = Pr(next = i | source = j) (columns sum to 1), N ≥ 2.
+    - ``Qm``: the T × N attention targets, column k a distribution over the T positions.
     """
     P = _validate.float_array("P", P)
     if P.ndim != 2 or P.shape[0] != P.shape[1] or P.shape[0] < 2:

@@ -16,7 +16,13 @@ from popdyn.tasks.scb.model import SparseBigram
 
 def normalise(theta: Theta) -> Theta:
     """The final normalisation [our choice of the unknown rule]: clip negatives, then rescale every column of
-    V and A to sum to 1 (a column with no positive entry becomes uniform)."""
+    V and A to sum to 1 (a column with no positive entry becomes uniform): a state as a column-stochastic
+    (P, Qm) estimate, for the normalised distances of ``state_metrics``.
+
+    **Arguments:**
+
+    - ``theta``: the state {"V": N × N, "A": T × N}.
+    """
 
     def columns(M):
         M = jnp.maximum(M, 0.0)

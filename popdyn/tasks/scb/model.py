@@ -24,6 +24,12 @@ class SparseBigram(Problem):
     ``P`` is column-stochastic with unique stationary μ > 0 and the columns of ``Qm`` lie in Δ_T; both are
     checked by ``validate_instance`` (ValueError naming P or Qm). The instance is built eagerly from
     concrete arrays; its fields are arrays, so constructed instances stack and vmap.
+
+    **Arguments:**
+
+    - ``P``: the N × N column-stochastic transition matrix, P[i, j] = Pr(next = i | source = j).
+    - ``Qm``: the T × N attention targets, column k the law q_k over the T positions (``random_instance`` draws
+      both).
     """
 
     P: Float[Array, "N N"]
@@ -153,7 +159,13 @@ def _sample(prob: SparseBigram, key: Array, batch: int):
 
 class SoftmaxBigram(Problem):
     """Position-only softmax attention a_k = softmax(W e_k) over the T positions (docs/models/scb.md §3, Fig. 2);
-    θ = {"V": N×N, "W": T×N logits}. The loss is ``SparseBigram``'s closed form at A = softmax(W)."""
+    θ = {"V": N×N, "W": T×N logits}. The loss is ``SparseBigram``'s closed form at A = softmax(W).
+
+    **Arguments:**
+
+    - ``P``: the N × N column-stochastic transition matrix; ``Qm``: the T × N attention targets (columns in Δ_T),
+      checked as by ``SparseBigram``.
+    """
 
     linear: SparseBigram
 

@@ -67,6 +67,12 @@ class Reduced2D(_Reduced):
     """Projected preconditioned dynamics on 𝓜, θ = {"alpha_V", "alpha_A"} (docs/models/scb.md §4).
 
     ℓ(α) = L* + (c/2)[(q̄ − 1/T)(1 − α_Vα_A)² + (1 − α_V)²/T], g(α) = −G^{-1}∇ℓ with G = diag(c, q̄ − 1/T).
+
+    **Arguments:**
+
+    - ``c``, ``qbar``, ``mu_sq``: the instance's scalars c, q̄ and ‖μ‖² (§3; ``from_instance`` reads them from a
+      ``SparseBigram``).
+    - ``T``: the context length.
     """
 
     @property
@@ -146,6 +152,12 @@ class Reduced4D(_Reduced):
 
     With s_V = α_V + β_V, s_A = α_A + Tβ_A, m_1 = α_A q̄ + β_A, m_2 = α_A² q̄ + 2α_Aβ_A + Tβ_A²:
     ℓ = ½ − c α_V m_1 − ‖μ‖² s_V s_A + ½ c α_V² m_2 + ½ ‖μ‖² s_V² s_A².
+
+    **Arguments:**
+
+    - ``c``, ``qbar``, ``mu_sq``: the instance's scalars c, q̄ and ‖μ‖² (§3; ``from_instance`` reads them from a
+      ``SparseBigram``).
+    - ``T``: the context length.
     """
 
     def _moments(self, theta: Theta):
@@ -201,7 +213,16 @@ class Reduced4D(_Reduced):
 
 
 def embed_2d(prob: SparseBigram, theta: Theta) -> Theta:
-    """The point of 𝓜: V = μ1ᵀ + α_V(P − μ1ᵀ), A = 11ᵀ/T + α_A(Qm − 11ᵀ/T) (§4)."""
+    """The point of 𝓜: V = μ1ᵀ + α_V(P − μ1ᵀ), A = 11ᵀ/T + α_A(Qm − 11ᵀ/T) (§4): a ``Reduced2D`` state as the
+    full model's θ, so the full loss and metrics can be read there.
+
+    **Arguments:**
+
+    - ``prob``: the ``SparseBigram`` instance (P, Qm, μ, T).
+    - ``theta``: the reduced state {"alpha_V", "alpha_A"}.
+
+    Returns the full θ = {"V", "A"}.
+    """
     mu1 = prob.mu[:, None] * jnp.ones(prob.N)
     return {
         "V": mu1 + theta["alpha_V"] * (prob.P - mu1),
@@ -210,7 +231,16 @@ def embed_2d(prob: SparseBigram, theta: Theta) -> Theta:
 
 
 def embed_4d(prob: SparseBigram, theta: Theta) -> Theta:
-    """The point of the 4-D family: V = α_V P + β_V μ1ᵀ, A = α_A Qm + β_A 11ᵀ (§4)."""
+    """The point of the 4-D family: V = α_V P + β_V μ1ᵀ, A = α_A Qm + β_A 11ᵀ (§4): a ``Reduced4D`` state as the
+    full model's θ.
+
+    **Arguments:**
+
+    - ``prob``: the ``SparseBigram`` instance (P, Qm, μ).
+    - ``theta``: the reduced state {"alpha_V", "beta_V", "alpha_A", "beta_A"}.
+
+    Returns the full θ = {"V", "A"}.
+    """
     return {
         "V": theta["alpha_V"] * prob.P + theta["beta_V"] * prob.mu[:, None] * jnp.ones(prob.N),
         "A": theta["alpha_A"] * prob.Qm + theta["beta_A"],

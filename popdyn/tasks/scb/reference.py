@@ -16,7 +16,15 @@ from popdyn.tasks.scb.model import SparseBigram
 class WithReference(Problem):
     """The SCB state (V, A) and the noise-free, unregularised reference (V_ref, A_ref) advanced together: the
     losses add, so each copy follows its own gradient, and Δ is recorded as a metric without storing θ.
-    Noise and the ℓ1 prox name the blocks "V", "A" only, so the reference stays exact (§5)."""
+    Noise and the ℓ1 prox name the blocks "V", "A" only, so the reference stays exact (§5).
+
+    θ = {"V", "A", "V_ref", "A_ref"}; ``init`` and ``pair`` start both copies at the same state, ``precondition``
+    applies the projected §4 preconditioner to each, and ``metrics`` reports ``state_metrics`` against the reference.
+
+    **Arguments:**
+
+    - ``prob``: the ``SparseBigram`` instance both copies train on.
+    """
 
     prob: SparseBigram
 

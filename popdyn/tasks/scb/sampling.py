@@ -26,7 +26,15 @@ def _residual(prob: SparseBigram, theta: Theta, X, k, y):
 
 @eqx.filter_jit
 def per_sample_loss(prob: SparseBigram, theta: Theta, data: Batch) -> Float[Array, " B"]:
-    """½‖e_y − V X a_k‖² for every draw; its mean estimates L(θ) (§2)."""
+    """½‖e_y − V X a_k‖² for every draw; its mean is an unbiased estimate of L(θ) (§2).
+
+    **Arguments:**
+
+    - ``prob``: the ``SparseBigram`` instance.
+    - ``theta``: the state {"V": N × N, "A": T × N}.
+    - ``data``: B draws (X: (B, T) context tokens, k: (B,) last tokens, y: (B,) next tokens), as
+      ``SparseBigram.sample`` returns them.
+    """
 
     def one(X, k, y):
         r, _ = _residual(prob, theta, X, k, y)
@@ -38,7 +46,17 @@ def per_sample_loss(prob: SparseBigram, theta: Theta, data: Batch) -> Float[Arra
 @eqx.filter_jit
 def per_sample_gradients(prob: SparseBigram, theta: Theta, data: Batch, project: bool = False) -> Theta:
     """Preconditioned per-sample gradients {"V": (B, N, N), "A": (B, T, N)}: (g_V D_μ^{-1}, g_{a_k}/μ_k), with
-    Π_T on the A-part if ``project`` (§5, §4)."""
+    Π_T on the A-part if ``project`` (§5, §4). Unpreconditioned, g_V = −r (X a_k)ᵀ and g_{a_k} = −XᵀVᵀr with
+    r = e_y − V X a_k (the other columns of A get 0).
+
+    **Arguments:**
+
+    - ``prob``: the ``SparseBigram`` instance.
+    - ``theta``: the state {"V": N × N, "A": T × N}.
+    - ``data``: B draws (X: (B, T) context tokens, k: (B,) last tokens, y: (B,) next tokens), as
+      ``SparseBigram.sample`` returns them.
+    - ``project``: apply Π_T (subtract the column mean) to the A-part, keeping A's columns summing to 1.
+    """
 
     def one(X, k, y):
         r, h = _residual(prob, theta, X, k, y)
@@ -69,5 +87,15 @@ def per_sample_sq_norms(
 
 @eqx.filter_jit
 def minibatch_gradient(prob: SparseBigram, theta: Theta, data: Batch, project: bool = False) -> Theta:
-    """The minibatch average of ``per_sample_gradients``: an unbiased estimate of the preconditioned ∇L (§5)."""
+    """The minibatch average of ``per_sample_gradients``: an unbiased estimate of the preconditioned ∇L (§5), the
+    stochastic gradient of Algorithm 1's stage 2.
+
+    **Arguments:**
+
+    - ``prob``: the ``SparseBigram`` instance.
+    - ``theta``: the state {"V": N × N, "A": T × N}.
+    - ``data``: B draws (X: (B, T) context tokens, k: (B,) last tokens, y: (B,) next tokens), as
+      ``SparseBigram.sample`` returns them.
+    - ``project``: apply Π_T (subtract the column mean) to the A-part, keeping A's columns summing to 1.
+    """
     return jax.tree_util.tree_map(lambda g: jnp.mean(g, axis=0), per_sample_gradients(prob, theta, data, project))

@@ -19,7 +19,14 @@ from popdyn.tasks.scb.model import SparseBigram
 
 class Whitened(Problem):
     """L(θ(u)) with θ(u) = (V₀ + U_V D_μ^{-1/2}, A₀ + Π_T U_A D_μ^{-1/2}): GD on u with step η equals the §4
-    preconditioned, Π_T-projected GD on θ from θ₀ with step η, and ∇²_u L is the curvature that step sees."""
+    preconditioned, Π_T-projected GD on θ from θ₀ with step η, and ∇²_u L is the curvature that step sees, so a
+    step-size audit on u judges the preconditioned step against 1/η and 2/η.
+
+    **Arguments:**
+
+    - ``prob``: the ``SparseBigram`` instance (ValueError otherwise).
+    - ``origin``: θ₀ = {"V", "A"} (None: the uninformative start (μ1ᵀ, 11ᵀ/T)).
+    """
 
     prob: SparseBigram
     origin: Theta

@@ -15,11 +15,18 @@ from popdyn.tasks._keys import as_key
 from popdyn.tasks.teacher.model import BilinearTeacher, validate_settings, validate_sizes
 
 TEACHERS = ("cnn", "gcn", "sts", "gslp")
+"""The paper's teachers (§1.1), the names ``make_teacher`` takes: CNN + average pooling, GCN on a cycle, sparse token
+selection, group-sparse linear predictor."""
 
 
 def cnn_pooling(D: int, K: int) -> np.ndarray:
     """S* = I_{D/K} ⊗ (1/K)1_K1_Kᵀ: non-overlapping pooling windows of K consecutive positions (§1.1a, square form
-    [our choice]); K must divide D."""
+    [our choice]); K must divide D. Returns the D × D matrix S*, each column a distribution.
+
+    **Arguments:**
+
+    - ``D``: the number of tokens (positions); ``K``: the support of each column of S*.
+    """
     D, K = validate_sizes(D, K)
     if D % K:
         raise ValueError(f"K={K} is invalid for cnn: must divide D={D} (non-overlapping pooling windows)")
@@ -28,7 +35,13 @@ def cnn_pooling(D: int, K: int) -> np.ndarray:
 
 def cycle_gcn(D: int, K: int) -> np.ndarray:
     """S* = Ã/K for the (K−1)-regular circulant graph linking i to i±1, …, i±(K−1)/2 mod D, with self-loops
-    (§1.1b; K = 3 is the cyclic tridiagonal cycle graph). K must be odd [our choice: a symmetric neighbourhood]."""
+    (§1.1b; K = 3 is the cyclic tridiagonal cycle graph). K must be odd [our choice: a symmetric neighbourhood].
+    Returns the D × D matrix S*, each column a distribution.
+
+    **Arguments:**
+
+    - ``D``: the number of tokens (positions); ``K``: the support of each column of S*.
+    """
     D, K = validate_sizes(D, K)
     if K % 2 == 0:
         raise ValueError(f"K={K} is invalid for gcn: must be odd (i and its neighbours i±1, ..., i±(K-1)/2)")
@@ -39,7 +52,13 @@ def cycle_gcn(D: int, K: int) -> np.ndarray:
 
 def token_selection(D: int, K: int, targets=None) -> np.ndarray:
     """S* = 1_g1_Dᵀ/K: every output averages the fixed target set g, |g| = K (§1.1c); default g = {0, …, K−1}
-    [our choice; the paper's g is unknown]."""
+    [our choice; the paper's g is unknown]. Returns the D × D matrix S*.
+
+    **Arguments:**
+
+    - ``D``: the number of tokens (positions); ``K``: the support of each column of S*.
+    - ``targets``: the K distinct positions of g in [0, D) (None: 0, …, K−1).
+    """
     D, K = validate_sizes(D, K)
     g = np.arange(K) if targets is None else np.asarray(targets)
     if (
@@ -56,7 +75,14 @@ def token_selection(D: int, K: int, targets=None) -> np.ndarray:
 
 
 def group_sparse(D: int, i_star: int = 0) -> np.ndarray:
-    """S* = e_{i*}1_Dᵀ (K = 1): every output reads token i* (§1.1d); default i* = 0 [our choice]."""
+    """S* = e_{i*}1_Dᵀ (K = 1): every output reads token i* (§1.1d); default i* = 0 [our choice]. Returns the D × D
+    matrix S*.
+
+    **Arguments:**
+
+    - ``D``: the number of tokens (≥ 2).
+    - ``i_star``: the position every output reads, in [0, D).
+    """
     D = _validate.int_at_least("D", D, 2)
     if isinstance(i_star, bool) or not isinstance(i_star, (int, np.integer)) or not 0 <= i_star < D:
         raise ValueError(f"i_star={i_star!r} is out of range: must be an integer in [0, D) = [0, {D})")
@@ -67,7 +93,14 @@ def group_sparse(D: int, i_star: int = 0) -> np.ndarray:
 
 def random_V(key: Array | int, M: int, d: int, norm: float | None = None) -> Float[Array, "M d"]:
     """V* with iid N(0, 1) entries [our choice; the paper's V* is unknown], rescaled to ‖V*‖_F = ``norm`` if given;
-    ``key`` a PRNG key or a seed (made a key once the sizes are checked: bad input compiles nothing)."""
+    ``key`` a PRNG key or a seed (made a key once the sizes are checked: bad input compiles nothing).
+
+    **Arguments:**
+
+    - ``key``: a PRNG key, or an integer seed in [0, 2**32 − 1].
+    - ``M``: the output channels (rows); ``d``: the features per token (columns).
+    - ``norm``: the Frobenius norm ‖V*‖_F > 0 to rescale to (None: no rescaling).
+    """
     M = _validate.int_at_least("M", M, 1)
     d = _validate.int_at_least("d", d, 1)
     norm = None if norm is None else _validate.positive("norm", norm)
@@ -96,6 +129,15 @@ def make_teacher(
     (M = d) and ``token_selection(D, K)``; ``key``, ``v_norm`` unused. "gslp": K = 1, M = 1, ``group_sparse(D)``,
     V* = ``random_V(key, 1, d, v_norm)``; an int ``key`` is a seed, made a PRNG key after every setting is checked.
     Remaining keywords go to ``BilinearTeacher``.
+
+    **Arguments:**
+
+    - ``name``: one of ``TEACHERS``.
+    - ``D``: the number of tokens; ``K``: the support of each column of S* (forced to 1 for "gslp").
+    - ``d``: features per token; ``M``: output channels ("cnn", "gcn"; forced to d for "sts" and 1 for "gslp").
+    - ``key``: a PRNG key or a seed for V* (required for every teacher but "sts"); ``v_norm``: ‖V*‖_F (None: as
+      drawn).
+    - ``activation``, ``alpha``, ``sigma_x``, ``sigma_eps``, ``zero_init``: as in ``BilinearTeacher``.
     """
     _validate.choice("name", name, TEACHERS)
     d = _validate.int_at_least("d", d, 1)

@@ -27,7 +27,12 @@ def kappa(alpha: float) -> float: ...
 @overload
 def kappa(alpha: Float[Array, ""]) -> Float[Array, ""]: ...
 def kappa(alpha: Scalar) -> Scalar:
-    """κ = (1 + α²)/2, so that E[σ(u)²] = κa² (§3.3)."""
+    """κ = (1 + α²)/2, so that E[σ(u)²] = κa² for u ~ N(0, a²) (§3.3).
+
+    **Arguments:**
+
+    - ``alpha``: the leaky slope α ∈ [0, 1] (1: linear, 0: ReLU); may be traced.
+    """
     return 0.5 * (1.0 + alpha * alpha)
 
 
@@ -74,7 +79,13 @@ def _kfun_jvp(primals, tangents):
 
 def limit_partials(b: Float[Array, "..."], rho: Float[Array, "..."], alpha: Scalar) -> Partials:
     """(∂K/∂a, ∂K/∂c) in the limit a → 0 at fixed correlation ρ = c/(ab) (§3.5):
-    ((1−α)² b sin θ/(2π), α + (1−α)²(π − θ)/(2π)), θ = arccos ρ (ρ clipped to [−1, 1])."""
+    ((1−α)² b sin θ/(2π), α + (1−α)²(π − θ)/(2π)), θ = arccos ρ (ρ clipped to [−1, 1]).
+
+    **Arguments:**
+
+    - ``b``: the std of v; ``rho``: the fixed correlation ρ (they broadcast together).
+    - ``alpha``: the leaky slope α ∈ [0, 1] (1: linear, 0: ReLU); may be traced.
+    """
     rho = jnp.clip(rho, -1.0, 1.0)
     sin = _safe_sqrt(1.0 - rho * rho)
     g = (1.0 - alpha) ** 2 / (2.0 * math.pi)
@@ -91,6 +102,12 @@ def zero_partials(zero_init: str, b: Float[Array, "..."], rho: Float[Array, "...
       and c0 = 1 a ``x >= 0`` test, σ'(0) = 1). By Stein's lemma ∂K/∂c = σ'(0)(1+α)/2 and ∂K/∂a = 0.
 
     For the identity (α = 1) all three give (0, 1).
+
+    **Arguments:**
+
+    - ``zero_init``: one of ``ZERO_INITS``.
+    - ``b``: the std of v; ``rho``: the correlation used by "limit" (they broadcast together).
+    - ``alpha``: the leaky slope α ∈ [0, 1] (1: linear, 0: ReLU); may be traced.
     """
     if zero_init == "limit":
         return limit_partials(b, rho, alpha)
@@ -108,6 +125,12 @@ def kfun(
     Where ab = 0 the correlation is undefined; the partials are those at fixed c = 0 (ρ = 0), except that
     where a = 0 ``zero`` = (∂K/∂a, ∂K/∂c) is used when given (``zero_partials``). ∂K/∂α = c − (1−α)(Q + (π − θ)c)/π,
     so α may be traced (one compilation for every α).
+
+    **Arguments:**
+
+    - ``a``, ``b``: the stds of u and v (≥ 0); ``c``: their covariance (|c| ≤ ab); they broadcast together.
+    - ``alpha``: the leaky slope α ∈ [0, 1] (1: linear, 0: ReLU); may be traced.
+    - ``zero``: (∂K/∂a, ∂K/∂c) to use where a = 0 (``zero_partials``; None: the limit at ρ = 0).
     """
     a, b, c, alpha = jnp.broadcast_arrays(*(jnp.asarray(x, dtype=jnp.result_type(float)) for x in (a, b, c, alpha)))
     if zero is None:
@@ -119,14 +142,28 @@ def kfun(
 def entry_loss(
     a: Float[Array, "..."], b: Float[Array, "..."], c: Float[Array, "..."], alpha: Scalar, zero: Partials | None = None
 ) -> Float[Array, "..."]:
-    """l(a, b, c) = ½(κa² + κb² − 2K(a, b, c)) = ½E(σ(u) − σ(v))² (§3.4), the loss of one output entry."""
+    """l(a, b, c) = ½(κa² + κb² − 2K(a, b, c)) = ½E(σ(u) − σ(v))² (§3.4), the loss of one output entry: u the
+    student's pre-activation, v the teacher's.
+
+    **Arguments:**
+
+    - ``a``, ``b``: the stds of u and v (≥ 0); ``c``: their covariance (|c| ≤ ab); they broadcast together.
+    - ``alpha``: the leaky slope α ∈ [0, 1] (1: linear, 0: ReLU); may be traced.
+    - ``zero``: (∂K/∂a, ∂K/∂c) to use where a = 0 (``zero_partials``; None: the limit at ρ = 0).
+    """
     k = kappa(alpha)
     return 0.5 * (k * a * a + k * b * b - 2.0 * kfun(a, b, c, alpha, zero))
 
 
 def norm_toward(x: Float[Array, "... n"], u: Float[Array, "... n"]) -> Float[Array, "..."]:
     """‖x‖ over the last axis, with gradient x/‖x‖ where x ≠ 0 and the unit direction ``u`` where x = 0 (the
-    one-sided derivative along u; used for a = σ‖w_m‖‖s_j‖ at w_m = 0, u = v*_m/‖v*_m‖, §3.6)."""
+    one-sided derivative along u; used for a = σ‖w_m‖‖s_j‖ at w_m = 0, u = v*_m/‖v*_m‖, §3.6).
+
+    **Arguments:**
+
+    - ``x``: the vectors, along the last axis.
+    - ``u``: the unit directions used as the gradient where x = 0 (broadcast against ``x``).
+    """
     return _norm_toward(x, u)
 
 

@@ -21,12 +21,18 @@ from popdyn.problem import Problem, Theta
 from popdyn.tasks.teacher.kernels import ZERO_INITS, entry_loss, kappa, norm_toward, zero_partials
 
 ACTIVATIONS = ("linear", "relu", "leaky")
+"""The activations σ(z) = max(z, αz) a ``BilinearTeacher`` takes: α = 1 (linear), α = 0 (ReLU), α ∈ [0, 1) (leaky)."""
 DEFAULT_LEAKY_ALPHA = 0.1
 """Leaky slope when none is given [our choice; the paper's is unknown, §1]."""
 
 
 def validate_sizes(D, K) -> tuple[int, int]:
-    """Validate D ≥ 2 and 1 ≤ K < D (the theory needs K < D, §5.1)."""
+    """(D, K) as ints, checked: D ≥ 2 and 1 ≤ K < D (the theory needs K < D, §5.1); ValueError naming D or K.
+
+    **Arguments:**
+
+    - ``D``: the number of tokens; ``K``: the support of each column of S*.
+    """
     D = _validate.int_at_least("D", D, 2)
     if isinstance(K, bool) or not isinstance(K, (int, np.integer)) or not 1 <= K < D:
         raise ValueError(f"K={K!r} is out of range: must be an integer in [1, D) = [1, {D})")
@@ -35,7 +41,13 @@ def validate_sizes(D, K) -> tuple[int, int]:
 
 def validate_teacher(S_star, V_star) -> tuple[np.ndarray, np.ndarray, int]:
     """(S*, V*, K): S* is D×D, D ≥ 2, with exactly K nonzeros equal to 1/K in every column, 1 ≤ K < D (§1, §5.1);
-    V* is a finite, nonzero M×d matrix. ValueError naming S_star or V_star otherwise."""
+    V* is a finite, nonzero M×d matrix. ValueError naming S_star or V_star otherwise.
+
+    **Arguments:**
+
+    - ``S_star``: the teacher's attention S*, D × D.
+    - ``V_star``: the teacher's value matrix V*, M × d.
+    """
     S = _validate.float_array("S_star", S_star)
     if S.ndim != 2 or S.shape[0] != S.shape[1] or S.shape[0] < 2 or not np.all(np.isfinite(S)) or np.any(S < 0):
         raise ValueError(f"S_star with shape {S.shape} is invalid: must be a finite, nonnegative D×D matrix, D >= 2")
@@ -64,7 +76,14 @@ def validate_settings(activation: str, alpha, sigma_x, sigma_eps, zero_init: str
 
 
 def resolve_alpha(activation: str, alpha) -> float:
-    """The leaky slope α of ``activation``: linear → 1, relu → 0, leaky → ``alpha`` (default 0.1) in [0, 1)."""
+    """The leaky slope α of ``activation``: linear → 1, relu → 0, leaky → ``alpha`` (default 0.1) in [0, 1);
+    ValueError for an unknown activation, an α out of range, or an α given with "linear" or "relu".
+
+    **Arguments:**
+
+    - ``activation``: one of ``ACTIVATIONS``.
+    - ``alpha``: the leaky slope ("leaky" only; None: ``DEFAULT_LEAKY_ALPHA``).
+    """
     _validate.choice("activation", activation, ACTIVATIONS)
     if activation != "leaky":
         if alpha is not None:
@@ -83,6 +102,14 @@ class BilinearTeacher(Problem):
     relu'(0) = c0 (with "c0=0" ReLU GD never leaves W = 0). For the identity all three agree. α, σ_x and σ_ε are
     array leaves (the activation is kept only as α), so one compilation serves all their values; K and the
     convention are static.
+
+    **Arguments:**
+
+    - ``S_star``: the teacher's attention S*, D × D with K entries 1/K per column (``validate_teacher``).
+    - ``V_star``: the teacher's value matrix V*, M × d, finite and nonzero.
+    - ``activation``: one of ``ACTIVATIONS``; ``alpha``: the leaky slope ("leaky" only, ``resolve_alpha``).
+    - ``sigma_x``: the std of the token entries (> 0); ``sigma_eps``: the label noise std (≥ 0).
+    - ``zero_init``: the convention at w_m = 0, one of ``ZERO_INITS``.
     """
 
     S_star: Float[Array, "D D"]

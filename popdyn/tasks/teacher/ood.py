@@ -20,7 +20,14 @@ from popdyn.tasks.teacher.model import BilinearTeacher
 
 def ood_excess_linear(prob: BilinearTeacher, theta: Theta, mean: float = 1.0, var: float = 1.0) -> Float[Array, ""]:
     """Exact ½E‖W X̃ S − V* X̃ S*‖² for X̃_ab i.i.d. with ``mean`` m and variance ``var`` s² (any law):
-    ½[s²(‖W‖²‖S‖² − 2⟨W,V*⟩⟨S,S*⟩ + ‖V*‖²‖S*‖²) + m²D‖(W − V*)1_d‖²] (§7). Identity σ only."""
+    ½[s²(‖W‖²‖S‖² − 2⟨W,V*⟩⟨S,S*⟩ + ‖V*‖²‖S*‖²) + m²D‖(W − V*)1_d‖²] (§7). Identity σ only (ValueError
+    otherwise: use ``ood_excess_mc``).
+
+    **Arguments:**
+
+    - ``prob``: the ``BilinearTeacher``; ``theta``: the student {"W", "A"}.
+    - ``mean``: the entries' mean m; ``var``: their variance s² ≥ 0.
+    """
     if float(prob.alpha) != 1.0:
         raise ValueError(
             f"activation has alpha={float(prob.alpha)}: the exact OOD loss needs the identity "
@@ -38,7 +45,14 @@ def ood_excess_mc(
     prob: BilinearTeacher, theta: Theta, key: Array, n: int, rate: float = 1.0
 ) -> tuple[Float[Array, ""], Float[Array, ""]]:
     """Monte Carlo (estimate, standard error) of ½E‖σ(W X̃ S) − σ(V* X̃ S*)‖² from ``n`` draws of X̃ with
-    i.i.d. Exp(``rate``) entries (mean 1/rate, variance 1/rate²), for any activation (§7, §8)."""
+    i.i.d. Exp(``rate``) entries (mean 1/rate, variance 1/rate²), for any activation (§7, §8).
+
+    **Arguments:**
+
+    - ``prob``: the ``BilinearTeacher``; ``theta``: the student {"W", "A"}.
+    - ``key``: the PRNG key of the draws; ``n``: the number of draws (≥ 2).
+    - ``rate``: the exponential rate of the entries (> 0).
+    """
     return _ood_mc(prob, theta, key, _validate.int_at_least("n", n, 2), _validate.positive("rate", rate))
 
 

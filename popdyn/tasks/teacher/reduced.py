@@ -42,7 +42,13 @@ class LateAsymptotes(NamedTuple):
 
 
 def late_constant(D: int, K: int) -> float:
-    """lim ηT(L − L_opt) = KD(D−K)/4 (§5.2 [derived]): the same for every α, V*, M, d and σ_x."""
+    """lim ηT(L − L_opt) = KD(D−K)/4 (§5.2 [derived]): the same for every α, V*, M, d and σ_x, so the excess loss
+    of GD from zero decays like KD(D−K)/(4ηT).
+
+    **Arguments:**
+
+    - ``D``: the number of tokens; ``K``: the support of each column of S* (1 ≤ K < D).
+    """
     D, K = validate_sizes(D, K)
     return K * D * (D - K) / 4.0
 
@@ -53,6 +59,13 @@ class TeacherReduced(Problem):
     Depends on the teacher only through (D, K, v = ‖V*‖², α, σ_x) and L_opt = ½MDσ_ε². ``zero_init`` is the
     convention at C1 = 0 of ``BilinearTeacher`` ("limit": the one-sided limit C1 → 0+). v, α, σ_x and σ_ε are array
     leaves (one compilation serves all their values); sizes and the convention are static.
+
+    **Arguments:**
+
+    - ``D``: the number of tokens; ``K``: the support of each column of S* (1 ≤ K < D).
+    - ``v``: v = ‖V*‖_F² > 0; ``alpha``: the leaky slope α ∈ [0, 1] (1 = identity).
+    - ``sigma_x``: the std of the token entries (> 0); ``sigma_eps``: the label noise std (≥ 0).
+    - ``M``: the teacher's output channels (enters L_opt only); ``zero_init``: one of ``ZERO_INITS``.
     """
 
     v: Float[Array, ""]
@@ -171,12 +184,26 @@ class TeacherReduced(Problem):
 
 
 def embed(teacher: BilinearTeacher, theta: Theta) -> Theta:
-    """The full θ of (C1, Δ): W = C1 V*, A = ``teacher.logits(Δ)`` (C2 = (D−K)Δ/D on the support, −KΔ/D off)."""
+    """The full θ of (C1, Δ): W = C1 V*, A = ``teacher.logits(Δ)`` (C2 = (D−K)Δ/D on the support, −KΔ/D off): a
+    point of the invariant manifold of §4.1 as the full model's parameters; ``project`` inverts it there.
+
+    **Arguments:**
+
+    - ``teacher``: the ``BilinearTeacher``.
+    - ``theta``: the reduced state {"C1", "Delta"}.
+    """
     return {"W": theta["C1"] * teacher.V_star, "A": teacher.logits(theta["Delta"])}
 
 
 def project(teacher: BilinearTeacher, theta: Theta) -> Theta:
-    """(C1, Δ) of a full θ: C1 = ⟨W, V*⟩/v, Δ = ⟨A, B⟩/(K(D−K)) with B = ∂A/∂Δ (exact on the manifold)."""
+    """(C1, Δ) of a full θ: C1 = ⟨W, V*⟩/v, Δ = ⟨A, B⟩/(K(D−K)) with B = ∂A/∂Δ (exact on the manifold of §4.1,
+    the orthogonal projection onto the directions V* and B off it).
+
+    **Arguments:**
+
+    - ``teacher``: the ``BilinearTeacher``.
+    - ``theta``: the full state {"W": M × d, "A": D × D}.
+    """
     B = teacher.logits(1.0)
     return {
         "C1": jnp.sum(theta["W"] * teacher.V_star) / teacher.v,
