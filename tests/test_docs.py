@@ -4,7 +4,8 @@
   number ``§N.M`` cited there is a heading of the model page it refers to: the page named just before it
   (``docs/models/markov.md §4.4``), else the one the file names nearest before it (a module names its page once,
   in its docstring, and then cites bare ``§4.4``). No reference points outside the repository.
-* ``mkdocs build --strict`` passes (broken links, anchors and API references fail it), when mkdocs is installed.
+* ``mkdocs build --strict`` passes (broken links, anchors and API references fail it), when mkdocs is installed,
+  and builds a page for every notebook of notebooks/.
 * Every name in the ``__all__`` of a public subpackage has a ``::: module.Name`` entry in the docs, at its defining
   module.
 * The CLI reference (docs/cli.md) is what ``popdyn.jobs.reference`` generates from the job registry
@@ -14,9 +15,11 @@
 
 from __future__ import annotations
 
+import html
 import importlib
 import importlib.util
 import inspect
+import json
 import re
 import subprocess
 import sys
@@ -191,8 +194,8 @@ def test_every_api_entry_names_an_existing_object():
 )
 def test_mkdocs_build_strict(tmp_path):
     """The whole site, API reference included, with every warning an error (about 5 s)."""
-    if importlib.util.find_spec("mkdocstrings") is None or importlib.util.find_spec("material") is None:
-        pytest.skip("mkdocs-material or mkdocstrings is not installed (pip install -e '.[docs]')")
+    if any(importlib.util.find_spec(m) is None for m in ("mkdocstrings", "material", "mkdocs_jupyter")):
+        pytest.skip("mkdocs-material, mkdocstrings or mkdocs-jupyter is not installed (pip install -e '.[docs]')")
     out = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
         cwd=REPO,
@@ -202,7 +205,17 @@ def test_mkdocs_build_strict(tmp_path):
         timeout=300,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert (tmp_path / "site" / "models" / "markov" / "index.html").is_file()
+    site = tmp_path / "site"
+    assert (site / "models" / "markov" / "index.html").is_file()
+    for notebook in sorted((REPO / "notebooks").glob("*.ipynb")):
+        page = site / "notebooks" / notebook.stem / "index.html"
+        assert page.is_file(), f"no page for notebooks/{notebook.name}"
+        shown = html.unescape(re.sub(r"<[^>]+>", "", _text(page)))
+        cells = json.loads(_text(notebook))["cells"]
+        title = "".join(cells[0]["source"]).splitlines()[0].lstrip("# ")
+        code = max("".join(next(c for c in cells if c["cell_type"] == "code")["source"]).splitlines(), key=len)
+        assert title in shown and code in shown, f"{page} does not show notebooks/{notebook.name}"
+        assert 'href="../docs/' not in _text(page), f"{page} keeps a link to ../docs/ (docs/hooks/notebook_links.py)"
 
 
 def _cli_sections(text: str) -> dict[str, str]:
