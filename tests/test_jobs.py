@@ -2,12 +2,15 @@
 is generated from it (per-task --help, an option a job does not use refused), a user's own model runs through
 all four commands from a module path, and sweeps over data parameters compile once and match closed forms."""
 
+import ast
+import inspect
 import json
 import logging
 import os
 import re
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import jax
@@ -16,7 +19,8 @@ import pytest
 from _docs import doc_module
 
 import popdyn
-from popdyn.jobs.registry import COMMANDS, JOBS, MODEL, REGISTRY
+from popdyn.jobs import registry
+from popdyn.jobs.registry import COMMANDS, DECLARED, JOBS, MODEL, REGISTRY, TASKS, Job, Option, lookup, registered
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -28,6 +32,100 @@ def test_every_option_is_a_parameter_of_its_job_and_every_parameter_an_option(jo
     assert job.declared_params() == job.signature_params()
     flags = [o.flag for o in job.options]
     assert len(flags) == len(set(flags))
+
+
+def _function_default(job: Job, name: str):
+    """The default of keyword ``name`` of the function that takes it: ``job``'s, or, for an option that ``job``
+    forwards, its ``forwards_to`` job's."""
+    params = inspect.signature(job.function()).parameters
+    if name not in params:
+        assert job.forwards_to is not None, name
+        return _function_default(lookup(job.forwards_to, job.task), name)
+    return params[name].default
+
+
+@pytest.mark.parametrize("job", JOBS, ids=lambda j: f"{j.command}-{j.task}")
+def test_a_job_functions_defaults_are_its_options_defaults(job):
+    """What ``inspect.signature`` shows, and so what a Python call without the keyword gets, is the registry's."""
+    defaults = job.defaults()
+    assert set(defaults) == {p for o in job.options for p in o.params}
+    for name, value in defaults.items():
+        got = _function_default(job, name)
+        assert got == value and type(got) is type(value), (name, got, value)
+
+
+@pytest.mark.parametrize("target", sorted({j.target for j in JOBS}))
+def test_no_job_function_restates_an_option_default(target):
+    """In the source, every option parameter of a job function has the default ``DECLARED``, and the function is
+    ``registered``."""
+    fn = next(j for j in JOBS if j.target == target).function()
+    node = ast.parse(textwrap.dedent(inspect.getsource(fn))).body[0]
+    assert isinstance(node, ast.FunctionDef)
+    assert [ast.unparse(d) for d in node.decorator_list] == ["registered"]
+    args = node.args
+    positional = args.posonlyargs + args.args
+    written = dict(zip([a.arg for a in positional][len(positional) - len(args.defaults) :], args.defaults, strict=True))
+    written |= {a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is not None}
+    options = {p for j in JOBS if j.target == target for p in j.defaults()}
+    taken = options & {a.arg for a in positional + args.kwonlyargs}
+    assert taken
+    for name in taken:
+        assert name in written and ast.unparse(written[name]) == "DECLARED", (name, ast.unparse(written.get(name)))
+
+
+def test_registered_gives_a_function_its_options_defaults(monkeypatch):
+    def probe(a, b=DECLARED, *, c: str = DECLARED, progress=True):
+        return a, b, c, progress
+
+    target = f"{probe.__module__}:probe"
+    job = Job("basins", "probe", target, "", (Option("--b", int, 3), Option("--c", str, "x")))
+    monkeypatch.setattr(registry, "JOBS", (*registry.JOBS, job))
+    assert registered(probe) is probe
+    assert str(inspect.signature(probe)) == "(a, b=3, *, c: str = 'x', progress=True)"
+    assert probe(1) == (1, 3, "x", True) and probe(1, 4, c="y", progress=False) == (1, 4, "y", False)
+
+    def probe(a, b=3, *, c=DECLARED):  # restates --b's default
+        return a
+
+    with pytest.raises(TypeError, match="default of b is 3, but an Option declares it: write DECLARED"):
+        registered(probe)
+
+    def probe(a, *, c=DECLARED):  # b is an option but not given DECLARED: fine only where b is not a parameter
+        return a, c
+
+    assert registered(probe)(0) == (0, "x")
+
+    def probe(a, b=DECLARED, *, c=DECLARED, d=DECLARED):
+        return a
+
+    with pytest.raises(TypeError, match="default of d is DECLARED, but no Option declares it"):
+        registered(probe)
+    other = Job("converge", "probe", target, "", (Option("--b", int, 4),))
+    monkeypatch.setattr(registry, "JOBS", (*registry.JOBS, other))
+    with pytest.raises(TypeError, match="declare two defaults of b: 3 and 4"):
+        registered(probe)
+
+    def unknown(a=DECLARED):
+        return a
+
+    with pytest.raises(TypeError, match="the function of no job"):
+        registered(unknown)
+
+
+def test_the_task_sweeps_and_the_tasks_are_read_off_the_declarations():
+    swept = {j.task for j in JOBS if j.sweep}
+    assert swept == {"decision-list", "scan-snap", "scb", "teacher"}
+    forwarding = {t: j for (c, t), j in REGISTRY.items() if c == "sweep" and j.forwards_to is not None}
+    assert set(forwarding) == swept
+    assert {t for c, t in REGISTRY if c == "sweep"} == swept | {"markov", MODEL}
+    for task, sweep in forwarding.items():
+        basins = REGISTRY[("basins", task)]
+        assert sweep.forwards_to == "basins" and sweep.fixed == {"task": task} and sweep.target.endswith(":sweep_task")
+        assert sweep.options[0].flag == "--vary" and sweep.options[1:] == basins.options
+    assert TASKS == tuple(dict.fromkeys(j.task for j in JOBS if j.task != MODEL))
+    assert TASKS == ("markov", "decision-list", "scan-snap", "scb", "teacher")
+    with pytest.raises(ValueError, match="only a basins job is swept"):
+        Job("converge", "markov", "popdyn.jobs.markov.commands:converge_markov", "", (), sweep=True)
 
 
 @pytest.mark.parametrize("job", JOBS, ids=lambda j: f"{j.command}-{j.task}")

@@ -31,6 +31,7 @@ from popdyn.dynamics import gradient_descent
 from popdyn.io import Result
 from popdyn.jobs.basin_result import basin_result
 from popdyn.jobs.dynamics_options import job_dynamics, settings
+from popdyn.jobs.registry import DECLARED, registered
 from popdyn.jobs.task import Task
 from popdyn.jobs.user_code import call_user, load_object
 from popdyn.plot import plot_step_size_audit, plot_times
@@ -157,25 +158,26 @@ def _title(factory: str, param) -> str:
     return factory + ("" if not param else " " + " ".join(param))
 
 
+@registered
 def basins_model(
-    factory: str,
-    param=(),
-    x: str | None = None,
-    y: str | None = None,
-    grid: int = 32,
-    lo: float = -3.0,
-    hi: float = 3.0,
-    seed: int = 0,
-    method: str = "flow",
-    t1: float = 1e4,
-    lr: float = 0.1,
-    steps: int = 2000,
-    solver: str = "tsit5",
-    rtol: float = 1e-8,
-    atol: float = 1e-10,
-    gtol: float | None = None,
-    max_steps: int = 100_000,
-    chunk: int = 16384,
+    factory: str = DECLARED,
+    param=DECLARED,
+    x: str | None = DECLARED,
+    y: str | None = DECLARED,
+    grid: int = DECLARED,
+    lo: float = DECLARED,
+    hi: float = DECLARED,
+    seed: int = DECLARED,
+    method: str = DECLARED,
+    t1: float = DECLARED,
+    lr: float = DECLARED,
+    steps: int = DECLARED,
+    solver: str = DECLARED,
+    rtol: float = DECLARED,
+    atol: float = DECLARED,
+    gtol: float | None = DECLARED,
+    max_steps: int = DECLARED,
+    chunk: int = DECLARED,
     progress: bool = False,
     checkpoint=None,
 ) -> Result:
@@ -229,21 +231,22 @@ def _coordinate_grid(prob: Problem, factory: str, x, y, lo: float, hi: float, n:
     return Grid.square(x, y, lo, hi, n, base=base)
 
 
+@registered
 def converge_model(
-    factory: str,
-    param=(),
-    n_init: int = 16,
-    seed: int = 0,
-    eps: float = 1e-6,
-    method: str = "flow",
-    t1: float = 1e4,
-    lr: float = 0.1,
-    steps: int = 10_000,
-    solver: str = "tsit5",
-    rtol: float = 1e-8,
-    atol: float = 1e-10,
-    gtol: float | None = None,
-    max_steps: int = 100_000,
+    factory: str = DECLARED,
+    param=DECLARED,
+    n_init: int = DECLARED,
+    seed: int = DECLARED,
+    eps: float = DECLARED,
+    method: str = DECLARED,
+    t1: float = DECLARED,
+    lr: float = DECLARED,
+    steps: int = DECLARED,
+    solver: str = DECLARED,
+    rtol: float = DECLARED,
+    atol: float = DECLARED,
+    gtol: float | None = DECLARED,
+    max_steps: int = DECLARED,
 ) -> Result:
     """From n_init draws of prob.init: the time (flow) or step (GD) at which ‖∇L‖ ≤ ε (a flow's exact to the
     solver's tolerance: ``popdyn.hitting_times`` with ``GradNormBelow``), the status of each run and its end loss;
@@ -285,7 +288,15 @@ def converge_model(
     return res
 
 
-def stepsize_model(factory: str, param=(), lr=(0.1,), steps: int = 400, seed: int = 0, momentum: float = 0.0) -> Result:
+@registered
+def stepsize_model(
+    factory: str = DECLARED,
+    param=DECLARED,
+    lr=DECLARED,
+    steps: int = DECLARED,
+    seed: int = DECLARED,
+    momentum: float = DECLARED,
+) -> Result:
     """GD from θ0 = prob.init(PRNGKey(seed)) at every η in ``lr`` in one batch (heavy-ball ``momentum`` μ), with
     λ_max(∇²L(θ_t)) audited against 1/η and 2/η, or (1 − √μ)²/η and 2(1 + μ)/η with momentum
     (``popdyn.step_size_audit``: held / edge of stability / unstable / diverged)."""

@@ -3,6 +3,19 @@
 
 Importing this module loads nothing heavy (no JAX, no matplotlib): a job's function is imported only when it
 runs, so ``popdyn basins markov --help`` answers at once.
+
+A default is written here alone. A job function writes ``DECLARED`` as the default of each of its option
+parameters (``def basins_markov(p=DECLARED, q=DECLARED, n=DECLARED, ...)``) and is decorated with ``registered``,
+which, when its module is imported, puts the Options' defaults in place of ``DECLARED`` in ``__defaults__`` and
+``__kwdefaults__``: ``inspect.signature`` shows them and a Python call without the keyword uses them, exactly as
+the command line does. The marker, rather than parameters without defaults, keeps the functions callable with
+some keywords alone, positionally where they were before (``basins_markov(0.1, 0.2, n=8)``), and keeps that true
+for a type checker: ``DECLARED`` is typed ``Any``, so ``n: int = DECLARED`` is an optional ``int`` to mypy. The
+decorator refuses, at import, an option parameter whose source default is anything but ``DECLARED`` and a
+``DECLARED`` that no Option declares, so a restated default cannot come back unnoticed.
+
+Which tasks ``popdyn sweep TASK`` serves is declared on the task's basins Job (``sweep=True``), and TASKS, the
+papers' tasks, is read off JOBS in declaration order.
 """
 
 from __future__ import annotations
@@ -10,9 +23,10 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 COMMANDS = ("basins", "converge", "stepsize", "sweep")
 MODEL = "model"
@@ -21,7 +35,8 @@ MODEL = "model"
 
 @dataclass(frozen=True)
 class Option:
-    """One command-line option ``--flag`` of a job: its type, default and help. ``param`` is the job function's
+    """One command-line option ``--flag`` of a job: its type, default (the one place it is written: the job
+    function's default is filled in from it, ``registered``) and help. ``param`` is the job function's
     keyword (default: the flag's name with - → _), a tuple for an option of several values that the function
     takes as several keywords (``--range LO HI`` → lo, hi). ``when`` = (option, value): the option applies only
     when that other option has that value; given otherwise, it is refused."""
@@ -61,6 +76,12 @@ class Option:
             return {self.params[0]: list(value) if isinstance(value, tuple) and self.nargs == "+" else value}
         return dict(zip(self.params, value, strict=False))
 
+    def defaults(self) -> dict[str, Any]:
+        """The job function's default of each keyword this option feeds (``--range`` → lo, hi: one value each)."""
+        if len(self.params) == 1:
+            return {self.params[0]: self.default}
+        return dict(zip(self.params, self.default, strict=True))
+
 
 @dataclass(frozen=True)
 class Job:
@@ -77,6 +98,12 @@ class Job:
     fixed: dict = field(default_factory=dict)
     forwards_to: str | None = None
     """A command whose job of the same task gets the keywords this job's function takes as ``**options``."""
+    sweep: bool = False
+    """For a basins job: ``popdyn sweep TASK`` runs it over a grid of one or two of its numeric options."""
+
+    def __post_init__(self) -> None:
+        if self.sweep and self.command != "basins":
+            raise ValueError(f"sweep=True on the {self.command} {self.task} job: only a basins job is swept")
 
     def function(self) -> Callable:
         module, name = self.target.split(":")
@@ -89,6 +116,10 @@ class Job:
         if self.forwards_to is None:
             return own
         return own | (lookup(self.forwards_to, self.task).signature_params() - {"progress", "checkpoint"})
+
+    def defaults(self) -> dict[str, Any]:
+        """The default of each keyword the options feed, by keyword."""
+        return {name: value for o in self.options for name, value in o.defaults().items()}
 
     def declared_params(self) -> set[str]:
         """The keywords the options, progress, checkpoint and fixed values supply."""
@@ -326,6 +357,7 @@ JOBS: tuple[Job, ...] = (
             CHUNK,
         ),
         takes_checkpoint=True,
+        sweep=True,
     ),
     Job(
         "converge",
@@ -355,6 +387,61 @@ JOBS: tuple[Job, ...] = (
             Option("--draws", int, 10, "draws of V0's perturbation (seeds seed, seed+1, …) for λ_max(θ0)'s spread"),
         ),
     ),
+    # ---- scan and snap
+    Job(
+        "converge",
+        "scan-snap",
+        "popdyn.jobs.scan_snap:converge_scan_snap",
+        "measured snap time t₀ against its closed form and Remark 1's bound, across η_Y/η_Z",
+        _opts(
+            Option("--K", int, 10, "classes (one shared query token)"),
+            Option("--M", int, 200, "vocabulary size (the paper's worked case: 1000)"),
+            Option("--eta-y", float, 0.5, "decoder rate η_Y"),
+            Option("--ratios", float, (1.0, 10.0, 100.0), "η_Y/η_Z values", nargs="+"),
+            Option("--n-common", int, 1, "common tokens per class"),
+            Option("--n-distinct", int, 10, "distinct tokens per class"),
+            Option("--rtol", float, 1e-8, "the flow's relative tolerance (atol = rtol/100)"),
+        ),
+    ),
+    Job(
+        "stepsize",
+        "scan-snap",
+        "popdyn.jobs.scan_snap:stepsize_scan_snap",
+        "λ_max along exact GD against 1/η and 2/η",
+        _opts(
+            Option("--lr", float, (1.0, 5.0, 20.0), "learning rates", nargs="+", param="lrs"),
+            Option("--steps", int, 100, "GD steps"),
+            Option("--record-every", int, 2, "steps between audits"),
+            Option("--K", int, 2, "classes"),
+            Option("--n-common", int, 10, "common tokens per class"),
+            Option("--n-distinct", int, 10, "distinct tokens per class"),
+            Option("--M", int, None, "vocabulary size (default: the tokens used)"),
+            dataclasses.replace(AUDIT_MOMENTUM, help=f"{AUDIT_MOMENTUM.help} (the paper's μ: 0.9)"),
+        ),
+    ),
+    Job(
+        "basins",
+        "scan-snap",
+        "popdyn.jobs.scan_snap:basins_scan_snap",
+        "which distinct token wins the attention, over initial decoder weight × attention logit",
+        _opts(
+            Option("--grid", int, 9, "points per axis (>= 2)"),
+            Option("--decoder-range", float, (-1.0, 1.0), "range of Y[l₂, n₀](0)", nargs=2, metavar=("LO", "HI")),
+            Option("--logit-range", float, (-0.5, 1.5), "range of Z[m, l₂](0)", nargs=2, metavar=("LO", "HI")),
+            Option("--K", int, 2, "classes"),
+            Option("--n-common", int, 1, "common tokens per class"),
+            Option("--n-distinct", int, 3, "distinct tokens per class (>= 2)"),
+            Option("--M", int, 20, "vocabulary size"),
+            Option("--eta-y", float, 1.0, "decoder rate η_Y"),
+            Option("--eta-z", float, 0.1, "attention rate η_Z"),
+            Option("--gtol", float, 1e-4, "gradient norm that ends a run"),
+            Option("--t1", float, 1e7, "flow horizon"),
+            CHUNK,
+        ),
+        takes_progress=True,
+        takes_checkpoint=True,
+        sweep=True,
+    ),
     # ---- sparse contextual bigrams
     Job(
         "basins",
@@ -378,6 +465,7 @@ JOBS: tuple[Job, ...] = (
         ),
         takes_progress=True,
         takes_checkpoint=True,
+        sweep=True,
     ),
     Job(
         "converge",
@@ -439,11 +527,14 @@ JOBS: tuple[Job, ...] = (
             ),
             Option("--lr", float, None, "GD step (default 1/λ_max at the teacher)"),
             Option("--steps", int, 3000, "GD step budget"),
+            # [our choice]: a start reached the teacher when its excess loss fell to 1% of the excess at the
+            # paper's zero initialisation
             Option("--tol", float, 0.01, "the teacher's level: L ≤ L_opt + tol·(L(0) − L_opt), tol in (0, 1)"),
             CHUNK,
         ),
         takes_progress=True,
         takes_checkpoint=True,
+        sweep=True,
     ),
     Job(
         "stepsize",
@@ -457,60 +548,6 @@ JOBS: tuple[Job, ...] = (
             Option("--records", int, 40, "audit points"),
             AUDIT_MOMENTUM,
         ),
-    ),
-    # ---- scan and snap
-    Job(
-        "converge",
-        "scan-snap",
-        "popdyn.jobs.scan_snap:converge_scan_snap",
-        "measured snap time t₀ against its closed form and Remark 1's bound, across η_Y/η_Z",
-        _opts(
-            Option("--K", int, 10, "classes (one shared query token)"),
-            Option("--M", int, 200, "vocabulary size (the paper's worked case: 1000)"),
-            Option("--eta-y", float, 0.5, "decoder rate η_Y"),
-            Option("--ratios", float, (1.0, 10.0, 100.0), "η_Y/η_Z values", nargs="+"),
-            Option("--n-common", int, 1, "common tokens per class"),
-            Option("--n-distinct", int, 10, "distinct tokens per class"),
-            Option("--rtol", float, 1e-8, "the flow's relative tolerance (atol = rtol/100)"),
-        ),
-    ),
-    Job(
-        "stepsize",
-        "scan-snap",
-        "popdyn.jobs.scan_snap:stepsize_scan_snap",
-        "λ_max along exact GD against 1/η and 2/η",
-        _opts(
-            Option("--lr", float, (1.0, 5.0, 20.0), "learning rates", nargs="+", param="lrs"),
-            Option("--steps", int, 100, "GD steps"),
-            Option("--record-every", int, 2, "steps between audits"),
-            Option("--K", int, 2, "classes"),
-            Option("--n-common", int, 10, "common tokens per class"),
-            Option("--n-distinct", int, 10, "distinct tokens per class"),
-            Option("--M", int, None, "vocabulary size (default: the tokens used)"),
-            dataclasses.replace(AUDIT_MOMENTUM, help=f"{AUDIT_MOMENTUM.help} (the paper's μ: 0.9)"),
-        ),
-    ),
-    Job(
-        "basins",
-        "scan-snap",
-        "popdyn.jobs.scan_snap:basins_scan_snap",
-        "which distinct token wins the attention, over initial decoder weight × attention logit",
-        _opts(
-            Option("--grid", int, 9, "points per axis (>= 2)"),
-            Option("--decoder-range", float, (-1.0, 1.0), "range of Y[l₂, n₀](0)", nargs=2, metavar=("LO", "HI")),
-            Option("--logit-range", float, (-0.5, 1.5), "range of Z[m, l₂](0)", nargs=2, metavar=("LO", "HI")),
-            Option("--K", int, 2, "classes"),
-            Option("--n-common", int, 1, "common tokens per class"),
-            Option("--n-distinct", int, 3, "distinct tokens per class (>= 2)"),
-            Option("--M", int, 20, "vocabulary size"),
-            Option("--eta-y", float, 1.0, "decoder rate η_Y"),
-            Option("--eta-z", float, 0.1, "attention rate η_Z"),
-            Option("--gtol", float, 1e-4, "gradient norm that ends a run"),
-            Option("--t1", float, 1e7, "flow horizon"),
-            CHUNK,
-        ),
-        takes_progress=True,
-        takes_checkpoint=True,
     ),
     # ---- a user's own Problem
     Job(
@@ -630,11 +667,10 @@ def _task_sweep(basins: Job) -> Job:
     )
 
 
-JOBS += tuple(
-    _task_sweep(j) for j in JOBS if j.command == "basins" and j.task in ("decision-list", "scan-snap", "scb", "teacher")
-)
+JOBS += tuple(_task_sweep(j) for j in JOBS if j.sweep)
 REGISTRY: dict[tuple[str, str], Job] = {(j.command, j.task): j for j in JOBS}
-TASKS = ("markov", "decision-list", "scan-snap", "scb", "teacher")
+TASKS: tuple[str, ...] = tuple(dict.fromkeys(j.task for j in JOBS if j.task != MODEL))
+"""The papers' tasks, in the order JOBS declares them."""
 
 
 def tasks_for(command: str) -> tuple[str, ...]:
@@ -651,3 +687,62 @@ def lookup(command: str, task: str) -> Job:
             "your own model as module.path:factory"
         )
     return REGISTRY[(command, task)]
+
+
+# ---- the job functions' defaults -------------------------------------------------------------------------------
+class _Declared:
+    """The type of ``DECLARED``."""
+
+    def __repr__(self) -> str:
+        return "DECLARED"
+
+
+DECLARED: Any = _Declared()
+"""The source default of a job function's option parameter: ``registered`` puts the Option's default in its
+place (typed ``Any``, so ``n: int = DECLARED`` is an optional ``int`` to a type checker)."""
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _declared_defaults(target: str, names: Collection[str]) -> dict[str, Any]:
+    """The default of each keyword in ``names`` that an option of a job running ``target`` ("module:function")
+    feeds, by keyword; a TypeError when no job runs it or two of its jobs declare different defaults for one of
+    ``names`` (a job that forwards options, ``sweep_task``, declares others that its function does not take)."""
+    out: dict[str, Any] = {}
+    jobs = [j for j in JOBS if j.target == target]
+    if not jobs:
+        raise TypeError(f"{target} is the function of no job in popdyn.jobs.registry")
+    for job in jobs:
+        for name, value in job.defaults().items():
+            if name in names and out.setdefault(name, value) != value:
+                raise TypeError(f"the jobs of {target} declare two defaults of {name}: {out[name]!r} and {value!r}")
+    return out
+
+
+def registered(fn: _F) -> _F:
+    """Decorate a job function: the default of each of its option parameters, written ``DECLARED`` in its source,
+    becomes the default its Options declare (in ``__defaults__`` and ``__kwdefaults__``, which
+    ``inspect.signature`` and every call read). A TypeError, at import, for an option parameter whose source
+    default is not ``DECLARED`` (a restated default, or none) and for a ``DECLARED`` no Option declares.
+
+    **Arguments:**
+
+    - ``fn``: the function of one or more jobs (``Job.target`` names it); returned itself, its defaults set.
+    """
+    if not isinstance(fn, types.FunctionType):
+        raise TypeError(f"registered takes a function, not {fn!r}")
+    target = f"{fn.__module__}:{fn.__name__}"
+    params = inspect.signature(fn).parameters
+    declared = _declared_defaults(target, params)
+    for name, param in params.items():
+        if (name in declared) != (param.default is DECLARED):
+            written = "missing" if param.default is param.empty else repr(param.default)
+            where = "an Option declares it: write DECLARED" if name in declared else "no Option declares it"
+            raise TypeError(f"{target}: the default of {name} is {written}, but {where}")
+    positional = fn.__code__.co_varnames[: fn.__code__.co_argcount]
+    given = fn.__defaults__ or ()
+    names = positional[len(positional) - len(given) :]
+    fn.__defaults__ = tuple(declared[n] if d is DECLARED else d for n, d in zip(names, given, strict=True))
+    if fn.__kwdefaults__:
+        fn.__kwdefaults__ = {n: declared[n] if d is DECLARED else d for n, d in fn.__kwdefaults__.items()}
+    return fn

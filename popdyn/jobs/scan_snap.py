@@ -27,6 +27,7 @@ from popdyn.analysis import BasinMap, Grid, StepSizeAudit, basin_map, hitting_ti
 from popdyn.dynamics import STATUS_NAMES, Trajectory, gradient_descent
 from popdyn.io import Result
 from popdyn.jobs.basin_result import basin_result
+from popdyn.jobs.registry import DECLARED, registered
 from popdyn.plot import plot_step_size_audit
 from popdyn.problem import Theta
 from popdyn.tasks.scan_snap import (
@@ -269,14 +270,15 @@ def _converge_table(closed: _SnapClosedForm, rows: list[_SnapTime], checks: dict
     return lines
 
 
+@registered
 def converge_scan_snap(
-    K: int = 10,
-    M: int = 200,
-    eta_y: float = 0.5,
-    ratios: Sequence[float] = (1.0, 10.0, 100.0),
-    n_common: int = 1,
-    n_distinct: int = 10,
-    rtol: float = 1e-8,
+    K: int = DECLARED,
+    M: int = DECLARED,
+    eta_y: float = DECLARED,
+    ratios: Sequence[float] = DECLARED,
+    n_common: int = DECLARED,
+    n_distinct: int = DECLARED,
+    rtol: float = DECLARED,
 ) -> Result:
     """Transition time t₀ (the snap) of the exact joint gradient flow from θ = 0, at η_Y = ``eta_y`` and
     η_Z = η_Y/ν for each ν in ``ratios``, against the closed forms of §4-§5 (docs/jobs.md).
@@ -479,15 +481,16 @@ def _stepsize_figure(audit: StepSizeAudit, loss: np.ndarray, lrs: list[float], z
     return fig
 
 
+@registered
 def stepsize_scan_snap(
-    lrs: Sequence[float] = (1.0, 5.0, 20.0),
-    steps: int = 100,
-    record_every: int = 2,
-    K: int = 2,
-    n_common: int = 10,
-    n_distinct: int = 10,
-    M: int | None = None,
-    momentum: float = 0.0,
+    lrs: Sequence[float] = DECLARED,
+    steps: int = DECLARED,
+    record_every: int = DECLARED,
+    K: int = DECLARED,
+    n_common: int = DECLARED,
+    n_distinct: int = DECLARED,
+    M: int | None = DECLARED,
+    momentum: float = DECLARED,
 ) -> Result:
     """Exact GD from θ = 0 with one rate η for Y and Z (η_Y = η_Z, Fig. 4's left panel), one run per η in ``lrs``
     in one batched call, with λ_max(∇²L(θ_s)) audited against 1/η (monotone) and 2/η (stable) at every record
@@ -712,19 +715,20 @@ def _basins_lines(
     ]
 
 
+@registered
 def basins_scan_snap(
-    grid: int = 9,
-    decoder_range: tuple[float, float] = (-1.0, 1.0),
-    logit_range: tuple[float, float] = (-0.5, 1.5),
-    K: int = 2,
-    n_common: int = 1,
-    n_distinct: int = 3,
-    M: int | None = 20,
-    eta_y: float = 1.0,
-    eta_z: float = 0.1,
-    gtol: float = 1e-4,
-    t1: float = 1e7,
-    chunk: int = 16384,
+    grid: int = DECLARED,
+    decoder_range: tuple[float, float] = DECLARED,
+    logit_range: tuple[float, float] = DECLARED,
+    K: int = DECLARED,
+    n_common: int = DECLARED,
+    n_distinct: int = DECLARED,
+    M: int | None = DECLARED,
+    eta_y: float = DECLARED,
+    eta_z: float = DECLARED,
+    gtol: float = DECLARED,
+    t1: float = DECLARED,
+    chunk: int = DECLARED,
     progress: bool = True,
     checkpoint: str | os.PathLike | None = None,
 ) -> Result:

@@ -24,6 +24,7 @@ from popdyn.dynamics import AbstractDynamics
 from popdyn.io import Result
 from popdyn.jobs.dynamics_options import job_dynamics, settings
 from popdyn.jobs.model import build, load_factory, parse_params, theta_bytes, warn_if_init_ignores_key
+from popdyn.jobs.registry import DECLARED, registered
 from popdyn.problem import Problem, Theta
 
 POINT_BYTES = 4096.0
@@ -220,22 +221,23 @@ def _result(sw: Sweep, inputs: dict, title: str, extra: dict | None = None, theo
     return res
 
 
+@registered
 def sweep_model(
-    factory: str,
-    param=(),
-    vary=None,
-    n_init: int = 64,
-    seed: int = 0,
-    method: str = "flow",
-    t1: float = 1e4,
-    lr: float = 0.1,
-    steps: int = 2000,
-    solver: str = "tsit5",
-    rtol: float = 1e-8,
-    atol: float = 1e-10,
-    gtol: float | None = None,
-    max_steps: int = 100_000,
-    chunk: int = 16384,
+    factory: str = DECLARED,
+    param=DECLARED,
+    vary=DECLARED,
+    n_init: int = DECLARED,
+    seed: int = DECLARED,
+    method: str = DECLARED,
+    t1: float = DECLARED,
+    lr: float = DECLARED,
+    steps: int = DECLARED,
+    solver: str = DECLARED,
+    rtol: float = DECLARED,
+    atol: float = DECLARED,
+    gtol: float | None = DECLARED,
+    max_steps: int = DECLARED,
+    chunk: int = DECLARED,
     progress: bool = False,
     checkpoint=None,
 ) -> Result:
@@ -265,25 +267,26 @@ def sweep_model(
     return _result(sw, inputs, factory)
 
 
+@registered
 def sweep_markov(
-    p_lo: float = 0.05,
-    p_hi: float = 0.95,
-    q_lo: float = 0.05,
-    q_hi: float = 0.95,
-    points: int = 8,
-    grid: int = 16,
-    lo: float = -3.0,
-    hi: float = 3.0,
-    method: str = "flow",
-    t1: float = 1e4,
-    lr: float = 0.5,
-    steps: int = 2000,
-    solver: str = "tsit5",
-    rtol: float = 1e-8,
-    atol: float = 1e-10,
-    gtol: float | None = None,
-    max_steps: int = 100_000,
-    chunk: int = 16384,
+    p_lo: float = DECLARED,
+    p_hi: float = DECLARED,
+    q_lo: float = DECLARED,
+    q_hi: float = DECLARED,
+    points: int = DECLARED,
+    grid: int = DECLARED,
+    lo: float = DECLARED,
+    hi: float = DECLARED,
+    method: str = DECLARED,
+    t1: float = DECLARED,
+    lr: float = DECLARED,
+    steps: int = DECLARED,
+    solver: str = DECLARED,
+    rtol: float = DECLARED,
+    atol: float = DECLARED,
+    gtol: float | None = DECLARED,
+    max_steps: int = DECLARED,
+    chunk: int = DECLARED,
     progress: bool = False,
     checkpoint=None,
 ) -> Result:
@@ -368,7 +371,8 @@ def _rehearse(run: Callable, kw: dict, values: dict) -> None:
         raise ValueError(f"at {where}: {err}") from None
 
 
-def sweep_task(task: str, vary=None, progress: bool = False, checkpoint=None, **options) -> Result:
+@registered
+def sweep_task(task: str, vary=DECLARED, progress: bool = False, checkpoint=None, **options) -> Result:
     """``popdyn sweep TASK --vary NAME=LO:HI:N``: the task's basins job (docs/jobs.md) at every point of a grid of one
     or two of its numeric options, its other options fixed: each attractor's share of the resolved starts, the
     resolved share and, where the job reports it, the median time. A swept number that is an array leaf of the

@@ -15,6 +15,7 @@ from popdyn.dynamics.status import count
 from popdyn.io import Result
 from popdyn.jobs.decision_list.theorem1 import theorem1_run
 from popdyn.jobs.records import summary
+from popdyn.jobs.registry import DECLARED, registered
 from popdyn.tasks.decision_list.data import validate_sizes
 from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
 from popdyn.tasks.decision_list.theorems import theorem1_c
@@ -23,15 +24,16 @@ if TYPE_CHECKING:
     from popdyn.jobs.decision_list.theorem2 import LambdaMax0Reference, Theorem2Run
 
 
+@registered
 def converge_decision_list(
-    L: int,
-    n: int,
-    M: int,
-    c: float | None = None,
-    distribution: str = "distinct",
-    delta: float | None = None,
-    gamma: float | None = None,
-    t1: float | None = None,
+    L: int = DECLARED,
+    n: int = DECLARED,
+    M: int = DECLARED,
+    c: float | None = DECLARED,
+    distribution: str = DECLARED,
+    delta: float | None = DECLARED,
+    gamma: float | None = DECLARED,
+    t1: float | None = DECLARED,
 ) -> Result:
     """Theorem 1: first time T* of perfect classification per list length against T₁ = 4M/(log L·γ)."""
     run = theorem1_run(L, n, M, c, distribution, delta, gamma, t1)
@@ -230,17 +232,18 @@ def _basins_summary(flow: _PlaneFlow, L: int, n: int, c: float, t1: float, distr
     }
 
 
+@registered
 def basins_decision_list(
-    L: int,
-    n: int,
-    c: float | None = None,
-    grid: int = 32,
-    lo: float = -3.0,
-    hi: float = 3.0,
-    t1: float = 100.0,
-    distribution: str = "distinct",
-    n_times: int = 120,
-    chunk: int = 16384,
+    L: int = DECLARED,
+    n: int = DECLARED,
+    c: float | None = DECLARED,
+    grid: int = DECLARED,
+    lo: float = DECLARED,
+    hi: float = DECLARED,
+    t1: float = DECLARED,
+    distribution: str = DECLARED,
+    n_times: int = DECLARED,
+    chunk: int = DECLARED,
     checkpoint: str | None = None,
 ) -> Result:
     """A column with a list of length 2 under the flow on W (V = cP), from every initialisation of the
@@ -370,8 +373,15 @@ def plot_spread(ax, run: Theorem2Run, spread: LambdaSpread) -> None:
     ax.legend(fontsize=7)
 
 
+@registered
 def stepsize_decision_list(
-    L: int, n: int, M: int, seed: int = 0, lr: float | None = None, steps: int = 20, draws: int = 10
+    L: int = DECLARED,
+    n: int = DECLARED,
+    M: int = DECLARED,
+    seed: int = DECLARED,
+    lr: float | None = DECLARED,
+    steps: int = DECLARED,
+    draws: int = DECLARED,
 ) -> Result:
     """Theorem 2 (§6; docs/jobs.md): exact GD on (W, V) from the theorem's initialisation at η = 1/λ_max(θ₀) (``lr``
     if given) for up to ``steps`` steps (``theorem2_run``'s max_steps), with the step-size audit, the T-range,

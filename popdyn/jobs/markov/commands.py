@@ -18,31 +18,33 @@ from popdyn.dynamics import STATUS_NAMES, gradient_descent
 from popdyn.io import Result
 from popdyn.jobs.basin_result import basin_result
 from popdyn.jobs.dynamics_options import job_dynamics, settings
+from popdyn.jobs.registry import DECLARED, registered
 from popdyn.plot import plot_convergence, plot_step_size_audit
 from popdyn.tasks.markov import ATTRACTORS, Canonical
 
 
 # ---- basins ---------------------------------------------------------------------------------------
+@registered
 def basins_markov(
-    p,
-    q,
-    n=128,
-    lo=-3.0,
-    hi=3.0,
-    method="flow",
-    t1=1e4,
-    lr=0.5,
-    steps=2000,
-    chunk=16384,
+    p=DECLARED,
+    q=DECLARED,
+    n=DECLARED,
+    lo=DECLARED,
+    hi=DECLARED,
+    method=DECLARED,
+    t1=DECLARED,
+    lr=DECLARED,
+    steps=DECLARED,
+    chunk=DECLARED,
     progress=True,
     checkpoint=None,
-    bias="profiled",
-    momentum=0.0,
-    gtol=None,
-    solver="tsit5",
-    rtol=1e-8,
-    atol=1e-10,
-    max_steps=100_000,
+    bias=DECLARED,
+    momentum=DECLARED,
+    gtol=DECLARED,
+    solver=DECLARED,
+    rtol=DECLARED,
+    atol=DECLARED,
+    max_steps=DECLARED,
 ) -> Result:
     """Basin map of the (e, w) model over [lo, hi]² (the bias profiled out, or ``bias="trained"`` from b = 0),
     checked against the closed form (§4.4, profiled bias only), run by ``job_dynamics`` of the method and its
@@ -114,7 +116,10 @@ def _closed_form_basins(prob: Canonical, grid: Grid) -> tuple[np.ndarray, np.nda
 
 
 # ---- converge -------------------------------------------------------------------------------------
-def converge_markov(p, q, n_init=8, std=1.0, seed=0, eps=1e-6, t1=1e4) -> Result:
+@registered
+def converge_markov(
+    p=DECLARED, q=DECLARED, n_init=DECLARED, std=DECLARED, seed=DECLARED, eps=DECLARED, t1=DECLARED
+) -> Result:
     """Time for the profiled flow to enter the ε-ball around its closed-form limit, against the local
     rate λ (the nonzero Hessian eigenvalue at the limit, §4.6): T_pred = T(1e-2) + ln(1e-2/ε)/λ."""
     n_init = _validate.int_at_least("n-init", n_init, 1)
@@ -192,7 +197,10 @@ def converge_markov(p, q, n_init=8, std=1.0, seed=0, eps=1e-6, t1=1e4) -> Result
 
 
 # ---- stepsize -------------------------------------------------------------------------------------
-def stepsize_markov(p, q, e0=1.0, w0=0.5, lrs=(0.5, 2.0, 3.0), steps=400, momentum=0.0) -> Result:
+@registered
+def stepsize_markov(
+    p=DECLARED, q=DECLARED, e0=DECLARED, w0=DECLARED, lrs=DECLARED, steps=DECLARED, momentum=DECLARED
+) -> Result:
     """GD from (e0, w0) at each η (heavy-ball ``momentum`` μ), with λ_max(∇²L(θ_t)) audited against 1/η and 2/η
     ((1 − √μ)²/η and 2(1 + μ)/η with momentum, ``step_size_audit``)."""
     e0, w0 = _validate.finite("e0", e0), _validate.finite("w0", w0)

@@ -16,6 +16,7 @@ from popdyn.analysis import Grid, basin_map, lambda_max, step_size_audit
 from popdyn.dynamics import gradient_descent
 from popdyn.dynamics.status import count
 from popdyn.io import Result
+from popdyn.jobs.registry import DECLARED, registered
 from popdyn.jobs.scb.training import stage1
 from popdyn.plot import plot_basin_map, plot_step_size_audit
 from popdyn.tasks.scb.instance import random_instance
@@ -37,15 +38,16 @@ def _instance(N: int, T: int, Q: int, seed: int) -> tuple[SparseBigram, Reduced2
     return prob, red, info
 
 
+@registered
 def converge_scb(
-    N: int = 10,
-    T: int = 50,
-    Q: int = 2,
-    seed: int = 0,
-    lr: float = 0.5,
-    eps: float = 0.01,
-    threshold: float | None = None,
-    max_steps: int = 20_000,
+    N: int = DECLARED,
+    T: int = DECLARED,
+    Q: int = DECLARED,
+    seed: int = DECLARED,
+    lr: float = DECLARED,
+    eps: float = DECLARED,
+    threshold: float | None = DECLARED,
+    max_steps: int = DECLARED,
 ) -> Result:
     """Stage-1 duration (first step with max(α_V, α_A) ≥ threshold, default 2/(QN)) on the full matrices, and
     the total steps to max(‖V−P‖_μ, ‖A−Qm‖_μ) ≤ ε on 𝓜, for exact preconditioned projected GD at ``lr``;
@@ -119,17 +121,18 @@ def converge_scb(
     return Result(inputs, results, arrays, {"converge": fig}, lines)
 
 
+@registered
 def basins_scb(
-    N: int = 10,
-    T: int = 50,
-    Q: int = 2,
-    seed: int = 0,
-    n: int = 64,
-    lo: float = -2.0,
-    hi: float = 2.0,
-    t1: float = 2e4,
+    N: int = DECLARED,
+    T: int = DECLARED,
+    Q: int = DECLARED,
+    seed: int = DECLARED,
+    n: int = DECLARED,
+    lo: float = DECLARED,
+    hi: float = DECLARED,
+    t1: float = DECLARED,
     progress: bool = True,
-    chunk: int = 16384,
+    chunk: int = DECLARED,
     checkpoint: str | None = None,
 ) -> Result:
     """Basin map of the projected preconditioned flow α̇ = g(α) over (α_V, α_A) ∈ [lo, hi]² with the
@@ -182,14 +185,15 @@ def basins_scb(
     return Result(inputs, results, arrays, {"basins": plot_basin_map(bm, red, title)}, lines)
 
 
+@registered
 def stepsize_scb(
-    N: int = 10,
-    T: int = 50,
-    Q: int = 2,
-    seed: int = 0,
-    lrs: tuple[float, ...] | list[float] | None = None,
-    steps: int = 400,
-    record_every: int = 20,
+    N: int = DECLARED,
+    T: int = DECLARED,
+    Q: int = DECLARED,
+    seed: int = DECLARED,
+    lrs: tuple[float, ...] | list[float] | None = DECLARED,
+    steps: int = DECLARED,
+    record_every: int = DECLARED,
 ) -> Result:
     """Exact preconditioned projected GD from the uninformative start at each η, audited against the
     whitened curvature λ_max(θ_t); by default η = 0.5 (Algorithm 1's η_1 here) and 0.9 and 1.1 times the

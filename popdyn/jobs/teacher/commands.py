@@ -27,10 +27,11 @@ from popdyn.analysis import (
 from popdyn.dynamics import STATUS_NAMES, GradientDescent, gradient_descent
 from popdyn.dynamics.status import count
 from popdyn.io import Result
+from popdyn.jobs.registry import DECLARED, registered
 from popdyn.jobs.teacher.rates import NO_STOP, RatesRun, audit_summary, rates
 from popdyn.plot import plot_basin_map, plot_step_size_audit
 from popdyn.problem import Theta
-from popdyn.tasks.teacher.builders import TEACHERS, DEFAULT_d, build
+from popdyn.tasks.teacher.builders import TEACHERS, build
 from popdyn.tasks.teacher.model import BilinearTeacher
 
 
@@ -81,17 +82,18 @@ def plot_rates(r: RatesRun, title: str) -> Figure:
     return fig
 
 
+@registered
 def converge_teacher(
-    teacher: str = "cnn",
-    D: int | None = None,
-    K: int | None = None,
-    activation: str = "relu",
-    alpha: float | None = None,
-    d: int = DEFAULT_d,
-    M: int | None = None,
-    seed: int = 0,
-    lr: float | None = None,
-    steps: int | None = None,
+    teacher: str = DECLARED,
+    D: int | None = DECLARED,
+    K: int | None = DECLARED,
+    activation: str = DECLARED,
+    alpha: float | None = DECLARED,
+    d: int = DECLARED,
+    M: int | None = DECLARED,
+    seed: int = DECLARED,
+    lr: float | None = DECLARED,
+    steps: int | None = DECLARED,
 ) -> Result:
     """Zero-initialisation GD to the late regime with ``rates``: the late constant, slopes, T*, the step-size
     audit and the OOD excess next to the poster's forms (which the exact dynamics do not follow in D; §5.3)."""
@@ -159,10 +161,6 @@ SMALL_SIZES = {"cnn": (8, 2), "gcn": (9, 3), "sts": (8, 2), "gslp": (8, None)}
 given: these jobs run the full (W, A) model, whose cost grows like D², so they default to a small instance of each
 teacher (gslp: K = 1)."""
 
-LEVEL_TOL = 1e-2
-"""Default ``tol`` of ``basins_teacher`` [our choice]: a start reached the teacher when its excess loss fell to
-1% of the excess at the paper's zero initialisation."""
-
 
 def _sizes(teacher: str, D: int | None, K: int | None) -> tuple[int | None, int | None]:
     """(D, K) as given, each one not given from ``SMALL_SIZES[teacher]`` (``--D 12`` alone: K of the small instance,
@@ -222,24 +220,25 @@ def teacher_slice(prob: BilinearTeacher, seed: int, x: str | None, y: str | None
     return Grid(x, y, (lo, hi), (lo, hi), (n, n), base=dirs)
 
 
+@registered
 def basins_teacher(
-    teacher: str = "cnn",
-    D: int | None = None,
-    K: int | None = None,
-    activation: str = "relu",
-    alpha: float | None = None,
-    d: int = DEFAULT_d,
-    M: int | None = None,
-    seed: int = 0,
-    x: str | None = None,
-    y: str | None = None,
-    grid: int = 12,
-    lo: float = 0.0,
-    hi: float = 6.0,
-    lr: float | None = None,
-    steps: int = 3000,
-    tol: float = LEVEL_TOL,
-    chunk: int = 16384,
+    teacher: str = DECLARED,
+    D: int | None = DECLARED,
+    K: int | None = DECLARED,
+    activation: str = DECLARED,
+    alpha: float | None = DECLARED,
+    d: int = DECLARED,
+    M: int | None = DECLARED,
+    seed: int = DECLARED,
+    x: str | None = DECLARED,
+    y: str | None = DECLARED,
+    grid: int = DECLARED,
+    lo: float = DECLARED,
+    hi: float = DECLARED,
+    lr: float | None = DECLARED,
+    steps: int = DECLARED,
+    tol: float = DECLARED,
+    chunk: int = DECLARED,
     progress: bool = True,
     checkpoint: str | None = None,
 ) -> Result:
@@ -471,19 +470,20 @@ def _stepsize_lines(head: str, table: list[dict], runs: list[StepSizeAudit]) -> 
     ]
 
 
+@registered
 def stepsize_teacher(
-    teacher: str = "cnn",
-    D: int | None = None,
-    K: int | None = None,
-    activation: str = "relu",
-    alpha: float | None = None,
-    d: int = DEFAULT_d,
-    M: int | None = None,
-    seed: int = 0,
-    lr: float | Sequence[float] | None = None,
-    steps: int = 5000,
-    records: int = 40,
-    momentum: float = 0.0,
+    teacher: str = DECLARED,
+    D: int | None = DECLARED,
+    K: int | None = DECLARED,
+    activation: str = DECLARED,
+    alpha: float | None = DECLARED,
+    d: int = DECLARED,
+    M: int | None = DECLARED,
+    seed: int = DECLARED,
+    lr: float | Sequence[float] | None = DECLARED,
+    steps: int = DECLARED,
+    records: int = DECLARED,
+    momentum: float = DECLARED,
 ) -> Result:
     """Full-matrix GD (heavy-ball ``momentum`` μ: thresholds (1 − √μ)²/η and 2(1 + μ)/η instead of 1/η and 2/η)
     from the paper's W = 0, A = 0 at one or more step sizes η (one batched run), with
