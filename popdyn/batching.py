@@ -13,7 +13,7 @@ import contextlib
 import contextvars
 import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 
 import jax
 import jax.numpy as jnp
@@ -288,8 +288,16 @@ def scale_tree(prob: Problem, scales) -> dict[str, float] | None:
     return {k: float(scales.get(k, 1.0)) for k in template}
 
 
-def apply_scales(grad: Theta, scales: dict[str, float] | None) -> Theta:
-    """Multiply each gradient block by its time scale / learning-rate multiplier."""
+def apply_scales(grad: Theta, scales: Mapping[str, float] | None) -> Theta:
+    """u_b ↦ τ_b u_b for each named top-level block b of a dict θ (a block may be a subtree); blocks not named, and
+    every block when ``scales`` is None, pass unchanged. The flow's time scales, GD's learning-rate multipliers and
+    the ``block_rates`` link of a descent step are this one map.
+
+    **Arguments:** ``grad`` a dict θ-shaped tree; ``scales`` {block: τ_b}, or None."""
     if scales is None:
         return grad
-    return {k: g * scales[k] for k, g in grad.items()}
+    return {k: jax.tree_util.tree_map(_times(scales[k]), g) if k in scales else g for k, g in grad.items()}
+
+
+def _times(value: float) -> Callable[[Array], Array]:
+    return lambda x: x * value

@@ -17,6 +17,7 @@ import optax
 from jaxtyping import Array
 
 from popdyn import _validate
+from popdyn.batching import apply_scales
 from popdyn.problem import Theta
 
 
@@ -46,9 +47,7 @@ def block_rates(rates: Mapping[str, float]) -> optax.GradientTransformation:
     def update(updates, state, params=None):
         del params
         _check_blocks("block_rates", scales, updates)
-        return {
-            k: jax.tree_util.tree_map(_times(scales[k]), u) if k in scales else u for k, u in updates.items()
-        }, state
+        return apply_scales(updates, scales), state
 
     return optax.GradientTransformation(lambda params: optax.EmptyState(), update)
 
@@ -73,10 +72,6 @@ def _stds(std: float | Mapping[str, float], updates: Theta) -> list[float]:
 
 def _constant(value: float) -> Callable[[Array], float]:
     return lambda _: value
-
-
-def _times(value: float) -> Callable[[Array], Array]:
-    return lambda x: x * value
 
 
 def gaussian_noise(std: float | Mapping[str, float]) -> optax.GradientTransformationExtraArgs:
