@@ -10,6 +10,7 @@ batch waits for its slowest member; fixed-step GD costs the same for every point
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import jax
@@ -120,24 +121,37 @@ def _draw_trajectories(ax3, path: dict[str, np.ndarray], cls: np.ndarray, title:
     ax3.title.set_fontsize(8)
 
 
+@dataclass(frozen=True)
+class _Settings:
+    """What every row of ``markov_ewa`` shares (the arguments of ``markov_ewa``, checked)."""
+
+    N: int
+    n: int
+    lr: float
+    steps: int
+    n_traj: int
+    seed: int
+    progress: bool
+
+
 def _regime(
-    fig: Figure, row: int, p: float, q: float, N: int, n: int, lr: float, steps: int, n_traj: int, seed: int, progress
+    fig: Figure, row: int, p: float, q: float, s: _Settings
 ) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
     """Row ``row`` of ``markov_ewa`` for p = ``p``, q = ``q``: the ``EWA_SLICES`` slices and the 3-D trajectories
-    (from ``PRNGKey(seed + row)``), drawn into ``fig``; returns (the row's summary, its arrays by file name)."""
-    prob = AttentionScalar(p, q, N=N)
+    (from ``PRNGKey(s.seed + row)``), drawn into ``fig``; returns (the row's summary, its arrays by file name)."""
+    prob = AttentionScalar(p, q, N=s.N)
     tag = "pq_lt_1" if p + q < 1 else "pq_gt_1"
     res: dict[str, Any] = {"p": p, "q": q, "slices": {}}
     arrays: dict[str, dict[str, np.ndarray]] = {}
     for col, a0 in enumerate(EWA_SLICES):
-        summary, arrays[f"ewa_{tag}_a{col}"] = _slice(prob, a0, n, lr, steps, progress)
+        summary, arrays[f"ewa_{tag}_a{col}"] = _slice(prob, a0, s.n, s.lr, s.steps, s.progress)
         res["slices"][f"a0={a0:g}"] = summary
         f = summary["fractions"]
         title = f"p = q = {p}, a₀ = {a0:g}: global {100 * f['global']:.0f}%, unigram {100 * f['unigram']:.0f}%"
         _draw_slice(fig.add_subplot(2, 4, 4 * row + col + 1), arrays[f"ewa_{tag}_a{col}"]["class"], title)
-    ts, path, cls = _trajectories(prob, jax.random.PRNGKey(seed + row), n_traj, lr, steps)
+    ts, path, cls = _trajectories(prob, jax.random.PRNGKey(s.seed + row), s.n_traj, s.lr, s.steps)
     ax3 = fig.add_subplot(2, 4, 4 * row + 4, projection="3d")
-    _draw_trajectories(ax3, path, cls, f"p = q = {p}: {n_traj} trajectories (• start)")
+    _draw_trajectories(ax3, path, cls, f"p = q = {p}: {s.n_traj} trajectories (• start)")
     res["trajectories"] = {c: int(np.sum(cls == k)) for k, c in enumerate(CLASSES)}
     arrays[f"ewa_{tag}_trajectories"] = {"steps": ts, **path, "class": cls}
     return res, arrays
@@ -182,8 +196,9 @@ def markov_ewa(
     fig = Figure(figsize=(16, 8), layout="constrained")
     results: dict[str, dict] = {}
     arrays: dict[str, dict[str, np.ndarray]] = {}
+    settings = _Settings(N, n, lr, steps, n_traj, seed, progress)
     for row, (p, q) in enumerate(EWA_REGIMES):
-        res, regime_arrays = _regime(fig, row, p, q, N, n, lr, steps, n_traj, seed, progress)
+        res, regime_arrays = _regime(fig, row, p, q, settings)
         results["pq_lt_1" if p + q < 1 else "pq_gt_1"] = res
         arrays |= regime_arrays
     _class_legend(fig)
