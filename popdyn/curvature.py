@@ -49,27 +49,16 @@ def hessian_spectrum(prob: Problem, theta: ThetaLike) -> Float[Array, "*B n"]:
     return unbatch(_spectra(prob, batch), batched)
 
 
-def lanczos_extremes(prob: Problem, theta: ThetaLike, iters: int = 64, seed: int = 0) -> tuple[Array, Array]:
-    """(λ_min, λ_max) Ritz estimates after ``iters`` Lanczos steps with full reorthogonalisation.
-
-    With iters ≥ n the Krylov space is the whole space and the values are exact to rounding.
-    After a breakdown (an invariant subspace is found) the remaining diagonal entries are filled
-    with α_1, a Rayleigh quotient, so they can never become a spurious extreme.
-    """
-    f, x = _flat_loss(prob, theta)
-    n = x.shape[0]
-    k = min(iters, n)
-    grad = jax.grad(f)
-
-    def hvp(v):
-        return jax.jvp(grad, (x,), (v,))[1]
-
-    v0 = jax.random.normal(jax.random.PRNGKey(seed), (n,), dtype=x.dtype)
-    v0 = v0 / jnp.linalg.norm(v0)
-    V = jnp.zeros((k + 1, n), x.dtype).at[0].set(v0)
-    alphas = jnp.zeros(k, x.dtype)
-    betas = jnp.zeros(k, x.dtype)
-    scale = jnp.zeros((), x.dtype)
+def _lanczos(hvp, v0: Array, k: int) -> tuple[Array, Array, Array]:
+    """(V, α, β): ``k`` Lanczos steps with full reorthogonalisation from the unit vector ``v0``, ``hvp`` the
+    Hessian-vector product; the rows of V are the orthonormal basis, α and β the diagonal and off-diagonal of the
+    tridiagonal T = VᵀHV. After a breakdown (an invariant subspace is found) the remaining diagonal entries are
+    filled with α_1, a Rayleigh quotient, so they can never become a spurious extreme, and the basis rows are 0."""
+    n = v0.shape[0]
+    V = jnp.zeros((k + 1, n), v0.dtype).at[0].set(v0)
+    alphas = jnp.zeros(k, v0.dtype)
+    betas = jnp.zeros(k, v0.dtype)
+    scale = jnp.zeros((), v0.dtype)
 
     def body(j, state):
         V, alphas, betas, alive, scale = state
@@ -86,9 +75,54 @@ def lanczos_extremes(prob: Problem, theta: ThetaLike, iters: int = 64, seed: int
         return V, alphas, betas, still, scale
 
     V, alphas, betas, _, _ = jax.lax.fori_loop(0, k, body, (V, alphas, betas, jnp.bool_(True), scale))
-    T = jnp.diag(alphas) + jnp.diag(betas[:-1], 1) + jnp.diag(betas[:-1], -1)
-    ritz = jnp.linalg.eigvalsh(T)
+    return V, alphas, betas
+
+
+def _tridiagonal(alphas: Array, betas: Array) -> Array:
+    return jnp.diag(alphas) + jnp.diag(betas[:-1], 1) + jnp.diag(betas[:-1], -1)
+
+
+def _hvp(prob: Problem, theta: Theta):
+    """(The Hessian-vector product v ↦ ∇²L(θ)v on the flattened parameters, θ flattened)."""
+    f, x = _flat_loss(prob, theta)
+    grad = jax.grad(f)
+    return (lambda v: jax.jvp(grad, (x,), (v,))[1]), x
+
+
+def lanczos_extremes(prob: Problem, theta: ThetaLike, iters: int = 64, seed: int = 0) -> tuple[Array, Array]:
+    """(λ_min, λ_max) Ritz estimates after ``iters`` Lanczos steps with full reorthogonalisation.
+
+    With iters ≥ n the Krylov space is the whole space and the values are exact to rounding.
+    After a breakdown (an invariant subspace is found) the remaining diagonal entries are filled
+    with α_1, a Rayleigh quotient, so they can never become a spurious extreme.
+    """
+    hvp, x = _hvp(prob, theta)
+    n = x.shape[0]
+    k = min(iters, n)
+    v0 = jax.random.normal(jax.random.PRNGKey(seed), (n,), dtype=x.dtype)
+    v0 = v0 / jnp.linalg.norm(v0)
+    _, alphas, betas = _lanczos(hvp, v0, k)
+    ritz = jnp.linalg.eigvalsh(_tridiagonal(alphas, betas))
     return ritz[0], ritz[-1]
+
+
+def krylov_pairs(prob: Problem, theta: Theta, start: Array, iters: int = 64) -> tuple[Array, Array]:
+    """(Ritz values θ_j, ascending; Ritz vectors as rows) of ∇²L at one θ on the Krylov space of ``start`` (a flat
+    vector of θ's size, nonzero): ``iters`` Lanczos steps with full reorthogonalisation from start/‖start‖.
+
+    The pairs are the Gauss quadrature of the spectral measure of ``start``: with u_j the Ritz vectors,
+    startᵀ f(∇²L) start ≈ Σ_j (u_j·start)² f(θ_j), exact for polynomials f of degree < 2·iters, and with
+    iters ≥ n (or once the space is invariant) the exact eigenpairs of the part of the spectrum ``start`` has a
+    component along. Pairs past a breakdown have a zero vector, so they carry no weight.
+
+    **Arguments:** ``prob`` the problem; ``theta`` one unbatched θ; ``start`` the starting vector; ``iters`` the
+    Lanczos steps (at most θ's size are taken)."""
+    hvp, x = _hvp(prob, theta)
+    k = min(iters, x.shape[0])
+    size = jnp.linalg.norm(start)
+    V, alphas, betas = _lanczos(hvp, start / jnp.where(size > 0, size, 1.0), k)
+    ritz, Y = jnp.linalg.eigh(_tridiagonal(alphas, betas))
+    return ritz, Y.T @ V[:k]
 
 
 def extreme_eigenvalues(prob: Problem, theta: ThetaLike, method: str = "auto", iters: int = 64) -> tuple[Array, Array]:

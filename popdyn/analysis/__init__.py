@@ -9,6 +9,7 @@ from popdyn.analysis.basins import (
     basin_map,
     label_end_points,
 )
+from popdyn.analysis.budget import BudgetReport, BudgetSummary, Motion, budget_report, flow_time_unit
 from popdyn.analysis.cluster import cluster_points
 from popdyn.analysis.grid import Grid
 from popdyn.analysis.labellers import (
@@ -46,6 +47,11 @@ __all__ = [
     "UNRESOLVED",
     "UnresolvedGroups",
     "group_unresolved",
+    "BudgetReport",
+    "BudgetSummary",
+    "Motion",
+    "budget_report",
+    "flow_time_unit",
     "BasinFractions",
     "BasinMap",
     "Distance",

@@ -37,7 +37,9 @@ UNRESOLVED = "unresolved"
 class BasinFractions:
     """Per initialisation (leading axis n): the attractor label (−1: unresolved), the time (flow) or step (GD)
     at which it stopped (NaN when unresolved), its status and end point; ``attractors`` names the labels;
-    ``loss_scale`` is max |L(θ0)| over the starts, the scale of loss levels (``popdyn.analysis.unresolved``)."""
+    ``loss_scale`` is max |L(θ0)| over the starts, the scale of loss levels (``popdyn.analysis.unresolved``);
+    ``trajectory`` is the run behind them, one flat axis of starts (for analyses of the runs themselves, such as
+    ``popdyn.analysis.budget_report``)."""
 
     method: str
     labels: np.ndarray
@@ -46,6 +48,7 @@ class BasinFractions:
     status: np.ndarray
     final: PyTree[Float[np.ndarray, "..."]]
     loss_scale: float = float("nan")
+    trajectory: Trajectory | None = None
 
     @property
     def n(self) -> int:
@@ -225,6 +228,7 @@ def basin_fractions(
         times=times,
         status=np.asarray(traj.status),
         final=final,
+        trajectory=traj,
     )
 
 
@@ -256,5 +260,6 @@ def basin_map(prob: Problem, grid: AbstractSlice, method: str | AbstractDynamics
         status=bf.status.reshape(shape),
         final=final,
         loss_scale=bf.loss_scale,
+        trajectory=bf.trajectory,
         grid=grid,
     )

@@ -19,9 +19,10 @@ from jaxtyping import Float
 from tqdm.auto import tqdm
 
 from popdyn.analysis.basins import basin_fractions
+from popdyn.analysis.budget import BudgetReport, budget_report, flow_time_unit
 from popdyn.analysis.labellers import AbstractLabeller
 from popdyn.curvature import lambda_max
-from popdyn.dynamics import AbstractDynamics, GradientFlow
+from popdyn.dynamics import AbstractDynamics, GradientFlow, Trajectory
 from popdyn.problem import Problem, Theta
 
 Axes = tuple[tuple[str, Float[np.ndarray, " n"]], ...]
@@ -41,6 +42,8 @@ class SweepPoint:
     - ``stderr``: the binomial standard error of each share among the resolved runs (None when not measured).
     - ``status_counts``: runs per status (None when not measured).
     - ``lambda_max_median``: the median λ_max at the resolved end points (None when not measured).
+    - ``budget``: how far the runs that ran out of budget got (``popdyn.analysis.budget_report``; None when not
+      measured). Not part of ``record``.
     """
 
     values: dict[str, float | int]
@@ -50,6 +53,7 @@ class SweepPoint:
     stderr: dict[str, float] | None = None
     status_counts: dict[str, int] | None = None
     lambda_max_median: float | None = None
+    budget: BudgetReport | None = None
 
     def record(self) -> dict[str, Any]:
         """The point as summary.json writes it: what was measured, in a fixed order."""
@@ -106,6 +110,11 @@ class Sweep:
         if all(v is None for v in values):
             return None
         return np.array([np.nan if v is None else v for v in values]).reshape(self.shape)
+
+
+def _budget(prob: Problem, traj: Trajectory | None, dynamics: AbstractDynamics) -> BudgetReport | None:
+    """``budget_report`` of a point's run, where its dynamics is one it reads (``flow_time_unit``)."""
+    return None if traj is None or flow_time_unit(dynamics) is None else budget_report(prob, traj)
 
 
 def grid_points(axes: Axes) -> list[dict[str, float]]:
@@ -174,6 +183,7 @@ def basin_sweep(
                 status_counts=bf.status_counts(),
                 time_median=float(np.nanmedian(bf.times)) if ok.any() else float("nan"),
                 lambda_max_median=float(np.nanmedian(lam)) if ok.any() else float("nan"),
+                budget=_budget(prob, bf.trajectory, dynamics),
             )
         )
     return Sweep(axes=tuple(axes), points=tuple(points), attractors=tuple(names))

@@ -64,12 +64,14 @@ class GradNormBelow(eqx.Module):
 @dataclass(frozen=True)
 class HittingTimes:
     """Per initialisation: the first time (flow) or step (GD) at which the target holds, NaN where it was not
-    reached (see ``status``: the run converged elsewhere, diverged, or ran out of budget), and where it stopped."""
+    reached (see ``status``: the run converged elsewhere, diverged, or ran out of budget), and where it stopped;
+    ``trajectory`` is the run itself (for ``popdyn.analysis.budget_report``)."""
 
     times: np.ndarray
     status: np.ndarray
     final: PyTree[Float[np.ndarray, "..."]]
     time_unit: str
+    trajectory: Trajectory | None = None
 
     @property
     def reached(self) -> np.ndarray:
@@ -124,7 +126,11 @@ def hitting_times(
     status = np.asarray(traj.status)
     times = np.where(status == int(Status.REACHED), np.asarray(traj.t_final), np.nan)
     return HittingTimes(
-        times=times, status=status, final=jax.tree_util.tree_map(np.asarray, traj.final), time_unit=traj.time_unit
+        times=times,
+        status=status,
+        final=jax.tree_util.tree_map(np.asarray, traj.final),
+        time_unit=traj.time_unit,
+        trajectory=traj,
     )
 
 

@@ -53,7 +53,7 @@ class UnresolvedGroups:
 
 
 @eqx.filter_jit
-def _ray(prob: Problem, final: Theta) -> tuple[jax.Array, jax.Array]:
+def ray_profile(prob: Problem, final: Theta) -> tuple[jax.Array, jax.Array]:
     """(cosine between θ and −∇L(θ), L(sθ) for every s in ``RAY_SCALES``) at each end point."""
 
     def one(theta):
@@ -66,6 +66,15 @@ def _ray(prob: Problem, final: Theta) -> tuple[jax.Array, jax.Array]:
         return cos, along
 
     return jax.vmap(one)(final)
+
+
+def outward(cos: np.ndarray, along: np.ndarray, scale: float) -> np.ndarray:
+    """Which end points escape to infinity, from ``ray_profile``'s (cosine, L along the ray) at each: the direction of
+    motion makes a cosine above ``OUTWARD`` with θ, and L(sθ) never rises by more than LEVEL_TOL·``scale`` (a rise
+    at round-off is no rise) and tends to a finite level."""
+    rises = np.diff(along, axis=1) > LEVEL_TOL * scale
+    falling = ~np.any(rises, axis=1) & np.isfinite(along[:, -1])
+    return (cos > OUTWARD) & falling
 
 
 def _named(values: np.ndarray, scale: float, tol: float, name) -> tuple[np.ndarray, list[str]]:
@@ -98,10 +107,8 @@ def group_unresolved(prob: Problem, result: BasinFractions) -> UnresolvedGroups:
         final = jax.tree_util.tree_map(
             lambda v: np.reshape(v, (labels.size, *np.shape(v)[result.labels.ndim :])), result.final
         )
-        cos, along = (np.asarray(a) for a in _ray(prob, jax.tree_util.tree_map(lambda v: v[moving], final)))
-        rises = np.diff(along, axis=1) > LEVEL_TOL * scale  # a rise at round-off is no rise
-        falling = ~np.any(rises, axis=1) & np.isfinite(along[:, -1])
-        escaping = (cos > OUTWARD) & falling
+        cos, along = (np.asarray(a) for a in ray_profile(prob, jax.tree_util.tree_map(lambda v: v[moving], final)))
+        escaping = outward(cos, along, scale)
         for sel, values, tol, name in (
             (escaping, along[:, -1], LEVEL_TOL, lambda v: f"‖θ‖ → ∞, L → {v:.6g}"),
             (~escaping, along[:, 0], PLATEAU_TOL, lambda v: f"moving at L ≈ {v:.3g}"),

@@ -30,6 +30,7 @@ from popdyn.batching import check_memory
 from popdyn.dynamics import gradient_descent
 from popdyn.io import Result
 from popdyn.jobs.basin_result import basin_result
+from popdyn.jobs.budget import budget_json, budget_lines, run_budget
 from popdyn.jobs.dynamics_options import job_dynamics, settings
 from popdyn.jobs.registry import DECLARED, registered
 from popdyn.jobs.task import Task
@@ -210,11 +211,14 @@ def basins_model(
     }
     checks = task.check(prob, bm)
     results |= {} if checks is None else {"checks": checks}
+    budget = run_budget(prob, bm.trajectory)
+    results["budget"] = budget_json(budget)
     res = basin_result(bm, prob, title, inputs, results, unresolved=groups)
     res.lines.append(f"basins  {title}  grid {n}x{n} of ({g.x}, {g.y}) over [{lo}, {hi}]^2")
     res.lines += [f"  {k:>12s}: {100 * f:6.2f}% ± {100 * bm.stderr[k]:.2f}" for k, f in bm.fractions.items()]
     res.lines += [f"  {'':>12s}  {name}: {100 * f:.2f}%" for name, f in groups.fractions.items()]
     res.lines.append("  status: " + ", ".join(f"{k} {v}" for k, v in bm.status_counts().items() if v))
+    res.lines += budget_lines(budget)
     res.lines += [f"  check {name}: {value:.6g}" for name, value in (checks or {}).items()]
     return res
 
@@ -271,6 +275,8 @@ def converge_model(
         "times": times,
         "final_loss": final_loss,
     }
+    budget = run_budget(prob, ht.trajectory)
+    results["budget"] = budget_json(budget)
     res = Result(
         inputs,
         results,
@@ -283,6 +289,7 @@ def converge_model(
         f"  reached {results['reached']}/{n_init}; status: "
         + ", ".join(f"{k} {v}" for k, v in ht.status_counts().items() if v)
     )
+    res.lines += budget_lines(budget)
     if ht.reached.any():
         res.lines.append(f"  time: median {results['time_median']:.6g}, max {results['time_max']:.6g}")
     return res

@@ -22,6 +22,7 @@ from popdyn.analysis.sweeps import Sweep, SweepPoint, basin_sweep, grid_points, 
 from popdyn.batching import Rehearsed, check_memory, rehearsal
 from popdyn.dynamics import AbstractDynamics
 from popdyn.io import Result
+from popdyn.jobs.budget import budget_json, budget_lines, joined_budget
 from popdyn.jobs.dynamics_options import job_dynamics, settings
 from popdyn.jobs.model import build, load_factory, parse_params, theta_bytes, warn_if_init_ignores_key
 from popdyn.jobs.registry import DECLARED, registered
@@ -204,9 +205,10 @@ def _result(sw: Sweep, inputs: dict, title: str, extra: dict | None = None, theo
     arrays |= {key: getattr(sw, key) for key, _ in SUMMARIES if getattr(sw, key) is not None}
     arrays |= {name: vals for name, vals in sw.axes}
     rows = [p.record() for p in sw.points] if rows is None else rows
+    budget = joined_budget([p.budget for p in sw.points])
     res = Result(
         inputs,
-        {"points": rows, "attractors": list(sw.attractors), **(extra or {})},
+        {"points": rows, "attractors": list(sw.attractors), **(extra or {}), "budget": budget_json(budget)},
         arrays={"sweep": arrays},
         figures={"sweep": plot_sweep(sw, title, theory_line)},
     )
@@ -218,6 +220,7 @@ def _result(sw: Sweep, inputs: dict, title: str, extra: dict | None = None, theo
             continue
         shares = ", ".join(f"{a} {100 * f:5.1f}%" for a, f in p.fractions.items() if a != UNRESOLVED)
         res.lines.append(f"  {where}: {shares} of resolved ({100 * p.resolved_fraction:.0f}% resolved)")
+    res.lines += budget_lines(budget)
     return res
 
 
