@@ -1,5 +1,5 @@
-"""Curvature, basin maps, hitting times, step-size audits and SGD's exact gradient noise (docs/architecture.md,
-layer 4)."""
+"""Curvature, basin maps, hitting times, step-size audits, SGD's exact gradient noise and its step-size condition
+(docs/architecture.md, layer 4)."""
 
 from popdyn.analysis.basins import (
     UNRESOLVED,
@@ -26,6 +26,14 @@ from popdyn.analysis.labellers import (
     morse_index,
 )
 from popdyn.analysis.noise import Eigenpairs, GradientNoise, gradient_noise
+from popdyn.analysis.sgd_stability import (
+    AbstractPencilSolver,
+    DensePencil,
+    MatrixFreePencil,
+    SGDStability,
+    mean_square_stability,
+    sgd_threshold,
+)
 from popdyn.analysis.slices import AbstractSlice, BlockScales, Plane
 from popdyn.analysis.stepsize import AuditRow, StepSizeAudit, step_size_audit
 from popdyn.analysis.sweeps import Sweep, SweepPoint, basin_sweep
@@ -76,6 +84,12 @@ __all__ = [
     "Eigenpairs",
     "GradientNoise",
     "gradient_noise",
+    "AbstractPencilSolver",
+    "DensePencil",
+    "MatrixFreePencil",
+    "SGDStability",
+    "mean_square_stability",
+    "sgd_threshold",
     "AbstractSlice",
     "BlockScales",
     "Plane",

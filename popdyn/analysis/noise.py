@@ -105,6 +105,16 @@ def _check_sampling(batch: int | None, replace: bool | None, measure: Measure) -
     return n, minibatch_factor(batch, replace, n)
 
 
+def _unbatched(prob: Problem, theta: ThetaLike, name: str, caller: str) -> Theta:
+    """``theta`` as one θ of float leaves (the default float dtype); ValueError when it has a batch axis.
+
+    **Arguments:** ``prob`` the problem; ``theta`` the point; ``name`` and ``caller`` how the error names them.
+    """
+    if batch_size(prob, theta) is not None:
+        raise ValueError(f"{name} has a batch axis: {caller} takes one unbatched θ")
+    return jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype=jnp.result_type(float)), theta)
+
+
 def _example_gradient(prob: Problem, theta: Theta, x) -> Float[Array, " d"]:
     """g(x) = ∇_θ ℓ(θ, x), flattened."""
     return ravel_pytree(jax.grad(prob.example_loss)(theta, x))[0]
@@ -308,9 +318,7 @@ def gradient_noise(
     """
     measure = check_measure("prob.examples()", checked(prob).examples())
     n, factor = _check_sampling(batch, replace, measure)
-    if batch_size(prob, theta) is not None:
-        raise ValueError("theta has a batch axis: gradient_noise takes one unbatched θ")
-    theta = jax.tree_util.tree_map(lambda x: jnp.asarray(x, dtype=jnp.result_type(float)), theta)
+    theta = _unbatched(prob, theta, "theta", "gradient_noise")
     flat, unravel = ravel_pytree(theta)
     mean, trace = _moments(prob, theta, _chunk_for(n, flat.shape[0]))
     return GradientNoise(
