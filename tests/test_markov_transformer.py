@@ -62,32 +62,50 @@ def test_layernorm_and_untied_variants_run_and_differ():
         assert abs(float(m.loss(th)) - _brute_loss(m, th)) < 1e-12
 
 
+def _rank_one_loss(full: Transformer, x, alpha):
+    """The full model's loss at the rank-one weights of x = (e, w, b, a) along ``alpha``. Jitted, every array here is
+    an argument, none a constant: XLA on CPU (jaxlib 0.10.2) can miscompile a dot with a constant all-equal matrix,
+    which the default α = 1/√d makes of α·αᵀ (jax.jit(lambda y: jnp.sum(y @ C)) with C = jnp.full((4, 4), 0.175)
+    is wrong at y of shape (1024, 10, 4))."""
+    return full.loss(rank_one_weights(x[0], x[1], x[2], N=full.N, d=full.d, a=x[3], alpha=alpha))
+
+
+@eqx.filter_jit
+def _rank_one_and_canonical(full: Transformer, canon: Canonical, x, alpha):
+    """((L, ∇L) of ``full`` at the rank-one weights of x = (e, w, b), a = 0, (L, ∇L) of ``canon`` at x): one compiled
+    program for every x."""
+
+    def L_full(x):
+        return _rank_one_loss(full, jnp.append(x, 0.0), alpha)
+
+    def L_canon(x):
+        return canon.loss({"e": x[0], "w": x[1], "b": x[2]})
+
+    return jax.value_and_grad(L_full)(x), jax.value_and_grad(L_canon)(x)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("e,w,b", [(1.3, -0.4, 0.25), (0.7, 1.1, -0.5), (2.0, -1.5, 1.0)])
 def test_rank_one_construction_reproduces_canonical(e, w, b):
     p, q, N, d = 0.5, 0.8, 6, 4
     full = Transformer(Chain.binary(p, q), N=N, d=d)
     canon = Canonical(p, q, bias="trained")
-    x = jnp.array([e, w, b])
-
-    def L_full(x):
-        return full.loss(rank_one_weights(x[0], x[1], x[2], N=N, d=d))
-
-    def L_canon(x):
-        return canon.loss({"e": x[0], "w": x[1], "b": x[2]})
-
-    assert abs(float(L_full(x)) - float(L_canon(x))) < 1e-12
-    np.testing.assert_allclose(np.asarray(jax.grad(L_full)(x)), np.asarray(jax.grad(L_canon)(x)), atol=1e-10)
+    alpha = jnp.full(d, 1.0 / np.sqrt(d))  # rank_one_weights' default direction
+    (L_full, g_full), (L_canon, g_canon) = _rank_one_and_canonical(full, canon, jnp.array([e, w, b]), alpha)
+    assert abs(float(L_full) - float(L_canon)) < 1e-12
+    np.testing.assert_allclose(np.asarray(g_full), np.asarray(g_canon), atol=1e-10)
 
 
 def test_dp_equals_enumeration_for_the_attention_scalar_model():
     p, q, N, d = 0.2, 0.3, 10, 4
     full = Transformer(Chain.binary(p, q), N=N, d=d)
     model = AttentionScalar(p, q, N)
+    dp_loss, enum_loss = eqx.filter_jit(model.loss), eqx.filter_jit(_rank_one_loss)  # one program each
+    alpha = jnp.full(d, 1.0 / np.sqrt(d))  # rank_one_weights' default direction
     for e, w, a, b in [(1.3, -0.4, 0.7, 0.25), (0.5, 0.9, -1.2, -0.3), (1.0, -1.0, 0.0, 0.1)]:
         th = {"e": jnp.asarray(e), "w": jnp.asarray(w), "a": jnp.asarray(a), "b": jnp.asarray(b)}
-        dp = float(model.loss(th))
-        enum = float(full.loss(rank_one_weights(e, w, b, N=N, d=d, a=a)))
+        dp = float(dp_loss(th))
+        enum = float(enum_loss(full, jnp.array([e, w, b, a]), alpha))
         assert abs(dp - enum) < 1e-12
         if a == 0.0:
             canon = Canonical(p, q, bias="trained").loss({k: th[k] for k in ("e", "w", "b")})
@@ -113,7 +131,7 @@ def test_gradient_matches_finite_differences():
     model = Transformer(CHAINS["order-2"], N=5, d=3, init_std=0.4)
     theta = model.init(jax.random.PRNGKey(5))
     loss = eqx.filter_jit(model.loss)  # one compilation for the 12 perturbed evaluations
-    g = jax.grad(model.loss)(theta)
+    g = jax.jit(jax.grad(model.loss))(theta)
     rng = np.random.default_rng(0)
     for name in ("e", "pos", "W_Q", "W_V", "W_1", "b"):
         idx = tuple(rng.integers(0, s) for s in np.shape(theta[name]))
@@ -167,7 +185,7 @@ def test_attention_scalar_profiled_derivatives_match_finite_differences():
         eqx.filter_jit(prof.loss),
         eqx.filter_jit(lambda t: jax.grad(prof.loss)(t)),
     )  # compiled once for the 12 perturbed points
-    g, H = grad(th), jax.hessian(prof.loss)(th)
+    g, H = grad(th), jax.jit(jax.hessian(prof.loss))(th)
     h = 1e-5
     for k in "ewa":
         up, dn = dict(th, **{k: th[k] + h}), dict(th, **{k: th[k] - h})
