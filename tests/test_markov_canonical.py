@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from jax.flatten_util import ravel_pytree
 from scipy.optimize import minimize_scalar
+from scipy.spatial.distance import cdist
 
 import popdyn
 from popdyn.analysis import hessian_matrix
@@ -119,12 +120,17 @@ def batch(e, w, b=None):
 
 
 def profile_derivatives(prob, A):
-    """(ℓ, ℓ', ℓ'') at the gaps A by autodiff of ``profile_loss`` (eager vmap, padded to NB points)."""
+    """(ℓ, ℓ', ℓ'') at the gaps A by autodiff of ``profile_loss`` (padded to NB points)."""
     n = len(A)
     x = jnp.asarray(np.resize(np.asarray(A, dtype=np.float64), NB))
+    return tuple(np.asarray(o)[:n] for o in _profile_derivatives(prob, x))
+
+
+@eqx.filter_jit
+def _profile_derivatives(prob, x):
+    """(ℓ, ℓ', ℓ'') at the gaps x: one compiled program for every (p, q), which are data of ``prob``."""
     d1 = jax.grad(prob.profile_loss)
-    out = (jax.vmap(prob.profile_loss)(x), jax.vmap(d1)(x), jax.vmap(jax.grad(d1))(x))
-    return tuple(np.asarray(o)[:n] for o in out)
+    return jax.vmap(prob.profile_loss)(x), jax.vmap(d1)(x), jax.vmap(jax.grad(d1))(x)
 
 
 # ---------------------------------------------------------------- Appendix: per-(p, q) table
@@ -246,20 +252,28 @@ def test_point_values(row):
     prob = Canonical(p, q)
     prob3 = Canonical(p, q, bias="trained")
     t, t3 = th(e, w), th(e, w, b)
-    assert abs(float(prob.gap(t)) - A) < TABLE8
-    assert abs(float(prob.optimal_bias(t)) - b_star) < TABLE8
-    assert abs(float(prob.loss(t)) - L_prof) < TABLE8
-    g = jax.grad(prob.loss)(t)
+    gap, opt_b, (loss, g), energy, (loss3, g3) = _point_values(prob, prob3, t, t3)
+    assert abs(float(gap) - A) < TABLE8
+    assert abs(float(opt_b) - b_star) < TABLE8
+    assert abs(float(loss) - L_prof) < TABLE8
     assert set(g) == {"e", "w"}
     assert abs(float(g["e"]) - dLe) < TABLE8
     assert abs(float(g["w"]) - dLw) < TABLE8
-    assert abs(float(prob.energy(t)) - E) < TABLE8
-    assert abs(float(prob3.loss(t3)) - L3) < TABLE8
-    g3 = jax.grad(prob3.loss)(t3)
+    assert abs(float(energy) - E) < TABLE8
+    assert abs(float(loss3) - L3) < TABLE8
     for k, ref in zip("ewb", dL3, strict=False):
         assert abs(float(g3[k]) - ref) < TABLE8, k
     # the trained loss at b = b* equals the profiled loss
-    assert abs(float(prob3.loss(th(e, w, float(prob.optimal_bias(t))))) - float(prob.loss(t))) < EXACT
+    loss3_at_opt_b = _point_values(prob, prob3, t, th(e, w, float(opt_b)))[4][0]
+    assert abs(float(loss3_at_opt_b) - float(loss)) < EXACT
+
+
+@eqx.filter_jit
+def _point_values(prob, prob3, t, t3):
+    """(gap, b*, (L, ∇L), energy) of the profiled ``prob`` at ``t`` and (L, ∇L) of the trained ``prob3`` at ``t3``:
+    one compiled program for every (p, q), which are data of the problems."""
+    vg, vg3 = jax.value_and_grad(prob.loss)(t), jax.value_and_grad(prob3.loss)(t3)
+    return prob.gap(t), prob.optimal_bias(t), vg, prob.energy(t), vg3
 
 
 # ---------------------------------------------------------------- the profiled bias b*
@@ -463,13 +477,19 @@ def spectra(p, q):
 
 
 def hessians(prob, e, w, b=None):
-    """popdyn.analysis.hessian_matrix at a batch of points (eager vmap, padded to NB points so that
-    every call has the same shapes)."""
+    """popdyn.analysis.hessian_matrix at a batch of points (padded to NB points so that every call has the same
+    shapes)."""
     n = len(e)
     assert n <= NB
     pad = lambda x: np.resize(np.asarray(x, dtype=np.float64), NB)  # noqa: E731
     t = batch(pad(e), pad(w), None if b is None else pad(b))
-    return np.asarray(jax.vmap(lambda x: hessian_matrix(prob, x))(t))[:n]
+    return np.asarray(_hessian_matrices(prob, t))[:n]
+
+
+@eqx.filter_jit
+def _hessian_matrices(prob, t):
+    """hessian_matrix at each point of the batch ``t``: one compiled program per bias option and θ's keys."""
+    return jax.vmap(lambda x: hessian_matrix(prob, x))(t)
 
 
 def _lambda_star(p, q, e, w):
@@ -869,7 +889,7 @@ def test_separatrix_distance_against_a_dense_brute_force(p, q):
     rng = np.random.default_rng(7)
     on = rng.choice(np.flatnonzero(np.abs(curve[:, 1]) < 3.0), 100)
     pts = np.concatenate([rng.uniform(-3, 3, (200, 2)), curve[on] + rng.normal(0, 0.03, (100, 2)), curve[on]])
-    brute = np.array([np.sqrt(np.min(np.sum((curve - x) ** 2, 1))) for x in pts])
+    brute = np.concatenate([cdist(part, curve).min(axis=1) for part in np.array_split(pts, 8)])  # every pair
     d = prob.separatrix_distance({"w": pts[:, 0], "e": pts[:, 1]}, within=0.1, spacing=1e-3)
     near = brute < 0.1 - 1e-3
     assert near.sum() > 150 and (~near).sum() > 80
