@@ -9,11 +9,19 @@ from popdyn.jobs.scb.commands import converge_scb
 
 pytestmark = pytest.mark.slow  # every test here runs end-to-end jobs or large instances
 
+# the command line's converge test runs these settings too, so its programs are those compiled for the run below
+CONVERGE = dict(N=10, T=50, Q=2, seed=0, lr=0.5, eps=0.01, max_steps=16_000)
 
-def test_converge_scb_stage1_and_late_contraction():
+
+@pytest.fixture(scope="module")
+def converged():
+    return converge_scb(**CONVERGE)
+
+
+def test_converge_scb_stage1_and_late_contraction(converged):
     """Stage 1 ends at the same step on the full matrices and on the 2-D recursion; near (1, 1) the measured
     contraction factor of the distance is the predicted 1 − ηλ_slow."""
-    res = converge_scb(N=10, T=50, Q=2, seed=0, lr=0.5, eps=0.01, max_steps=16_000)
+    res = converged
     r = res.results
     assert r["stage1_steps"] == r["stage1_steps_reduced"] is not None
     assert max(r["stage1_alphas"]) >= r["threshold"] == 0.1
@@ -40,12 +48,17 @@ def test_basins_scb_two_regions_split_by_the_saddle(tmp_path, run_cli):
     assert labels[-1, -1] == 0 and labels[0, 0] == -1  # (2, 2) → minimum; (−2, −2) escapes
 
 
-def test_converge_scb_cli_and_bad_input(tmp_path, run_cli):
+def test_converge_scb_cli_and_bad_input(tmp_path, run_cli, converged):
+    """The command line at the settings of ``converged`` (given explicitly, --max-steps off its default) runs the
+    same job: the same inputs and step counts in summary.json."""
     out = tmp_path / "c"
-    proc = run_cli("converge", "scb", "--N", "4", "--T", "6", "--Q", "1", "--out", out, "--quiet")
+    argv = [a for k in ("N", "T", "Q", "seed", "lr", "eps") for a in (f"--{k}", CONVERGE[k])]
+    proc = run_cli("converge", "scb", *argv, "--max-steps", CONVERGE["max_steps"], "--out", out, "--quiet")
     assert proc.returncode == 0, proc.stderr
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["inputs"]["N"] == 4 and summary["results"]["stage1_steps"] is not None
+    assert {k: summary["inputs"][k] for k in CONVERGE} == CONVERGE and summary["results"]["stage1_steps"] is not None
+    for key in ("stage1_steps", "stage1_steps_reduced", "total_steps"):
+        assert summary["results"][key] == converged.results[key], key
     bad = tmp_path / "bad"
     proc = run_cli("converge", "scb", "--Q", "7", "--T", "6", "--out", bad)
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Q=7" in proc.stderr
