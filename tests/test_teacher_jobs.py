@@ -17,6 +17,7 @@ from popdyn import Status
 from popdyn.dynamics import gradient_descent
 from popdyn.jobs.teacher import commands
 from popdyn.jobs.teacher.commands import basins_teacher, random_directions, stepsize_teacher
+from popdyn.jobs.teacher.rates import NO_STOP
 from popdyn.tasks.teacher.builders import build
 
 # A small CNN teacher: D = 6 positions, pooling windows of K = 2, ReLU (θ has 4·4 + 6·6 = 52 parameters).
@@ -188,22 +189,23 @@ def test_stepsize_verdicts_follow_lambda_max_and_eta(stepsize_default_rates):
 @pytest.mark.slow
 def test_stepsize_lambda_max_is_the_exact_hessian_along_the_run(stepsize_default_rates):
     """The audited λ_max at three records of the η = 1.5/λ_teacher run equals the top eigenvalue of the exact dense
-    Hessian of an independent GD run at the same steps (float64 rounding)."""
+    Hessian of an independent GD run at the same steps (float64 rounding). The independent run is GD from W = 0,
+    A = 0 at the job's three rates with the job's settings (a batch of three, runs to the full budget), so its
+    compiled program is the one the job ran."""
     res = stepsize_default_rates
     prob = build(SMALL["teacher"], SMALL["D"], SMALL["K"], SMALL["activation"])
-    lr, steps = res.inputs["lr"][1], res.inputs["steps"]
+    lrs, steps = np.array(res.inputs["lr"]), res.inputs["steps"]
     every = res.results["record_every"]
-    traj = gradient_descent(
-        prob, prob.init(None), lr=lr, steps=steps, record_every=every, save_params=True, gtol=1e-300
-    )
+    starts = jax.tree_util.tree_map(lambda v: jnp.broadcast_to(v, (len(lrs), *v.shape)), prob.init(None))
+    traj = gradient_descent(prob, starts, lr=lrs, steps=steps, record_every=every, save_params=True, gtol=NO_STOP)
+    flat, unravel = ravel_pytree(prob.init(None))
+    hessian = jax.jit(jax.hessian(lambda x: prob.loss(unravel(x))))  # one compiled Hessian for the three records
     for j in (0, 4, 12):
-        theta = jax.tree_util.tree_map(lambda v, j=j: v[j], traj.params)
-        flat, unravel = ravel_pytree(theta)
-        H = jax.hessian(lambda x, unravel=unravel: prob.loss(unravel(x)))(flat)
+        H = hessian(ravel_pytree(jax.tree_util.tree_map(lambda v, j=j: v[1, j], traj.params))[0])
         top = float(np.linalg.eigvalsh(0.5 * (H + H.T))[-1])
         assert res.arrays["stepsize"]["lambda_max"][1, j] == pytest.approx(top, rel=1e-9)
         assert res.arrays["stepsize"]["steps"][1, j] == j * every
-    np.testing.assert_allclose(res.arrays["stepsize"]["loss"][1], np.asarray(traj.loss), rtol=1e-12)
+    np.testing.assert_allclose(res.arrays["stepsize"]["loss"][1], np.asarray(traj.loss[1]), rtol=1e-12)
 
 
 @pytest.mark.slow
