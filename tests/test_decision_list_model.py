@@ -1,6 +1,7 @@
 """Decision lists, path B (histogram enumeration) against brute force and the closed forms of
 docs/models/decision_lists.md §1, §5, §7."""
 
+import equinox as eqx
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -21,8 +22,27 @@ CASES = [*(pytest.param(*c, marks=pytest.mark.slow) for c in [(6, 3, 3), (5, 4, 
 
 
 def _random_theta(L, seed, scale=1.0):
-    k1, k2 = jax.random.split(jax.random.PRNGKey(seed))
-    return {"W": scale * jax.random.normal(k1, (L, L)), "V": 2 * scale * jax.random.normal(k2, (L, L))}
+    """W ~ N(0, scale²), V ~ N(0, 4 scale²) entrywise, drawn by NumPy (no random-number program to compile per L)."""
+    rng = np.random.default_rng(seed)
+    W, V = scale * rng.standard_normal((L, L)), 2 * scale * rng.standard_normal((L, L))
+    return {"W": jnp.asarray(W), "V": jnp.asarray(V)}
+
+
+@eqx.filter_jit
+def _loss_grad_margin(prob, th):
+    """((ℒ, ∇ℒ), margin) of ``prob`` at each point of the batch ``th``: one compiled program."""
+    return jax.vmap(lambda t: (jax.value_and_grad(prob.loss)(t), prob.margin(t)))(th)
+
+
+@eqx.filter_jit
+def _loss_and_grad(prob, th):
+    """(ℒ, ∇ℒ) of ``prob`` at each point of the batch ``th``: one compiled program."""
+    return jax.vmap(jax.value_and_grad(prob.loss))(th)
+
+
+def _stack(*thetas):
+    """The points ``thetas`` as one batch on a leading axis."""
+    return jax.tree_util.tree_map(lambda *x: jnp.stack(x), *thetas)
 
 
 @pytest.mark.parametrize("distribution", ["distinct", "iid"])
@@ -31,7 +51,7 @@ def test_histograms_equal_brute_force(distribution, L, n, M):
     """(F3): loss, gradient and PC margin of path B equal enumeration over all L^n sequences."""
     lists, perm = random_lists(L, M, seed=L + n), random_perm(L, seed=n)
     prob = DecisionList(L, n, lists, perm, distribution, chunk=7)  # 7 divides no table size here
-    th = jax.vmap(lambda s: _random_theta(L, s))(jnp.arange(3))
+    th = _stack(*(_random_theta(L, s) for s in range(3)))
 
     def brute(t):
         return brute_force_loss(t["W"], t["V"], L, n, lists, perm, distribution)
@@ -39,11 +59,11 @@ def test_histograms_equal_brute_force(distribution, L, n, M):
     def brute_margin(t):
         return brute_force_margin(t["W"], t["V"], L, n, lists, perm, distribution)
 
-    (v, g), (vb, gb) = (jax.jit(jax.vmap(jax.value_and_grad(f)))(th) for f in (prob.loss, brute))
+    (v, g), m = _loss_grad_margin(prob, th)
+    (vb, gb), mb = jax.jit(jax.vmap(lambda t: (jax.value_and_grad(brute)(t), brute_margin(t))))(th)
     np.testing.assert_allclose(v, vb, atol=1e-13, rtol=0)
     for k in g:
         np.testing.assert_allclose(g[k], gb[k], atol=1e-13, rtol=0)
-    m, mb = (jax.jit(jax.vmap(f))(th) for f in (prob.margin, brute_margin))
     np.testing.assert_allclose(m, mb, atol=1e-12, rtol=0)
 
 
@@ -59,11 +79,15 @@ def test_perfect_classification_is_detected(distribution):
         W[:, a] = -20.0
         W[list(lst), a] = 10.0 * np.arange(len(lst), 0, -1)
     th = {"W": jnp.asarray(W), "V": 5.0 * jnp.asarray(prob.P)}
-    m = float(prob.margin(th))
-    assert m > 0 and bool(prob.perfectly_classifies(th))
-    assert abs(m - float(brute_force_margin(th["W"], th["V"], L, n, lists, perm, distribution))) < 1e-12
     zero = {"W": jnp.zeros((L, L)), "V": th["V"]}
-    assert float(prob.margin(zero)) <= 0 and not bool(prob.perfectly_classifies(zero))
+    # margin and verdict at th and at zero, one compiled program
+    (m, m0), (pc, pc0) = eqx.filter_jit(lambda p, b: jax.vmap(lambda t: (p.margin(t), p.perfectly_classifies(t)))(b))(
+        prob, _stack(th, zero)
+    )
+    assert m > 0 and bool(pc)
+    brute = jax.jit(lambda W, V: brute_force_margin(W, V, L, n, lists, perm, distribution))
+    assert abs(float(m) - float(brute(th["W"], th["V"]))) < 1e-12
+    assert float(m0) <= 0 and not bool(pc0)
 
 
 @pytest.mark.slow
@@ -74,8 +98,9 @@ def test_zero_W_closed_forms(L, n, M, c):
     prob = DecisionList(L, n, lists, perm, c=c, train="W")
     th = prob.init(jax.random.PRNGKey(0))
     assert float(jnp.abs(th["W"]).max()) == 0.0
-    assert abs(float(prob.loss(th)) - np.log(n + (L - n) * np.exp(-c / n))) < 1e-13
-    G = np.asarray(jax.grad(prob.loss)(th)["W"])
+    loss, grad = _loss_and_grad(prob, _stack(th))
+    assert abs(float(loss[0]) - np.log(n + (L - n) * np.exp(-c / n))) < 1e-13
+    G = np.asarray(grad["W"][0])
     F6 = np.zeros((L, L))
     for a, lst in enumerate(lists):
         pi = rule_probabilities(L, n, len(lst))
@@ -93,7 +118,7 @@ def test_zero_W_outputs_are_shared():
     prob = DecisionList(L, n, random_lists(L, 2, seed=0), random_perm(L, seed=0), "iid")
     V = jax.random.normal(jax.random.PRNGKey(3), (L, L))
     tokens, logc = jnp.array([1, 4, 0, 0]), jnp.log(jnp.array([3.0, 1.0, 0.0, 0.0]))
-    z = prob.logits({"W": jnp.zeros((L, L)), "V": V}, tokens, logc)
+    z = eqx.filter_jit(prob.logits)({"W": jnp.zeros((L, L)), "V": V}, tokens, logc)
     h = jnp.zeros(L).at[jnp.array([1, 4])].set(jnp.array([3.0, 1.0]))
     np.testing.assert_allclose(z[:, 0], V @ h / n, atol=1e-15)
     np.testing.assert_allclose(z[:, 1], V @ h / n, atol=1e-15)
@@ -106,12 +131,13 @@ def test_invariances(distribution):
     L, n = 5, 3
     prob = DecisionList(L, n, random_lists(L, 3, seed=4), random_perm(L, seed=4), distribution)
     th = _random_theta(L, 11)
-    g = jax.grad(prob.loss)(th)
-    np.testing.assert_allclose(g["W"].sum(axis=0), 0.0, atol=1e-15)
-    np.testing.assert_allclose(g["V"].sum(axis=0), 0.0, atol=1e-15)
     u = jnp.arange(L) * 0.37
     shifted = {"W": th["W"] + u[None, :], "V": th["V"] - u[None, :]}
-    assert abs(float(prob.loss(shifted) - prob.loss(th))) < 1e-13
+    loss, grad = _loss_and_grad(prob, _stack(th, shifted))
+    g = jax.tree_util.tree_map(lambda x: x[0], grad)
+    np.testing.assert_allclose(g["W"].sum(axis=0), 0.0, atol=1e-15)
+    np.testing.assert_allclose(g["V"].sum(axis=0), 0.0, atol=1e-15)
+    assert abs(float(loss[1] - loss[0])) < 1e-13
 
 
 @pytest.mark.slow
