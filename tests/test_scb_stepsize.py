@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 
+import equinox as eqx
 import jax
 import numpy as np
 import pytest
@@ -48,7 +49,7 @@ def test_whitened_hessian_holds_the_reduced_eigenvalues():
     part (column sums fixed), so the smallest eigenvalue is 0."""
     white = Whitened(PROB)
     u = white.at({"V": PROB.P, "A": PROB.Qm})
-    H = np.asarray(hessian_matrix(white, u))
+    H = np.asarray(eqx.filter_jit(hessian_matrix)(white, u))  # one compiled program, not op by op
     spectrum = np.linalg.eigvalsh(H)
     for root in Reduced2D.from_instance(PROB).eigenvalues_at_minimum():
         assert np.min(np.abs(spectrum - root)) < 1e-12, (root, spectrum)
@@ -56,8 +57,12 @@ def test_whitened_hessian_holds_the_reduced_eigenvalues():
     assert abs(spectrum[0]) < 1e-12
 
 
+# the command line's test runs the first of these rates at these settings: its programs are the ones compiled here
+STEPSIZE = dict(N=4, T=6, Q=2, seed=4, steps=600, record_every=30)
+
+
 def test_stepsize_scb_classifies_step_sizes_around_the_edge():
-    res = stepsize_scb(N=4, T=6, Q=2, seed=4, steps=600, record_every=30)
+    res = stepsize_scb(**STEPSIZE)
     lam = res.results["lambda_star_whitened"]
     runs = res.results["runs"]
     assert [r["lr"] for r in runs] == [0.5, 0.9 * 2 / lam, 1.1 * 2 / lam]
@@ -69,7 +74,8 @@ def test_stepsize_scb_classifies_step_sizes_around_the_edge():
 
 def test_stepsize_scb_cli(tmp_path, run_cli):
     out = tmp_path / "s"
-    proc = run_cli("stepsize", "scb", "--N", "4", "--T", "6", "--Q", "2", "--lr", "0.5", "--steps", "40", "--out", out)
+    argv = [a for k, v in STEPSIZE.items() for a in (f"--{k.replace('_', '-')}", v)]
+    proc = run_cli("stepsize", "scb", *argv, "--lr", "0.5", "--out", out)
     assert proc.returncode == 0, proc.stderr
     assert sorted(p.name for p in out.iterdir()) == ["stepsize.npz", "stepsize.png", "summary.json"]
     summary = json.loads((out / "summary.json").read_text())
