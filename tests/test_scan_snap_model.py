@@ -22,6 +22,18 @@ TINY_P = np.array(
 TINY = make_classes(TINY_P, query=[4, 4, 5], label=[1, 3, 2], weights=[0.5, 0.3, 0.2])
 
 
+@eqx.filter_jit
+def loss_value(prob: ScanSnap, theta):
+    """ℒ(θ), one compiled program per problem structure (a new instance of the same shapes and T reuses it)."""
+    return prob.loss(theta)
+
+
+@eqx.filter_jit
+def loss_and_grad(prob: ScanSnap, theta):
+    """(ℒ(θ), ∇ℒ(θ)), one compiled program per problem structure, shared by the tests below."""
+    return jax.value_and_grad(prob.loss)(theta)
+
+
 def random_theta(M, seed, scale=1.0):
     kY, kZ = jax.random.split(jax.random.PRNGKey(seed))
     return {"Y": scale * jax.random.normal(kY, (M, M)), "Z": scale * jax.random.normal(kZ, (M, M))}
@@ -48,7 +60,7 @@ def brute_force_loss(prob: ScanSnap):
 @pytest.mark.parametrize("T", [2, 5])
 def test_finite_T_loss_and_gradient_equal_brute_force(T):
     prob = ScanSnap(TINY, T=T)
-    exact, brute = jax.jit(jax.value_and_grad(prob.loss)), jax.value_and_grad(brute_force_loss(prob))
+    exact, brute = jax.jit(jax.value_and_grad(prob.loss)), jax.jit(jax.value_and_grad(brute_force_loss(prob)))
     for seed in range(3):
         theta = random_theta(6, seed)
         (v, g), (v_bf, g_bf) = exact(theta), brute(theta)
@@ -62,9 +74,9 @@ def test_finite_T_loss_tends_to_infinite_T_loss():
     """ℒ_T − ℒ_∞ = a/(T−1) + O(T⁻²): the loss is a smooth function of the empirical frequencies N/(T−1),
     whose covariance is O(1/(T−1)). (T−1)·gap must settle, its increments shrinking about twofold."""
     theta = random_theta(6, 7)
-    limit = ScanSnap(TINY).loss(theta)
+    limit = loss_value(ScanSnap(TINY), theta)
     Ts = (33, 65, 129, 257)
-    gaps = np.array([float(ScanSnap(TINY, T=T).loss(theta) - limit) for T in Ts])
+    gaps = np.array([float(loss_value(ScanSnap(TINY, T=T), theta) - limit) for T in Ts])
     assert np.all(np.diff(np.abs(gaps)) < 0), gaps
     scaled = gaps * (np.array(Ts) - 1)
     steps = np.abs(np.diff(scaled))
@@ -78,7 +90,7 @@ def test_finite_T_equals_monte_carlo():
     keys = jax.random.split(jax.random.PRNGKey(0), 64)
     draws = jax.jit(jax.vmap(lambda k: prob.sampled_loss(theta, k, 4096)))(keys)  # one compiled sampler
     mean, se = float(jnp.mean(draws)), float(jnp.std(draws) / np.sqrt(len(draws)))
-    assert abs(mean - float(prob.loss(theta))) < 4 * se
+    assert abs(mean - float(loss_value(prob, theta))) < 4 * se
 
 
 def test_infinite_T_loss_closed_form():
@@ -92,7 +104,7 @@ def test_infinite_T_loss_closed_form():
         f = c / np.linalg.norm(c)
         logits = Y.T @ f
         expected += TINY.weights[k] * (np.log(np.sum(np.exp(logits))) - logits[n])
-    np.testing.assert_allclose(prob.loss(theta), expected, rtol=1e-14)
+    np.testing.assert_allclose(loss_value(prob, theta), expected, rtol=1e-14)
 
 
 @pytest.mark.slow
@@ -100,7 +112,7 @@ def test_population_gradient_formulas_of_section_3():
     """−∇_Y ℒ = Σ π_n f_n (e_n − α_n)ᵀ and −∇_{z_m} ℒ = Σ_{ψ(n)=m} π_n diag(f_n)(I − f_n f_nᵀ) Y (e_n − α_n)."""
     prob = ScanSnap(TINY)
     theta = random_theta(6, 2)
-    g = jax.grad(prob.loss)(theta)
+    g = loss_and_grad(prob, theta)[1]
     f = np.asarray(prob.features(theta))
     Y = np.asarray(theta["Y"])
     dY, dZ = np.zeros((6, 6)), np.zeros((6, 6))
@@ -120,14 +132,13 @@ def test_population_gradient_formulas_of_section_3():
 def test_gradient_equals_finite_differences(T):
     prob = ScanSnap(TINY, T=T)
     theta = random_theta(6, 5)
-    loss = eqx.filter_jit(prob.loss)
-    g = jax.grad(loss)(theta)
+    g = loss_and_grad(prob, theta)[1]
     rng = np.random.default_rng(0)
     for _ in range(4):
         d = {k: jnp.asarray(rng.normal(size=(6, 6))) for k in theta}
         h = 1e-5
-        plus = loss({k: theta[k] + h * d[k] for k in theta})
-        minus = loss({k: theta[k] - h * d[k] for k in theta})
+        plus = loss_value(prob, {k: theta[k] + h * d[k] for k in theta})
+        minus = loss_value(prob, {k: theta[k] - h * d[k] for k in theta})
         fd = (plus - minus) / (2 * h)
         exact = sum(jnp.vdot(g[k], d[k]) for k in theta)
         np.testing.assert_allclose(fd, exact, rtol=1e-8)
@@ -139,7 +150,7 @@ def test_row_sums_conserved_and_frozen_entries(T):
     """Ẏ1 = 0, ż_m·1 = 0; z_ml off every support of its query's classes, unused query rows and Y rows of
     tokens in no support never move (§3)."""
     prob = ScanSnap(TINY, T=T)
-    g = jax.grad(prob.loss)(random_theta(6, 4))
+    g = loss_and_grad(prob, random_theta(6, 4))[1]
     np.testing.assert_allclose(g["Y"].sum(axis=1), 0.0, atol=1e-14)
     np.testing.assert_allclose(g["Z"].sum(axis=1), 0.0, atol=1e-14)
     # query 4 (classes 0, 1) sees tokens {0, 1, 2, 3}; query 5 (class 2) sees {0, 4, 5}
@@ -153,7 +164,7 @@ def test_attention_still_while_Y_is_zero():
     prob = ScanSnap(syn_small())
     theta = prob.init(jax.random.PRNGKey(0))
     theta["Z"] = random_theta(prob.M, 0)["Z"]
-    g = jax.grad(prob.loss)(theta)
+    g = loss_and_grad(prob, theta)[1]
     assert float(jnp.max(jnp.abs(g["Z"]))) == 0.0
     assert float(jnp.max(jnp.abs(g["Y"]))) > 0.0
 
@@ -163,13 +174,14 @@ def test_zero_init_values():
     classes = syn_small()
     prob = ScanSnap(classes)
     theta = prob.init(jax.random.PRNGKey(0))
-    assert float(prob.loss(theta)) == pytest.approx(np.log(34), rel=1e-15)  # the authors' logged 3.5264
+    loss, grad = loss_and_grad(prob, theta)
+    assert float(loss) == pytest.approx(np.log(34), rel=1e-15)  # the authors' logged 3.5264
     np.testing.assert_allclose(prob.attention(theta), classes.probs, atol=1e-16)
     f0 = classes.probs / np.linalg.norm(classes.probs, axis=1, keepdims=True)
     expected = sum(
         w * np.outer(f, np.eye(34)[n] - 1 / 34) for w, f, n in zip(classes.weights, f0, classes.label, strict=False)
     )
-    np.testing.assert_allclose(-jax.grad(prob.loss)(theta)["Y"], expected, atol=1e-15)
+    np.testing.assert_allclose(-grad["Y"], expected, atol=1e-15)
 
 
 def test_builders_match_the_authors_layout():
