@@ -85,9 +85,12 @@ def test_gradient_variance_from_squared_norms_equals_direct_variance(setting):
 
     prob, s1 = setting
     theta = s1.theta
-    data = prob.sample(jax.random.PRNGKey(5), 4000)
+    # 4000 draws in chunks of 1000, the chunk of gradient_variance below: one compiled sampler and norm for both
+    chunks = [prob.sample(key, 1000) for key in jax.random.split(jax.random.PRNGKey(5), 4)]
+    data = tuple(jnp.concatenate(parts) for parts in zip(*chunks, strict=True))
     g = per_sample_gradients(prob, theta, data, project=True)
-    sq = per_sample_sq_norms(prob, theta, data, project=True)
+    norms = [per_sample_sq_norms(prob, theta, c, project=True) for c in chunks]
+    sq = {b: jnp.concatenate([n[b] for n in norms]) for b in ("V", "A")}
     mean_g = prob.precondition(jax.grad(prob.loss)(theta), project=True)
     var = gradient_variance(prob, theta, jax.random.PRNGKey(6), samples=4000, chunk=1000)
     for b in ("V", "A"):
