@@ -124,16 +124,17 @@ def test_stepsize_against_the_hessian_at_zero_and_lemma5():
     res = stepsize_scan_snap(lrs=lrs, steps=steps, record_every=2, K=2, n_common=0, n_distinct=4, M=M)
     classes = shared_query_classes(2, 0, 4, M)
     prob = ScanSnap(classes)
+    # the exact dense Hessian at θ = 0 by autodiff; θ flattens as (Y, Z), so its first M² rows and columns are Y–Y
+    H = np.asarray(jax.jit(lambda t: hessian_matrix(prob, t))(prob.init(None)))
     # §5's Y–Y block at θ = 0, Σ_n π_n (f_n f_nᵀ) ⊗ (I − 11ᵀ/M)/M, against autodiff
-    H_YY = jax.jit(jax.hessian(lambda Y: prob.loss({"Y": Y, "Z": jnp.zeros((M, M))})))(jnp.zeros((M, M)))
     f = np.asarray(prob.features(prob.init(None)))
     G = f.T @ (classes.weights[:, None] * f)
     yy_block = np.kron(G, np.eye(M) - np.ones((M, M)) / M) / M
-    np.testing.assert_allclose(np.asarray(H_YY).reshape(M * M, M * M), yy_block, atol=1e-14)
+    np.testing.assert_allclose(H[: M * M, : M * M], yy_block, atol=1e-14)
     zero = res.results["hessian_at_zero"]
     assert zero == hessian_at_zero(classes)._asdict()
     assert zero["lambda_Y_block"] == pytest.approx(np.linalg.eigvalsh(yy_block)[-1], rel=1e-12)
-    dense = np.linalg.eigvalsh(np.asarray(jax.jit(lambda t: hessian_matrix(prob, t))(prob.init(None))))
+    dense = np.linalg.eigvalsh(H)
     assert zero["lambda_max"] == pytest.approx(dense[-1], rel=1e-10)  # the derived closed form, exact Hessian
     K = classes.K
     for r, lr in zip(res.results["runs"], lrs, strict=False):
