@@ -167,12 +167,20 @@ def test_theorem2_signs_under_joint_flow():
 def test_per_block_rates_and_momentum():
     """Heavy-ball GD with time scales (η_Y, η_Z) equals a hand-written PyTorch-style loop (b ← μb + g,
     θ ← θ − η_block·b) and optax's sgd(momentum); per-point learning rates equal separate runs; row sums of Y
-    and Z stay 0."""
+    and Z stay 0. Every heavy-ball call runs the same batch of two copies of θ0 (one compiled program): one call
+    per rate, and the sweep with a rate per point."""
     prob = ScanSnap(syn_small())
     theta0 = prob.init_uniform(jax.random.PRNGKey(1))
     theta0 = {k: v - v.mean(axis=1, keepdims=True) for k, v in theta0.items()}
     rates, mu, steps = {"Y": 2.0, "Z": 0.5}, 0.9, 25
-    tr = popdyn.gradient_descent(prob, theta0, lr=1.0, steps=steps, record_every=steps, time_scales=rates, momentum=mu)
+    batch = jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), theta0)
+
+    def heavy_ball(lr):
+        return popdyn.gradient_descent(
+            prob, batch, lr=lr, steps=steps, record_every=steps, time_scales=rates, momentum=mu
+        ).final
+
+    tr = heavy_ball(1.0)
     tr_optax = popdyn.gradient_descent(
         prob, theta0, lr=1.0, steps=steps, record_every=steps, time_scales=rates, optimizer=optax.sgd(1.0, momentum=mu)
     )
@@ -183,20 +191,14 @@ def test_per_block_rates_and_momentum():
         buf = {k: mu * buf[k] + g[k] for k in g}
         theta = {k: theta[k] - rates[k] * buf[k] for k in g}
     for k in theta:
-        np.testing.assert_allclose(tr.final[k], theta[k], atol=1e-12)
+        np.testing.assert_allclose(tr[k][0], theta[k], atol=1e-12)
         np.testing.assert_allclose(tr_optax.final[k], theta[k], atol=1e-12)
-        np.testing.assert_allclose(tr.final[k].sum(axis=1), 0.0, atol=1e-12)
+        np.testing.assert_allclose(tr[k][0].sum(axis=1), 0.0, atol=1e-12)
     # a sweep over learning rates in one call equals one call per rate
-    batch = jax.tree_util.tree_map(lambda x: jnp.stack([x, x]), theta0)
-    swept = popdyn.gradient_descent(
-        prob, batch, lr=np.array([1.0, 0.3]), steps=steps, record_every=steps, time_scales=rates, momentum=mu
-    )
-    single = popdyn.gradient_descent(
-        prob, theta0, lr=0.3, steps=steps, record_every=steps, time_scales=rates, momentum=mu
-    )
+    swept, single = heavy_ball(np.array([1.0, 0.3])), heavy_ball(0.3)
     for k in theta:
-        np.testing.assert_allclose(swept.final[k][0], tr.final[k], atol=1e-13)
-        np.testing.assert_allclose(swept.final[k][1], single.final[k], atol=1e-13)
+        np.testing.assert_allclose(swept[k][0], tr[k][0], atol=1e-13)
+        np.testing.assert_allclose(swept[k][1], single[k][1], atol=1e-13)
 
 
 @pytest.mark.parametrize(
