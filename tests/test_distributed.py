@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from _quick_codegen_a import QUICK_CODEGEN
 
 from popdyn import distributed
 
@@ -121,6 +122,8 @@ def _run_all(tmp_path: Path, runs: dict[str, list[str]], script_text: str = SCRI
     """Start every run (name → script arguments) at once and wait for all; when one fails, stop the others so a
     partner waiting on it cannot hang. Returns name → (exit code, stdout, stderr)."""
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}  # one CPU device per process
+    # compile-bound: cheaper code generation (tests/_quick_codegen_a.py), the same in every process compared
+    env["XLA_FLAGS"] = QUICK_CODEGEN
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env["JAX_PLATFORMS"] = "cpu"
     script = tmp_path / "basins.py"
@@ -225,21 +228,11 @@ def test_one_process_is_the_writer():
 @pytest.mark.slow  # three command-line runs at once: ~40 s on two shared cores
 def test_the_command_line_on_two_processes_writes_once_the_one_process_result(tmp_path):
     """``popdyn basins MODEL … --coordinator --num-processes --process-id``: process 0 alone writes --out, and its
-    arrays are the one-process command's bit for bit (MODEL: the two-well user model of tests/_tiny_models_d.py)."""
+    arrays are the one-process command's bit for bit (MODEL: the two-well user model of tests/_tiny_models_d.py; the
+    GD map of the test above, whose compiled programs each process finds in the test session's compilation cache)."""
     cli = "import sys\nfrom popdyn.cli import main\nsys.exit(main())\n"
-    argv = [
-        "basins",
-        "_tiny_models_d:wells",
-        "--grid",
-        "12",
-        "--method",
-        "gd",
-        "--steps",
-        "200",
-        "--chunk",
-        "40",
-        "--quiet",
-    ]
+    argv = ["basins", "_tiny_models_d:wells", "--grid", "12", "--method", "gd", "--lr", "0.5", "--steps", "300"]
+    argv += ["--chunk", "30", "--quiet"]
     port = str(_free_port())
     runs = {"one": [*argv, "--out", str(tmp_path / "one")]}
     runs |= {
@@ -269,6 +262,7 @@ CLI = [sys.executable, "-m", "popdyn.cli"]
 
 def _start_cli(tmp_path: Path, name: str, argv: list, **environ: str) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env["XLA_FLAGS"] = QUICK_CODEGEN  # as in _run_all
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env |= {"JAX_PLATFORMS": "cpu", "POPDYN_CACHE_DIR": "off", **environ}
     with open(tmp_path / f"{name}.err", "w") as err:
