@@ -19,8 +19,9 @@ from popdyn.tasks.markov import Canonical
 @pytest.mark.slow
 def test_a_landscape_scaled_to_1e_12_is_not_converged_at_the_start():
     """p = 1e-12: the gradient at (1, 1) is ~7e-12. No start may be called converged where it began, and the
-    three theory attractors stay three (the end points are not turned into attractors of their own)."""
-    res = basins_markov(1e-12, 0.5, n=8, progress=False)
+    three theory attractors stay three (the end points are not turned into attractors of their own). A 4 × 4 map:
+    the demo's below (p and q are data leaves), one compiled solver."""
+    res = basins_markov(1e-12, 0.5, n=4, progress=False)
     status = res.results["status_counts"]
     assert status["converged"] == 0 and status["converged_late"] == 0
     assert res.results["attractors"] == ["global", "local", "saddle"]
@@ -43,8 +44,8 @@ def test_p_plus_q_within_rounding_of_one_uses_no_p_plus_q_not_one_theory():
     assert not prob.theorem_applies()
     with pytest.raises(ValueError, match="p\\+q"):
         prob.predicted_basin({"e": np.float64(1.0), "w": np.float64(1.0)})
-    with pytest.warns(UserWarning):
-        res = converge_markov(0.5, 0.5 - 1e-14, n_init=2, t1=10.0)
+    with pytest.warns(UserWarning):  # six starts: the demo's convergence run below, one compiled solver
+        res = converge_markov(0.5, 0.5 - 1e-14, n_init=6, t1=10.0)
     assert res.inputs["limit"].startswith("flow end point")
     assert {row["basin"] for row in res.results["rows"]} == {"n/a"}
 
@@ -62,7 +63,8 @@ def test_an_out_holding_another_commands_results_is_refused_before_computing(tmp
     assert code == 2 and "holds the results of another command (stepsize markov)" in err
     assert sorted(p.name for p in out.iterdir()) == before
     assert run_cli(*ARGV, "--out", out).returncode == 0  # the same command again replaces its own results
-    code, _, err = run_cli("converge", "markov", "--n-init", "1", "--t1", "10", "--out", out, "--replace", "--quiet")
+    # six starts: the demo's convergence run below, one compiled solver
+    code, _, err = run_cli("converge", "markov", "--n-init", "6", "--t1", "10", "--out", out, "--replace", "--quiet")
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == ["convergence.npz", "convergence.png", "summary.json"]
     assert json.loads((out / "summary.json").read_text())["command"] == "converge"
