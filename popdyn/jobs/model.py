@@ -33,6 +33,7 @@ from popdyn.jobs.basin_result import basin_result
 from popdyn.jobs.budget import budget_json, budget_lines, run_budget
 from popdyn.jobs.dynamics_options import job_dynamics, settings
 from popdyn.jobs.registry import DECLARED, registered
+from popdyn.jobs.sgd_audit import sgd_inputs, sgd_lines, sgd_replace
 from popdyn.jobs.task import Task
 from popdyn.jobs.user_code import call_user, load_object
 from popdyn.plot import plot_step_size_audit, plot_times
@@ -303,20 +304,24 @@ def stepsize_model(
     steps: int = DECLARED,
     seed: int = DECLARED,
     momentum: float = DECLARED,
+    batch: int | None = DECLARED,
+    sampling: str | None = DECLARED,
 ) -> Result:
     """GD from θ0 = prob.init(PRNGKey(seed)) at every η in ``lr`` in one batch (heavy-ball ``momentum`` μ), with
     λ_max(∇²L(θ_t)) audited against 1/η and 2/η, or (1 − √μ)²/η and 2(1 + μ)/η with momentum
-    (``popdyn.step_size_audit``: held / edge of stability / unstable / diverged)."""
+    (``popdyn.step_size_audit``: held / edge of stability / unstable / diverged); with a minibatch size ``batch``
+    B (drawn by ``sampling``), GD's 2/λ_max and SGD's η*(B) at each end point and which holds at its η."""
     prob = build(factory, param)
     lrs = np.array([_validate.positive("lr", v) for v in lr], dtype=float)
     steps = _validate.int_at_least("steps", steps, 1)
+    replace = sgd_replace(prob, batch, sampling, momentum)
     check_memory(  # every step's θ, loss and λ_max are kept for the audit
         (steps + 1.0) * lrs.size * (theta_bytes(prob) + 16.0), f"{steps:,} steps of GD at {lrs.size} rates"
     )
     theta0 = prob.init(jax.random.PRNGKey(_validate.seed("seed", seed)))
-    batch = jax.tree_util.tree_map(lambda v: np.broadcast_to(np.asarray(v), (lrs.size, *np.shape(v))).copy(), theta0)
-    traj = gradient_descent(prob, batch, lr=lrs, steps=steps, save_params=True, momentum=momentum)
-    audit = step_size_audit(prob, traj, lrs, momentum=momentum)
+    starts = jax.tree_util.tree_map(lambda v: np.broadcast_to(np.asarray(v), (lrs.size, *np.shape(v))).copy(), theta0)
+    traj = gradient_descent(prob, starts, lr=lrs, steps=steps, save_params=True, momentum=momentum)
+    audit = step_size_audit(prob, traj, lrs, momentum=momentum, batch=batch, replace=replace)
     runs = [audit.run(i) for i in range(lrs.size)]
     rows = audit.summary()
     inputs = {
@@ -327,6 +332,7 @@ def stepsize_model(
         "seed": seed,
         "momentum": momentum,
     }
+    inputs |= sgd_inputs(batch, replace)
     res = Result(
         inputs,
         {"runs": rows, "lambda_max_at_start": float(lambda_max(prob, theta0))},
@@ -342,4 +348,5 @@ def stepsize_model(
     )
     res.lines.append(f"stepsize  {_title(factory, param)}: GD from init(seed={seed}), {steps} steps")
     res.lines += [f"  η = {v:<8g} {audit.verdict(i)}" for i, v in enumerate(lrs)]
+    res.lines += [] if batch is None else sgd_lines(lrs, [(audit, i) for i in range(lrs.size)])
     return res

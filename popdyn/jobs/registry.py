@@ -181,6 +181,24 @@ SEED = Option("--seed", int, 0, "random seed")
 AUDIT_MOMENTUM = Option(
     "--momentum", float, 0.0, "heavy-ball momentum μ in [0, 1): thresholds (1 − √μ)²/η and 2(1 + μ)/η"
 )
+SGD_BATCH = Option(
+    "--batch",
+    int,
+    None,
+    "SGD's minibatch size B: at each end point that is a minimum, GD's 2/λ_max beside SGD's mean-square threshold "
+    "η*(B), and which holds at each η (docs/sgd.md; the model must declare its examples)",
+    metavar="B",
+)
+SGD_SAMPLING = Option(
+    "--sampling",
+    str,
+    None,
+    "how SGD draws each minibatch of B: B independent draws (with-replacement, the default) or a random B-subset "
+    "of the n examples (without-replacement); only with a minibatch size B",
+    choices=("with-replacement", "without-replacement"),
+)
+SGD_AUDIT = (SGD_BATCH, SGD_SAMPLING)
+"""The step-size audit's SGD thresholds (``step_size_audit(..., batch=B, replace=...)``), for stepsize jobs."""
 SOLVER = Option(
     "--solver",
     str,
@@ -302,6 +320,7 @@ JOBS: tuple[Job, ...] = (
             Option("--lr", float, (0.5, 2.0, 3.0), "learning rates", nargs="+", param="lrs"),
             Option("--steps", int, 400, "GD steps"),
             AUDIT_MOMENTUM,
+            *SGD_AUDIT,
         ),
     ),
     Job(
@@ -600,6 +619,7 @@ JOBS: tuple[Job, ...] = (
             Option("--steps", int, 400, "GD steps"),
             SEED,
             AUDIT_MOMENTUM,
+            *SGD_AUDIT,
         ),
     ),
     Job(

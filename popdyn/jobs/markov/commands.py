@@ -19,6 +19,7 @@ from popdyn.io import Result
 from popdyn.jobs.basin_result import basin_result
 from popdyn.jobs.dynamics_options import job_dynamics, settings
 from popdyn.jobs.registry import DECLARED, registered
+from popdyn.jobs.sgd_audit import sgd_inputs, sgd_lines, sgd_replace
 from popdyn.plot import plot_convergence, plot_step_size_audit
 from popdyn.tasks.markov import ATTRACTORS, Canonical
 
@@ -199,19 +200,29 @@ def converge_markov(
 # ---- stepsize -------------------------------------------------------------------------------------
 @registered
 def stepsize_markov(
-    p=DECLARED, q=DECLARED, e0=DECLARED, w0=DECLARED, lrs=DECLARED, steps=DECLARED, momentum=DECLARED
+    p=DECLARED,
+    q=DECLARED,
+    e0=DECLARED,
+    w0=DECLARED,
+    lrs=DECLARED,
+    steps=DECLARED,
+    momentum=DECLARED,
+    batch=DECLARED,
+    sampling=DECLARED,
 ) -> Result:
     """GD from (e0, w0) at each η (heavy-ball ``momentum`` μ), with λ_max(∇²L(θ_t)) audited against 1/η and 2/η
-    ((1 − √μ)²/η and 2(1 + μ)/η with momentum, ``step_size_audit``)."""
+    ((1 − √μ)²/η and 2(1 + μ)/η with momentum, ``step_size_audit``); with a minibatch size ``batch`` B (drawn by
+    ``sampling``), GD's 2/λ_max and SGD's η*(B) at each end point and which holds at its η."""
     e0, w0 = _validate.finite("e0", e0), _validate.finite("w0", w0)
     lrs = [_validate.positive("lr", lr) for lr in lrs]
     steps = _validate.int_at_least("steps", steps, 1)
     prob = Canonical(p, q)
+    replace = sgd_replace(prob, batch, sampling, momentum)
     theta0 = {"e": jnp.asarray(e0), "w": jnp.asarray(w0)}
     audits, losses, rows = [], [], []
     for lr in lrs:
         traj = gradient_descent(prob, theta0, lr=lr, steps=steps, save_params=True, momentum=momentum)
-        audit = step_size_audit(prob, traj, lr, momentum=momentum)
+        audit = step_size_audit(prob, traj, lr, momentum=momentum, batch=batch, replace=replace)
         audits.append(audit)
         losses.append(np.asarray(traj.loss))
         rows.append(
@@ -223,6 +234,7 @@ def stepsize_markov(
             }
         )
     inputs = {"task": "markov", "p": p, "q": q, "e0": e0, "w0": w0, "lr": lrs, "steps": steps, "momentum": momentum}
+    inputs |= sgd_inputs(batch, replace)
     ts = np.stack([a.ts for a in audits])
     lam = np.stack([a.lambda_max for a in audits])
     res = Result(
@@ -237,4 +249,5 @@ def stepsize_markov(
             f"  η = {r['lr']:<6g} {audit.verdict()}; final loss {r['final_loss']:.6g} "
             f"(H_rate {r['entropy_rate']:.6f}), {r['status']}"
         )
+    res.lines += [] if batch is None else sgd_lines(lrs, [(a, ()) for a in audits])
     return res

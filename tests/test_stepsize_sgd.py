@@ -1,0 +1,220 @@
+"""The step-size audit's SGD thresholds (docs/sgd.md, "In the step-size audit and on the command line"):
+``step_size_audit(..., batch=B)`` and ``popdyn stepsize MODEL --batch B``.
+
+The model is a least-squares regression through the origin on four equally weighted points, ℓ(θ, x) = ½(xθ − y)²,
+where both thresholds have closed forms. Each example's Hessian is H_i = x_i², so H = m₂ = E x², and GD's threshold
+is 2/m₂. Linearised SGD moves δ = θ − θ* by δ ← (1 − ηĤ_B)δ, Ĥ_B the minibatch mean of the x_i², so
+E δ² ← E[(1 − ηĤ_B)²] E δ² with E Ĥ_B = m₂ and Var Ĥ_B = c_B (m₄ − m₂²), c_B = 1/B with replacement and
+(n − B)/(B(n − 1)) without: the factor 1 − 2ηm₂ + η²(m₂² + c_B(m₄ − m₂²)) is ≤ 1 iff
+η ≤ η*(B) = 2m₂/(m₂² + c_B(m₄ − m₂²)); η*(1) = 2m₂/m₄ with replacement [derived].
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from _docs import doc_module
+
+import popdyn
+from popdyn.analysis import hessian_matrix, sgd_threshold, step_size_audit
+from popdyn.analysis.stepsize import SGD_FIELDS, SGD_VERDICTS, check_sgd
+from popdyn.dynamics import gradient_descent
+from popdyn.exact import WeightedTable
+
+SGD_MD = Path(__file__).resolve().parents[1] / "docs" / "sgd.md"
+SECTION = "## In the step-size audit and on the command line"
+X = np.array([0.5, 1.0, 1.5, 2.0])
+Y = np.array([0.4, 1.1, 1.4, 2.2])
+M2, M4 = np.mean(X**2), np.mean(X**4)
+THETA_STAR = np.array([np.mean(X * Y) / M2])
+GD_EDGE = 2 / M2
+
+
+def eta_star(c_b: float) -> float:
+    """η*(B) of the regression for the minibatch factor c_B (module docstring)."""
+    return 2 * M2 / (M2**2 + c_b * (M4 - M2**2))
+
+
+def example_loss(th, ex):
+    return 0.5 * (ex["x"] * th[0] - ex["y"]) ** 2
+
+
+def regression():
+    """The regression as a user's model (``test_stepsize_sgd:regression``), started at θ = 0."""
+    table = WeightedTable.uniform({"x": X, "y": Y})
+    return popdyn.Problem.from_examples(example_loss, np.zeros(1), data=table, init_scale=0.0)
+
+
+def no_examples():
+    """A model that declares no examples (``Problem.from_loss``)."""
+    return popdyn.Problem.from_loss(lambda th: 0.5 * np.mean(X**2) * th[0] ** 2, np.zeros(1), init_scale=0.0)
+
+
+def double_well(th, x):
+    """ℓ(θ, x) = (θ₀² − x)²/4 + θ₁²/2: a saddle at 0 and minima at (±√E x, 0), where H_i = diag(3E x − x, 1)."""
+    return (th[0] ** 2 - x["x"]) ** 2 / 4 + th[1] ** 2 / 2
+
+
+def regions(threshold: float) -> np.ndarray:
+    """One learning rate in each region: below η*(B), between η*(B) and 2/λ_max, above 2/λ_max."""
+    return np.array([0.5 * threshold, 0.5 * (threshold + GD_EDGE), 1.2 * GD_EDGE])
+
+
+RATES = regions(eta_star(1.0))
+
+
+@pytest.fixture(scope="module")
+def regression_run():
+    """GD at the three rates: from θ = 0 at the first two; at the third from θ* itself, as GD reaches no minimum
+    where η > 2/λ_max unless it starts there (then it is steady at once)."""
+    prob = regression()
+    starts = np.stack([np.zeros(1), np.zeros(1), THETA_STAR])
+    traj = gradient_descent(prob, starts, lr=RATES, steps=200, save_params=True)
+    return prob, traj
+
+
+def test_the_verdicts_and_thresholds_at_each_rate(regression_run):
+    prob, traj = regression_run
+    audit = step_size_audit(prob, traj, batch=1)
+    assert traj.status_names[0] == "converged" and np.all(np.asarray(traj.status) == 0)
+    assert list(audit.sgd_verdicts()) == list(SGD_VERDICTS[:3])
+    assert audit.batch == 1 and audit.replace is True
+    np.testing.assert_allclose(audit.sgd_threshold, 2 * M2 / M4, rtol=1e-12)
+    np.testing.assert_allclose(audit.gd_threshold, GD_EDGE, rtol=1e-12)
+    for i in range(3):
+        end = traj.final[i]
+        assert audit.sgd_threshold[i] == pytest.approx(sgd_threshold(prob, end, 1), rel=1e-12)
+        lam = np.linalg.eigvalsh(np.asarray(hessian_matrix(prob, end)))[-1]
+        assert audit.gd_threshold[i] == pytest.approx(2 / lam, rel=1e-12)
+        row = audit.row(i)
+        assert row.sgd_verdict == SGD_VERDICTS[i] and row.sgd_reason == ""
+        words = audit.sgd_words(i)
+        assert f"2/λ_max = {GD_EDGE:.6g}" in words and f"η*(B) = {2 * M2 / M4:.6g}" in words
+
+
+def test_the_existing_fields_do_not_change(regression_run):
+    """An audit with a minibatch size adds its fields to each row; every other value is the same, bit for bit."""
+    prob, traj = regression_run
+    plain = step_size_audit(prob, traj).summary()
+    with_sgd = step_size_audit(prob, traj, batch=2, replace=False).summary()
+    assert isinstance(plain, list) and isinstance(with_sgd, list)
+    for before, after in zip(plain, with_sgd, strict=True):
+        assert set(after) == set(before) | set(SGD_FIELDS) and not set(before) & set(SGD_FIELDS)
+        assert json.dumps({k: after[k] for k in before}) == json.dumps(before)
+        assert after["sgd_threshold"] == pytest.approx(eta_star((4 - 2) / (2 * 3)), rel=1e-12)
+
+
+def test_a_saddle_gets_not_a_minimum_and_the_batch_goes_on():
+    """Of two runs, the one that ends at a saddle gets "not a minimum" and NaN thresholds; the other its own."""
+    table = WeightedTable.uniform({"x": np.array([0.5, 1.5])})
+    prob = popdyn.Problem.from_examples(double_well, np.zeros(2), data=table)
+    starts = np.array([[0.0, 0.3], [0.5, 0.3]])  # θ₀ = 0 stays 0: the first run ends at the saddle
+    traj = gradient_descent(prob, starts, lr=0.5, steps=400, save_params=True)
+    assert [traj.status_names[int(s)] for s in traj.status] == ["saddle", "converged"]
+    audit = step_size_audit(prob, traj, batch=1)
+    row = audit.row(0)
+    assert row.sgd_verdict == "not a minimum" and "saddle" in row.sgd_reason
+    assert np.isnan(row.sgd_threshold) and np.isnan(row.gd_threshold)
+    assert audit.sgd_words(0) == "not a minimum: the run ended with status saddle"
+    # at (1, 0), H_i = diag(3 − x_i, 1) are diagonal: η*(1) = min_a 2E h_a/E h_a² = 2·2/4.25, 2/λ_max = 2/2
+    end = traj.final[1]
+    assert audit.sgd_threshold[1] == pytest.approx(sgd_threshold(prob, end, 1), rel=1e-12)
+    assert audit.sgd_threshold[1] == pytest.approx(4 / 4.25, rel=1e-6)
+    assert audit.gd_threshold[1] == pytest.approx(1.0, rel=1e-6)
+    assert audit.row(1).sgd_verdict == "stable for GD and SGD(B)"
+
+
+def test_the_audit_refuses_what_it_cannot_compute(regression_run):
+    prob, traj = regression_run
+    cases = [
+        (dict(prob=no_examples(), batch=1), "batch=1 needs the problem's examples: FunctionProblem declares no"),
+        (dict(prob=prob, batch=0), "batch=0"),
+        (dict(prob=prob, batch=5, replace=False), "batch=5 is out of range"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            step_size_audit(traj=traj, **kwargs)
+    with pytest.raises(ValueError, match=re.escape("momentum=0.5: η*(B) is the condition of plain SGD")):
+        check_sgd(prob, 1, True, momentum=0.5)  # what step_size_audit checks first, as the jobs do
+    with pytest.raises(ValueError, match="no SGD thresholds"):
+        step_size_audit(prob, traj).sgd_verdicts()
+
+
+def test_the_command_prints_both_thresholds_and_writes_them(tmp_path, run_cli):
+    out = tmp_path / "o"
+    expected = eta_star((4 - 2) / (2 * 3))  # B = 2 of n = 4 without replacement
+    rates = [f"{r:.6f}" for r in regions(expected)]
+    argv = ["--lr", *rates, "--steps", "200", "--batch", "2", "--sampling", "without-replacement"]
+    proc = run_cli("stepsize", "test_stepsize_sgd:regression", *argv, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    head = lines.index("  at each end point, SGD with minibatches of B = 2 drawn without replacement "
+                       "(mean-square stable for η ≤ η*(B)):")  # fmt: skip
+    for line, rate, verdict in zip(lines[head + 1 : head + 3], rates[:2], SGD_VERDICTS[:2], strict=True):
+        assert line.startswith(f"  η = {float(rate):<8g}") and line.endswith(verdict)
+        assert f"2/λ_max = {GD_EDGE:.6g}, η*(B) = {expected:.6g}" in line
+    assert lines[head + 3].endswith("not a minimum: the run ended with status diverged")  # from θ = 0 at η > 2/λ_max
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["inputs"]["batch"] == 2 and summary["inputs"]["sampling"] == "without-replacement"
+    runs = summary["results"]["runs"]
+    assert [r["sgd_verdict"] for r in runs] == [*SGD_VERDICTS[:2], "not a minimum"]
+    assert runs[0]["sgd_threshold"] == pytest.approx(expected, rel=1e-12)
+    assert runs[1]["gd_threshold"] == pytest.approx(GD_EDGE, rel=1e-12)
+    assert runs[2]["sgd_threshold"] is None and runs[2]["replace"] is False and runs[2]["batch"] == 2
+
+
+def test_the_docs_example(tmp_path, monkeypatch, run_cli):
+    """The commands of docs/sgd.md's section, run on its module: the first prints the lines the page shows, the
+    second finds η*(2) without replacement as the page says, each η*(B) and 2/λ_max is mean_square_stability's at
+    the run's end point, and summary.json holds them."""
+    commands = doc_module(SGD_MD, SECTION, "lsq", tmp_path, monkeypatch)
+    section = SGD_MD.read_text(encoding="utf-8").split(SECTION, 1)[1]
+    shown = re.search(r"```text\n(.*?)```", section, re.S)
+    assert shown is not None and len(commands) == 2
+    import lsq
+
+    prob, theta_star = lsq.regression(), np.linalg.lstsq(lsq.X, lsq.Y, rcond=None)[0]
+    for k, argv in enumerate(commands):
+        assert argv[:2] == ["popdyn", "stepsize"]
+        proc = run_cli(*argv[1:], "--out", tmp_path / f"o{k}")
+        assert proc.returncode == 0, proc.stderr
+        if k == 0:
+            printed, expected = proc.stdout.splitlines(), shown.group(1).splitlines()
+            head = printed.index(expected[0])
+            assert printed[head : head + 4] == expected
+        summary = json.loads((tmp_path / f"o{k}" / "summary.json").read_text())
+        runs = summary["results"]["runs"]
+        with np.load(tmp_path / f"o{k}" / "stepsize.npz") as arrays:
+            assert list(arrays["lr"]) == [1.5, 1.9, 2.2]
+        replace = summary["inputs"]["sampling"] == "with-replacement"
+        batch = summary["inputs"]["batch"]
+        assert [r["status"] for r in runs] == ["converged", "converged", "diverged"]
+        for r in runs[:2]:
+            found = popdyn.mean_square_stability(prob, theta_star, batch, replace)  # H_i do not depend on θ
+            assert r["sgd_threshold"] == pytest.approx(found.thresholds[0], rel=1e-12)
+            assert r["gd_threshold"] == pytest.approx(found.gd_threshold, rel=1e-12)
+        if k == 1:
+            assert f"{runs[0]['sgd_threshold']:.6g}" == "1.96895" and "$\\eta^*(2) = 1.96895$" in section
+            assert [r["sgd_verdict"] for r in runs] == ["stable for GD and SGD(B)"] * 2 + ["not a minimum"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["test_stepsize_sgd:regression", "--batch", "0"], "batch=0"),
+        (["test_stepsize_sgd:regression", "--batch", "5", "--sampling", "without-replacement"], "batch=5"),
+        (["test_stepsize_sgd:regression", "--sampling", "without-replacement"], "give --batch B too"),
+        (["test_stepsize_sgd:regression", "--batch", "1", "--momentum", "0.5"], "momentum=0.5"),
+        (["test_stepsize_sgd:no_examples", "--batch", "1"], "FunctionProblem declares no per-example data"),
+    ],
+)
+def test_the_command_refuses_in_one_line(tmp_path, run_cli, argv, message):
+    out = tmp_path / "o"
+    proc = run_cli("stepsize", *argv, "--out", out)
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("popdyn: error: ") and proc.stderr.count("\n") == 1 and message in proc.stderr
+    assert not out.exists()
