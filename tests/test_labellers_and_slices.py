@@ -27,19 +27,21 @@ from popdyn.dynamics import GradientDescent, GradientFlow, Status
 from popdyn.plot import plot_basin_map
 
 
-def _hyperbola(with_attractors: bool) -> popdyn.Problem:
-    """L(a, b) = ½(ab − 1)²: minima on the hyperbola ab = 1, a saddle at 0; a² − b² is conserved by the flow, so
-    a + b keeps its sign and picks the branch."""
-    gap = lambda th: jnp.abs(th["a"] * th["b"] - 1.0)  # noqa: E731
-    attractors = {
-        "a+b>0": lambda th: gap(th) + jax.nn.relu(-th["a"] - th["b"]),
-        "a+b<0": lambda th: gap(th) + jax.nn.relu(th["a"] + th["b"]),
-    }
-    return popdyn.Problem.from_loss(
-        lambda th: 0.5 * (th["a"] * th["b"] - 1.0) ** 2,
-        init={"a": 0.0, "b": 0.0},
-        attractors=attractors if with_attractors else None,
-    )
+def _gap(th):
+    return jnp.abs(th["a"] * th["b"] - 1.0)
+
+
+HYPERBOLA = popdyn.Problem.from_loss(
+    lambda th: 0.5 * (th["a"] * th["b"] - 1.0) ** 2,
+    init={"a": 0.0, "b": 0.0},
+    attractors={
+        "a+b>0": lambda th: _gap(th) + jax.nn.relu(-th["a"] - th["b"]),
+        "a+b<0": lambda th: _gap(th) + jax.nn.relu(th["a"] + th["b"]),
+    },
+)
+"""L(a, b) = ½(ab − 1)²: minima on the hyperbola ab = 1, a saddle at 0; a² − b² is conserved by the flow, so a + b
+keeps its sign and picks the branch. One Problem (its functions are static: one compiled solver), and the flows below
+run 96 starts each (the polar grid's 16 × 6): one compiled solver for the whole module."""
 
 
 class SignOfSum(AbstractLabeller):
@@ -70,7 +72,7 @@ def test_a_new_labeller_and_a_new_slice_are_one_class_each():
     same map as the problem's own residuals; starts on that line end at the saddle, which this labeller leaves
     unresolved."""
     grid = Polar((0.5, 2.0), (0.0, 2 * np.pi), (16, 6))
-    bm = popdyn.basin_map(_hyperbola(False), grid, GradientFlow(t1=1e3), labeller=SignOfSum())
+    bm = popdyn.basin_map(HYPERBOLA, grid, GradientFlow(t1=1e3), labeller=SignOfSum())
     assert bm.labels.shape == (16, 6) and bm.attractors == ("a+b>0", "a+b<0")
     R, PHI = np.meshgrid(grid.xs, grid.ys)
     s0 = np.cos(PHI) + np.sin(PHI)
@@ -78,7 +80,7 @@ def test_a_new_labeller_and_a_new_slice_are_one_class_each():
     assert off.sum() >= 90
     np.testing.assert_array_equal(bm.labels[off], (s0[off] < 0).astype(int))
     assert np.all(bm.labels[~off] == -1)  # at the saddle: not a status this labeller names
-    theory = popdyn.basin_map(_hyperbola(True), grid, GradientFlow(t1=1e3))
+    theory = popdyn.basin_map(HYPERBOLA, grid, GradientFlow(t1=1e3))
     np.testing.assert_array_equal(theory.labels[off], bm.labels[off])
 
 
@@ -102,8 +104,8 @@ def test_reached_then_rest_names_the_deep_and_the_shallow_well():
 def test_the_keyword_settings_are_the_default_labeller():
     """``label_end_points`` with keywords equals the labeller they name, for levels, positions and a featuriser;
     a labeller given beside those keywords, or something that is not a labeller, is refused."""
-    prob = _hyperbola(True)
-    starts = jax.vmap(prob.init)(jax.random.split(jax.random.PRNGKey(1), 64))
+    prob = HYPERBOLA
+    starts = jax.vmap(prob.init)(jax.random.split(jax.random.PRNGKey(1), 96))
     traj = GradientFlow(t1=1e3).run(prob, starts)
     pairs = [
         ({}, FirstOf(Residuals(), LossLevels())),
@@ -122,7 +124,7 @@ def test_the_keyword_settings_are_the_default_labeller():
 
 @pytest.mark.validation
 def test_a_labeller_beside_its_settings_or_a_wrong_one_is_refused():
-    prob = _hyperbola(True)
+    prob = HYPERBOLA
     starts = {"a": np.array([0.5, 1.0]), "b": np.array([1.0, 2.0])}
     with pytest.raises(ValueError, match="tol is a setting of the default labeller"):
         popdyn.basin_fractions(prob, starts, labeller=LossLevels(), tol=1e-2)
@@ -141,15 +143,15 @@ def test_plane_and_block_scales_are_the_points_they_promise():
     """``Plane``: origin + x·u + y·v at every grid point, row-major; ``Plane.random``: orthonormal directions;
     ``BlockScales``: the two blocks scaled, the rest zero. A basin map runs over a plane: with u = (1, 1)/√2 and
     v = (1, −1)/√2 through 0, a + b = √2·x, so the branch is the sign of x."""
-    prob = _hyperbola(True)
+    prob = HYPERBOLA
     u, v = {"a": 2**-0.5, "b": 2**-0.5}, {"a": 2**-0.5, "b": -(2**-0.5)}
-    plane = Plane(u, v, (-1.5, 1.5), (-1.0, 1.0), (5, 8), origin={"a": 0.25, "b": -0.5})
+    plane = Plane(u, v, (-1.5, 1.5), (-1.0, 1.0), (16, 6), origin={"a": 0.25, "b": -0.5})
     pts = plane.points(prob)
     X, Y = np.meshgrid(plane.xs, plane.ys)
     np.testing.assert_allclose(pts["a"], 0.25 + (X * 2**-0.5 + Y * 2**-0.5).ravel(), rtol=0, atol=1e-15)
     np.testing.assert_allclose(pts["b"], -0.5 + (X * 2**-0.5 - Y * 2**-0.5).ravel(), rtol=0, atol=1e-15)
-    bm = popdyn.basin_map(prob, Plane(u, v, (-1.5, 1.5), (-1.0, 1.0), (5, 8)), GradientFlow(t1=1e3))
-    np.testing.assert_array_equal(bm.labels, np.broadcast_to(np.where(plane.xs < 0, 1, 0), (5, 8)))
+    bm = popdyn.basin_map(prob, Plane(u, v, (-1.5, 1.5), (-1.0, 1.0), (16, 6)), GradientFlow(t1=1e3))
+    np.testing.assert_array_equal(bm.labels, np.broadcast_to(np.where(plane.xs < 0, 1, 0), (16, 6)))
     fig = plot_basin_map(bm, prob)
     assert fig.axes[0].get_xlabel() == "u"
 
