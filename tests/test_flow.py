@@ -11,6 +11,14 @@ import popdyn
 from popdyn import Status
 from popdyn.tasks.markov import Canonical
 
+# the closed forms, compiled once for every (p, q) (array leaves of the problem) instead of run op by op
+_energy = jax.jit(Canonical.energy)
+_limit = jax.jit(Canonical.predicted_limit)
+_limits = jax.jit(jax.vmap(Canonical.predicted_limit, in_axes=(None, 0)))
+# single recorded runs from the §4.4 starts and the scipy comparison: tight tolerances and 200 records, one compiled
+# solver (gtol: far below any gradient met before the scipy comparison's t1)
+PRECISE = dict(rtol=1e-11, atol=1e-13, gtol=1e-11, ts=200, save_params=True)
+
 LIMITS = [  # docs/models/markov.md §4.4: (p, q, e0, w0) -> (e_inf, w_inf)
     (0.1, 0.1, 0.5, -0.5, 2.096374, -0.006171),
     (0.1, 0.1, 0.2, 0.2, 1.405676, 0.782303),
@@ -25,18 +33,18 @@ LIMITS = [  # docs/models/markov.md §4.4: (p, q, e0, w0) -> (e_inf, w_inf)
 def test_flow_reaches_the_tabulated_limits(p, q, e0, w0, e_inf, w_inf):
     prob = Canonical(p, q)
     theta0 = {"e": jnp.asarray(e0), "w": jnp.asarray(w0)}
-    traj = popdyn.gradient_flow(prob, theta0, t1=1e5, rtol=1e-10, atol=1e-12, gtol=1e-11, ts=200, save_params=True)
+    traj = popdyn.gradient_flow(prob, theta0, t1=1e5, **PRECISE)
     assert int(traj.status) == Status.CONVERGED
     # the table of §4.4 gives 6 decimals; the flow itself must hit the closed-form limit to 1e-5 (acceptance)
     assert abs(float(traj.final["e"]) - e_inf) < 1e-5 + 5e-7
     assert abs(float(traj.final["w"]) - w_inf) < 1e-5 + 5e-7
-    lim = prob.predicted_limit(theta0)
+    lim = _limit(prob, theta0)
     assert abs(float(traj.final["e"]) - float(lim["e"])) < 1e-5
     assert abs(float(traj.final["w"]) - float(lim["w"])) < 1e-5
     # Lemma 1: the energy is conserved along the profiled flow (to 1e-8)
-    E = np.asarray(prob.energy(traj.params))
+    E = np.asarray(_energy(prob, traj.params))
     E = E[np.isfinite(np.asarray(traj.ts))]
-    assert np.max(np.abs(E - float(prob.energy(theta0)))) < 1e-8
+    assert np.max(np.abs(E - float(_energy(prob, theta0)))) < 1e-8
 
 
 # tolerances and record count of the batched Markov runs below (the random batch in chunks of four, the status and
@@ -53,7 +61,7 @@ def test_flow_agrees_with_predicted_limit_on_random_batch():
     theta0 = {"e": z[:, 0], "w": z[:, 1]}
     far = np.asarray(prob.separatrix_distance(theta0)) > 0.05
     traj = popdyn.gradient_flow(prob, theta0, t1=1e5, chunk_size=4, **SHARED)
-    lim = jax.vmap(prob.predicted_limit)(theta0)
+    lim = _limits(prob, theta0)
     ok = np.asarray(traj.status) == Status.CONVERGED
     assert ok[far].all()
     for k in ("e", "w"):
@@ -63,12 +71,12 @@ def test_flow_agrees_with_predicted_limit_on_random_batch():
 
 @pytest.mark.slow
 def test_flow_matches_scipy_reference():
-    """An independent integrator (scipy DOP853) on the same autodiff field, at a fixed time."""
+    """An independent integrator (scipy DOP853) on the same autodiff field, at fixed times (records 100 and 199 of
+    200: the solver of the tabulated-limits test)."""
     prob = Canonical(0.5, 0.8)
     theta0 = {"e": jnp.asarray(0.7), "w": jnp.asarray(-1.2)}
-    traj = popdyn.gradient_flow(
-        prob, theta0, t1=5.0, ts=[0.0, 2.5, 5.0], save_params=True, rtol=1e-11, atol=1e-13, gtol=1e-14
-    )
+    ts = np.concatenate([np.linspace(0.0, 2.5, 100, endpoint=False), np.linspace(2.5, 5.0, 100)])
+    traj = popdyn.gradient_flow(prob, theta0, t1=5.0, **(PRECISE | {"ts": ts}))
     g = jax.jit(jax.grad(lambda x: prob.loss({"e": x[0], "w": x[1]})))
     ref = solve_ivp(
         lambda t, y: -np.asarray(g(jnp.asarray(y))),
@@ -79,7 +87,8 @@ def test_flow_matches_scipy_reference():
         atol=1e-14,
         t_eval=[2.5, 5.0],
     )
-    got = np.stack([np.asarray(traj.params["e"][1:]), np.asarray(traj.params["w"][1:])])
+    assert ts[100] == 2.5 and ts[199] == 5.0
+    got = np.stack([np.asarray(traj.params[k])[[100, 199]] for k in ("e", "w")])
     np.testing.assert_allclose(got, ref.y, atol=1e-9)
 
 
@@ -91,7 +100,7 @@ def test_energy_not_conserved_with_trained_bias():
     traj = popdyn.gradient_flow(
         prob, theta0, t1=50.0, ts=np.linspace(0, 50, 101), save_params=True, rtol=1e-11, atol=1e-13
     )
-    E = np.asarray(prob.energy(traj.params))
+    E = np.asarray(_energy(prob, traj.params))
     assert np.ptp(E) > 1e-3  # not conserved
 
     # exact identity at every recorded point: dE/dt = ∇E·θ̇ = −∇E·∇L equals 2e²·∂L/∂b
@@ -100,7 +109,7 @@ def test_energy_not_conserved_with_trained_bias():
         gL = jax.grad(prob.loss)(th)
         return -(gE["e"] * gL["e"] + gE["w"] * gL["w"]), 2 * th["e"] ** 2 * gL["b"]
 
-    lhs, rhs = jax.vmap(rates)(traj.params)
+    lhs, rhs = jax.jit(jax.vmap(rates))(traj.params)
     np.testing.assert_allclose(np.asarray(lhs), np.asarray(rhs), rtol=1e-10, atol=1e-14)
     assert np.max(np.abs(np.asarray(rhs))) > 1e-3
 
@@ -165,10 +174,10 @@ def test_kvaerno5_and_time_scales():
         prob, theta0, t1=1e4, ts=np.linspace(0, 1e4, 101), save_params=True, rtol=1e-11, atol=1e-13
     )
     assert int(fast.status) == int(plain.status) == Status.CONVERGED
-    f0, f1 = prob.logits(fast.final)
+    f0, f1 = jax.jit(Canonical.logits)(prob, fast.final)
     assert abs(float(jax.nn.sigmoid(f0)) - 0.1) < 1e-6 and abs(float(jax.nn.sigmoid(f1)) - 0.9) < 1e-6
     # the field really is scaled: at t=0 the b-velocity is 10x the unscaled one
-    g = jax.grad(prob.loss)(theta0)
+    g = jax.jit(jax.grad(prob.loss))(theta0)
     tiny = popdyn.gradient_flow(prob, theta0, t1=1e-4, ts=[0.0, 1e-4], **stiff)
     db = (float(tiny.params["b"][1]) - 0.0) / 1e-4
     assert abs(db + 10 * float(g["b"])) < 1e-4 * abs(float(g["b"])) * 10
