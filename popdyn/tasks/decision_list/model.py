@@ -16,6 +16,7 @@ from jaxtyping import Array, Float, Int
 
 from popdyn import _validate
 from popdyn.exact.histograms import Histograms
+from popdyn.exact.tables import WeightedTable
 from popdyn.problem import Problem, Theta
 from popdyn.tasks._leaves import leaf
 from popdyn.tasks.decision_list.data import validate_lists, validate_perm, validate_sizes
@@ -123,15 +124,43 @@ class DecisionList(Problem):
         att = jax.nn.softmax(logc[:, None] + W[tokens[:, None], tokens[None, :]], axis=0)
         return V[:, tokens] @ att
 
+    def histogram_loss(self, theta: Theta, tokens: Int[Array, " n"], logc: Float[Array, " n"]) -> Float[Array, ""]:
+        """(1/n) Σ_a h_a [logsumexp z(a; h) − z(a; h)_y]: the loss of one sequence, through its histogram h (F3).
+
+        **Arguments:**
+
+        - ``theta``: {"W", "V"} or {"W"}.
+        - ``tokens``, ``logc``: h as a row of the histogram table: its distinct tokens padded to n slots and their
+          log-counts (−inf on padding).
+        """
+        z = self.logits(theta, tokens, logc)
+        zy = jnp.take_along_axis(z, self.labels(tokens, logc)[None, :], axis=0)[0]
+        return jnp.sum(jnp.exp(logc) / self.n * (jax.nn.logsumexp(z, axis=0) - zy))
+
     def loss(self, theta: Theta) -> Float[Array, ""]:
         """ℒ(W, V) = Σ_h P(h) (1/n) Σ_a h_a [logsumexp z(a; h) − z(a; h)_y] (F3), by histogram enumeration."""
+        return self.table.expectation(lambda tokens, logc: self.histogram_loss(theta, tokens, logc))
 
-        def per_histogram(tokens, logc):
-            z = self.logits(theta, tokens, logc)
-            zy = jnp.take_along_axis(z, self.labels(tokens, logc)[None, :], axis=0)[0]
-            return jnp.sum(jnp.exp(logc) / self.n * (jax.nn.logsumexp(z, axis=0) - zy))
+    def examples(self) -> WeightedTable:
+        """One training sequence s of the sequence law, by its histogram h (its loss depends on nothing else, §1):
+        points {"tokens", "logc"}, the rows of the histogram table, with their probabilities P(h); under
+        ``"distinct"`` the C(L, n) subsets are equally likely (docs/models/decision_lists.md, "Per-example data")."""
+        size, n = self.table.size, self.n
+        return WeightedTable(
+            {"tokens": self.table.tokens.reshape(-1, n)[:size], "logc": self.table.logc.reshape(-1, n)[:size]},
+            self.table.prob.reshape(-1)[:size],
+        )
 
-        return self.table.expectation(per_histogram)
+    def example_loss(self, theta: Theta, x) -> Float[Array, ""]:
+        """ℓ(θ, x) = ``histogram_loss(θ, x["tokens"], x["logc"])``, the loss of one sequence, so that
+        E_x ℓ(θ, x) = ``loss(θ)``.
+
+        **Arguments:**
+
+        - ``theta``: {"W", "V"} or {"W"}.
+        - ``x``: one point of ``examples()``.
+        """
+        return self.histogram_loss(theta, x["tokens"], x["logc"])
 
     def evaluate(self, theta: Theta) -> tuple[float, str]:
         """(ℒ(θ), path) for a concrete θ, choosing the cheapest exact path: the structured reduction (§3 C,

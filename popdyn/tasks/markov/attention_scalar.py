@@ -20,9 +20,12 @@ from jaxtyping import Array, Float
 from popdyn import _validate
 from popdyn.exact import Chain
 from popdyn.exact.count_dp import count_grid, count_occupancy, occupancy_loss
+from popdyn.exact.enumeration import MAX_SEQUENCES
+from popdyn.exact.tables import WeightedTable
 from popdyn.problem import Problem, Theta
 from popdyn.tasks._leaves import leaf
 from popdyn.tasks.markov.canonical import binary_entropy_rate, binary_unigram_loss
+from popdyn.tasks.markov.examples import next_token_loss, sequence_table
 
 _NEWTON_ITERS = 60
 
@@ -95,10 +98,38 @@ class AttentionScalar(Problem):
 
         return jax.lax.custom_root(dL_db, jnp.zeros_like(theta["e"]), solve, lambda g, y: y / g(1.0))
 
+    def bias_value(self, theta: Theta) -> Float[Array, ""]:
+        """b: θ's own when trained, b*(e, w, a) (``optimal_bias``) when profiled.
+
+        **Arguments:**
+
+        - ``theta``: {"e", "w", "a"} or {"e", "w", "a", "b"}.
+        """
+        return theta["b"] if self.bias == "trained" else self.optimal_bias(theta)
+
     def loss(self, theta: Theta) -> Float[Array, ""]:
         """Exact mean next-token cross-entropy over positions 1..N (count DP, §3.3)."""
-        b = theta["b"] if self.bias == "trained" else self.optimal_bias(theta)
+        b = self.bias_value(theta)
         return occupancy_loss(self.chain, self.occupancy, self.logit(theta, *count_grid(self.N)) + b)
+
+    def examples(self) -> WeightedTable:
+        """One training sequence x_1..x_{N+1} of the chain (its N next tokens observed, as the authors' training
+        samples them, §6): all 2^{N+1} sequences with their probabilities; ValueError when 2^{N+1} > MAX_SEQUENCES
+        (docs/models/markov.md, "Per-example data")."""
+        return sequence_table(self.chain, self.N, MAX_SEQUENCES, type(self).__name__)
+
+    def example_loss(self, theta: Theta, x) -> Float[Array, ""]:
+        """ℓ(θ, x) = (1/N) Σ_n CE(x_{n+1}, σ(logit(n, x_n, S_n) + b)) of one sequence x = x_1..x_{N+1}
+        (S_n = x_1 + … + x_n; b* of the population when profiled), so that E_x ℓ(θ, x) = ``loss(θ)``.
+
+        **Arguments:**
+
+        - ``theta``: {"e", "w", "a"} or {"e", "w", "a", "b"}.
+        - ``x``: one point of ``examples()``, N + 1 tokens.
+        """
+        b = self.bias_value(theta)
+        tokens = x[: self.N]
+        return next_token_loss(self.logit(theta, jnp.arange(1, self.N + 1), tokens, jnp.cumsum(tokens)) + b, x[1:])
 
     def entropy_rate(self) -> float:
         """H_rate, the global minimum (reached at a = 0 on Γ*, as in the canonical model); a float outside

@@ -22,9 +22,11 @@ from jax.custom_derivatives import SymbolicZero
 from jaxtyping import Array, Bool, Float
 
 from popdyn import _validate
-from popdyn.exact import binary_kernel, bisect, entropy_rate, unigram_loss
+from popdyn.exact import MAX_SEQUENCES, Chain, binary_kernel, bisect, entropy_rate, unigram_loss
+from popdyn.exact.tables import WeightedTable
 from popdyn.problem import Overlay, Problem, Theta
 from popdyn.tasks._leaves import all_float, floats, leaf
+from popdyn.tasks.markov.examples import transition_table
 
 W_SADDLE = -1.0 / math.sqrt(2.0)
 """c(w) = 0 at w = −1/√2: the saddle (0, −1/√2) of §4.1."""
@@ -211,23 +213,29 @@ class Canonical(Problem):
     vanishes and Γ* merges with that line; the closed-form limits of §4.4 do not apply there.
     p, q and init_std are 0-d array leaves (a new value compiles nothing; problems stack and vmap); the closed
     forms for reports (``pi1``, ``entropy_rate()``, ``optimal_gap()``…) are Python floats outside transformations.
+    The loss does not depend on the sequence length; the per-example data do (``examples()``: one training sequence
+    of N predicted tokens).
 
     **Arguments:**
 
     - ``p``: P(next = 1 | current = 0) ∈ (0, 1); ``q``: P(next = 0 | current = 1) ∈ (0, 1).
     - ``bias``: ``"profiled"`` (b = b*(e, w), §2.2) or ``"trained"`` (b a coordinate of θ, §2.3).
     - ``init_std``: the std of ``init``'s e and w (> 0).
+    - ``N``: the number of predicted tokens of one training sequence x_1..x_{N+1}, for ``examples()`` (≥ 1;
+      default 512, the authors', §6.3).
     """
 
     p: Float[Array, ""]
     q: Float[Array, ""]
     init_std: Float[Array, ""]
     bias: str = eqx.field(static=True)
+    N: int = eqx.field(static=True)
 
-    def __init__(self, p: float, q: float, bias: str = "profiled", init_std: float = 0.01):
+    def __init__(self, p: float, q: float, bias: str = "profiled", init_std: float = 0.01, *, N: int = 512):
         p = _validate.open_unit("p", p)
         q = _validate.open_unit("q", q)
         self.bias = _validate.choice("bias", bias, ("profiled", "trained"))
+        self.N = _validate.int_at_least("N", N, 1)
         init_std = _validate.positive("init_std", init_std)
         if abs(p + q - 1.0) < PQ_ONE_TOL:
             warnings.warn(
@@ -310,6 +318,31 @@ class Canonical(Problem):
         if self.bias == "profiled":
             return self.profile_loss(self.gap(theta))
         return self._cross_entropy(*self.logits(theta))
+
+    def examples(self) -> WeightedTable:
+        """One training sequence x_1..x_{N+1} of the chain started from π, as the authors' SGD draws them (§6.3), by
+        its transition counts {"counts": (n_00, n_01, n_10, n_11)}, on which its loss depends only: their exact law,
+        O(N²) rows instead of 2^{N+1} sequences; ValueError when (N + 1)² > MAX_SEQUENCES (docs/models/markov.md,
+        "Per-example data")."""
+        p, q = self.p, self.q
+        pi0, pi1 = _pis(p, q)
+        kernel = jnp.stack([jnp.stack([1.0 - p, p]), jnp.stack([q, 1.0 - q])])
+        return transition_table(Chain(jnp.stack([pi0, pi1]), kernel, 2, 1), self.N, MAX_SEQUENCES, type(self).__name__)
+
+    def example_loss(self, theta: Theta, x) -> Float[Array, ""]:
+        """ℓ(θ, x) = (1/N) Σ_ab n_ab CE(b, σ(f_a)): the mean next-token cross-entropy of one sequence with transition
+        counts ``x["counts"]`` = (n_00, n_01, n_10, n_11), at the logits ``logits(θ)`` (b = b*(e, w) of the
+        population when profiled), so that E_x ℓ(θ, x) = ``loss(θ)``.
+
+        **Arguments:**
+
+        - ``theta``: {"e", "w"} or {"e", "w", "b"}.
+        - ``x``: one point of ``examples()``.
+        """
+        f0, f1 = self.logits(theta)
+        n00, n01, n10, n11 = (x["counts"][i].astype(f0.dtype) for i in range(4))
+        ls = jax.nn.log_sigmoid
+        return -(n01 * ls(f0) + n00 * ls(-f0) + n11 * ls(f1) + n10 * ls(-f1)) / self.N
 
     def profile_loss(self, A: Float[Array, ""]) -> Float[Array, ""]:
         """ℓ(A) = min_b L at gap A: ℓ(0) = H_uni, ℓ(A*) = H_rate (§3.2).

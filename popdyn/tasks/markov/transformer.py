@@ -18,8 +18,10 @@ from jaxtyping import Array, Float, Int
 from popdyn import _validate
 from popdyn.exact import Chain, check_enumerable, expectation
 from popdyn.exact.enumeration import MAX_SEQUENCES
+from popdyn.exact.tables import WeightedTable
 from popdyn.problem import Problem, Theta
 from popdyn.tasks._leaves import leaf
+from popdyn.tasks.markov.examples import sequence_table
 
 
 def _layernorm(x, g, b, eps=1e-5):
@@ -155,6 +157,24 @@ class Transformer(Problem):
         return expectation(
             lambda x, P: self.sequence_loss(theta, x, P), self.chain, self.N, self.chunk, self.max_sequences
         )
+
+    def examples(self) -> WeightedTable:
+        """One training sequence x_1..x_{N+1} of the chain with its N next tokens observed, as the authors' training
+        samples them (§6): all V^{N+1} sequences with their probabilities; ValueError when V^{N+1} exceeds
+        ``max_sequences`` (docs/models/markov.md, "Per-example data")."""
+        return sequence_table(self.chain, self.N, self.max_sequences, type(self).__name__)
+
+    def example_loss(self, theta: Theta, x: Int[Array, " N1"]) -> Float[Array, ""]:
+        """ℓ(θ, x) = (1/N) Σ_n −log softmax(logits_n)[x_{n+1}]: ``sequence_loss`` of x_1..x_N with the observed next
+        tokens (one-hot) in place of their laws, so that E_x ℓ(θ, x) = ``loss(θ)``.
+
+        **Arguments:**
+
+        - ``theta``: the weights (``init``'s keys).
+        - ``x``: one point of ``examples()``, N + 1 tokens.
+        """
+        targets = jax.nn.one_hot(x[1:], self.chain.V, dtype=self.chain.kernel.dtype)
+        return self.sequence_loss(theta, x[: self.N], targets)
 
 
 def rank_one_weights(e, w, b, *, N: int, d: int, a=0.0, alpha=None) -> Theta:

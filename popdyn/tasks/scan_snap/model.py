@@ -21,6 +21,7 @@ from jaxtyping import Array, Float, Int
 
 from popdyn import _validate
 from popdyn.exact.histograms import MAX_HISTOGRAMS, Histograms, check_histograms
+from popdyn.exact.tables import WeightedTable
 from popdyn.problem import Problem, Theta
 from popdyn.tasks.scan_snap.data import Classes
 
@@ -144,18 +145,56 @@ class ScanSnap(Problem):
     def _finite_class_loss(self, theta: Theta, k: int) -> Float[Array, ""]:
         supp, table = self.supports[k], self.tables[k]
         z = theta["Z"][self.query[k]]
+        return table.expectation(lambda slots, logc: self._count_loss(theta, z, self.label[k], supp[slots], logc))
 
-        def one(slots, logc):
-            ids = supp[slots]
-            w = jax.nn.softmax(z[ids] + logc)  # padding slots have logc = −inf: weight 0
-            a = jnp.zeros(self.M, w.dtype).at[ids].add(w)
-            return _cross_entropy(_normalise(a), theta["Y"], self.label[k])
+    def _count_loss(self, theta: Theta, z, label, ids, logc) -> Float[Array, ""]:
+        """The loss of one sequence whose contextual tokens hold the distinct tokens ``ids`` with log-counts ``logc``
+        (§1): a ∝ N ⊙ e^{z}, −log softmax(Yᵀa/‖a‖)_label.
 
-        return table.expectation(one)
+        **Arguments:**
+
+        - ``theta``: {"Y", "Z"}; ``z``: the query's row of Z; ``label``: the class's next token.
+        - ``ids``, ``logc``: the distinct contextual tokens padded to T−1 slots, their log-counts (−inf on padding).
+        """
+        w = jax.nn.softmax(z[ids] + logc)  # padding slots have logc = −inf: weight 0
+        a = jnp.zeros(self.M, w.dtype).at[ids].add(w)
+        return _cross_entropy(_normalise(a), theta["Y"], label)
 
     def loss(self, theta: Theta) -> Float[Array, ""]:
         """ℒ = Σ_n π_n ℓ_n: the exact population cross-entropy (minus J of §2)."""
         return jnp.dot(self.weights, self.class_losses(theta))
+
+    def examples(self) -> WeightedTable:
+        """One training sequence: its class n ~ π and (finite T) its T−1 contextual tokens, by their counts (the
+        loss depends on nothing else, §1): points {"cls", "ids", "logc"} (the class, the distinct tokens padded to
+        T−1 slots and their log-counts, −inf on padding) with probabilities π_n Mult(N). For T → ∞ a sequence of
+        class n has the loss ℓ_n exactly, and the points are the classes {"cls"} with probabilities π_n
+        (docs/models/scan_snap.md, "Per-example data")."""
+        if self.T is None:
+            return WeightedTable({"cls": jnp.arange(self.K, dtype=jnp.int32)}, self.weights)
+        cls, ids, logc, prob = [], [], [], []
+        for k, (supp, table) in enumerate(zip(self.supports, self.tables, strict=True)):
+            slots = table.tokens.reshape(-1, self.T - 1)[: table.size]
+            cls.append(jnp.full(table.size, k, dtype=jnp.int32))
+            ids.append(supp[slots])
+            logc.append(table.logc.reshape(-1, self.T - 1)[: table.size])
+            prob.append(self.weights[k] * table.prob.reshape(-1)[: table.size])
+        points = {"cls": jnp.concatenate(cls), "ids": jnp.concatenate(ids), "logc": jnp.concatenate(logc)}
+        return WeightedTable(points, jnp.concatenate(prob))
+
+    def example_loss(self, theta: Theta, x) -> Float[Array, ""]:
+        """ℓ(θ, x): the cross-entropy of one sequence of class x["cls"] (finite T: with the contextual counts of x;
+        T → ∞: the class loss ℓ_n of §2), so that E_x ℓ(θ, x) = ``loss(θ)``.
+
+        **Arguments:**
+
+        - ``theta``: {"Y", "Z"}.
+        - ``x``: one point of ``examples()``.
+        """
+        k = x["cls"]
+        if self.T is None:
+            return _cross_entropy(self.features(theta)[k], theta["Y"], self.label[k])
+        return self._count_loss(theta, theta["Z"][self.query[k]], self.label[k], x["ids"], x["logc"])
 
     def sequence_loss(self, theta: Theta, k: Int[Array, ""], context: Int[Array, " T1"]) -> Float[Array, ""]:
         """The loss of one sequence of class k with contextual tokens ``context``, evaluated literally by

@@ -6,12 +6,15 @@ with E[y | x] = P X q_k (§1), E_y‖y − f‖² = 1 − 2 f·(P X q_k) + ‖f�
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, Float, Int
 
-from popdyn.tasks.scb.model import SparseBigram
+if TYPE_CHECKING:  # the model's per-example data use this module's enumeration
+    from popdyn.tasks.scb.model import SparseBigram
 
 MAX_SEQUENCES = 200_000
 """Largest N^(T+1) that ``sequence_table`` enumerates (tiny instances only: N = 3, T = 10 is 177,147)."""

@@ -14,8 +14,11 @@ import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from popdyn import _validate
+from popdyn.exact.tables import WeightedTable
 from popdyn.problem import Problem, Theta
+from popdyn.tasks.scb.brute_force import MAX_SEQUENCES, sequence_table
 from popdyn.tasks.scb.instance import validate_instance
+from popdyn.tasks.scb.sampling import draw_residual
 
 
 class SparseBigram(Problem):
@@ -118,6 +121,37 @@ class SparseBigram(Problem):
         )
         return 0.5 + self.mu @ per_k
 
+    def examples(self) -> WeightedTable:
+        """One training draw of §1, {"X": the T context tokens, "k": the last token, "y": the next token}, with
+        probability Π_t μ_{x_t} · μ_k · (P X q_k)_y (the position s ~ q_k summed out: the loss does not see it): all
+        N^{T+2} draws. ValueError above ``MAX_SEQUENCES`` of them, tiny instances only: the population loss is a
+        closed form with no per-example terms (docs/models/scb.md, "Per-example data")."""
+        N, T = self.N, self.T
+        if N ** (T + 2) > MAX_SEQUENCES:
+            raise ValueError(
+                f"SparseBigram.examples(): one training example is a draw (x_1..x_{{T+1}}, y) of §1, and the exact "
+                f"enumeration of its N^(T+2) = {N}^{T + 2} = {N ** (T + 2)} values at N={N}, T={T} exceeds the "
+                f"limit of {MAX_SEQUENCES}; the population loss is a closed form with no per-example terms, so "
+                "per-example data exist for tiny instances only (sample minibatches instead: per_sample_gradients)"
+            )
+        seqs, probs = sequence_table(self)
+        X, k = seqs[:, :-1], seqs[:, -1]
+        m = jnp.einsum("st,ist->si", self.Qm[:, k].T, self.P[:, X])  # m = P X q_k: the law of y
+        points = {"X": jnp.repeat(X, N, axis=0), "k": jnp.repeat(k, N), "y": jnp.tile(jnp.arange(N), k.shape[0])}
+        return WeightedTable(points, (probs[:, None] * m).reshape(-1))
+
+    def example_loss(self, theta: Theta, x) -> Float[Array, ""]:
+        """ℓ(θ, x) = ½‖e_y − V X a_k‖² of one draw x = {"X", "k", "y"} (the per-sample loss of §2), so that
+        E_x ℓ(θ, x) = ``loss(θ)``.
+
+        **Arguments:**
+
+        - ``theta``: {"V": N × N, "A": T × N}.
+        - ``x``: one draw, a point of ``examples()`` or of ``sample`` (X: (T,) tokens, k and y: tokens).
+        """
+        r, _ = draw_residual(self, theta, x["X"], x["k"], x["y"])
+        return 0.5 * r @ r
+
     def init(self, key: Array | None) -> Theta:
         """The uninformative start V0 = μ1ᵀ (predicts the unigram μ), A0 = 11ᵀ/T (uniform attention), §4;
         ``key`` is unused. Its loss is ½(1 − ‖μ‖²)."""
@@ -179,6 +213,20 @@ class SoftmaxBigram(Problem):
     def loss(self, theta: Theta) -> Float[Array, ""]:
         """L(V, softmax(W)) with L the linear-attention population loss (§3)."""
         return self.linear.loss({"V": theta["V"], "A": self.attention(theta)})
+
+    def examples(self) -> WeightedTable:
+        """The draws of ``SparseBigram.examples`` (the same data; ValueError above its size limit)."""
+        return self.linear.examples()
+
+    def example_loss(self, theta: Theta, x) -> Float[Array, ""]:
+        """ℓ(θ, x) = ½‖e_y − V X a_k‖² at A = softmax(W) (``SparseBigram.example_loss``).
+
+        **Arguments:**
+
+        - ``theta``: {"V": N × N, "W": T × N}.
+        - ``x``: one draw, a point of ``examples()``.
+        """
+        return self.linear.example_loss({"V": theta["V"], "A": self.attention(theta)}, x)
 
     def init(self, key: Array | None) -> Theta:
         """V0 = μ1ᵀ and W0 = 0 (uniform attention 11ᵀ/T): the linear model's uninformative start; ``key`` unused."""

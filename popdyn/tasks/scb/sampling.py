@@ -7,19 +7,26 @@ gradient. ``data`` is the triple returned by ``SparseBigram.sample``.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import equinox as eqx
 import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float, Int
 
 from popdyn.problem import Theta
-from popdyn.tasks.scb.model import SparseBigram
+
+if TYPE_CHECKING:  # the model's per-example loss uses ``draw_residual``
+    from popdyn.tasks.scb.model import SparseBigram
 
 Batch = tuple[Int[Array, "B T"], Int[Array, " B"], Int[Array, " B"]]
 
 
-def _residual(prob: SparseBigram, theta: Theta, X, k, y):
-    """(r = e_y − V X a_k, X a_k) for one draw."""
+def draw_residual(prob: SparseBigram, theta: Theta, X, k, y):
+    """(r = e_y − V X a_k, X a_k) for one draw (X the T context tokens, k the last token, y the next token).
+
+    **Arguments:** ``prob`` the ``SparseBigram`` instance; ``theta`` {"V", "A"}; ``X``, ``k``, ``y`` the draw.
+    """
     h = jnp.zeros(prob.N, theta["V"].dtype).at[X].add(theta["A"][:, k])
     return jax.nn.one_hot(y, prob.N, dtype=h.dtype) - theta["V"] @ h, h
 
@@ -36,11 +43,7 @@ def per_sample_loss(prob: SparseBigram, theta: Theta, data: Batch) -> Float[Arra
       ``SparseBigram.sample`` returns them.
     """
 
-    def one(X, k, y):
-        r, _ = _residual(prob, theta, X, k, y)
-        return 0.5 * r @ r
-
-    return jax.vmap(one)(*data)
+    return jax.vmap(lambda X, k, y: prob.example_loss(theta, {"X": X, "k": k, "y": y}))(*data)
 
 
 @eqx.filter_jit
@@ -59,7 +62,7 @@ def per_sample_gradients(prob: SparseBigram, theta: Theta, data: Batch, project:
     """
 
     def one(X, k, y):
-        r, h = _residual(prob, theta, X, k, y)
+        r, h = draw_residual(prob, theta, X, k, y)
         gA = jnp.zeros_like(theta["A"]).at[:, k].set(-(theta["V"].T @ r)[X])
         return {"V": -jnp.outer(r, h), "A": gA}
 
@@ -75,7 +78,7 @@ def per_sample_sq_norms(
     its mean if ``project``)."""
 
     def one(X, k, y):
-        r, h = _residual(prob, theta, X, k, y)
+        r, h = draw_residual(prob, theta, X, k, y)
         col = -(theta["V"].T @ r)[X] / prob.mu[k]
         if project:
             col = col - jnp.mean(col)

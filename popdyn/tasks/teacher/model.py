@@ -17,13 +17,19 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from popdyn import _validate
+from popdyn.exact.quadrature import MAX_NODES, GaussHermite, nodes_per_axis
+from popdyn.exact.tables import WeightedTable
 from popdyn.problem import Problem, Theta
+from popdyn.tasks._leaves import concrete
 from popdyn.tasks.teacher.kernels import ZERO_INITS, entry_loss, kappa, norm_toward, zero_partials
 
 ACTIVATIONS = ("linear", "relu", "leaky")
 """The activations σ(z) = max(z, αz) a ``BilinearTeacher`` takes: α = 1 (linear), α = 0 (ReLU), α ∈ [0, 1) (leaky)."""
 DEFAULT_LEAKY_ALPHA = 0.1
 """Leaky slope when none is given [our choice; the paper's is unknown, §1]."""
+_EXAMPLE_DEGREE = 4
+"""The total degree in (X, E) the per-example data integrate exactly: for the linear teacher a draw's gradient and
+Hessian are quadratic in (X, E), so their second moments (the gradient noise, SGD's threshold) have degree 4."""
 
 
 def validate_sizes(D, K) -> tuple[int, int]:
@@ -207,6 +213,62 @@ class BilinearTeacher(Problem):
         calls (and eager vmaps of it) compile once instead of op by op."""
         return self.loss_at(theta["W"], self.attention(theta))
 
+    def residual_loss(self, theta: Theta, X: Float[Array, "*n d D"], Y: Float[Array, "*n M D"]) -> Float[Array, "*n"]:
+        """½‖Y − σ(WXS)‖²_F of each draw (X, Y): the per-sample loss (§2).
+
+        **Arguments:**
+
+        - ``theta``: {"W": M × d, "A": D × D}.
+        - ``X``: token matrices (..., d, D); ``Y``: their labels (..., M, D).
+        """
+        return 0.5 * jnp.sum((Y - self.student_output(theta, X)) ** 2, axis=(-2, -1))
+
+    def examples(self) -> WeightedTable:
+        """One training draw of §2, {"X": d × D tokens, "E": M × D label noise}, for the linear teacher: the
+        tensor-product Gauss–Hermite nodes of N(0, σ_x²) × N(0, σ_ε²) with 3 nodes per coordinate, exact for every
+        polynomial in (X, E) of degree ≤ 5 per coordinate, hence for the loss, the gradient noise and SGD's
+        threshold, whose integrands are of degree ≤ 4 (3^{D(d+M)} nodes, tiny sizes only). With ReLU or leaky ReLU
+        the per-example loss is not polynomial and no exact rule exists: ValueError, as above the node limit
+        (docs/models/teacher.md, "Per-example data")."""
+        alpha = concrete(self.alpha)
+        if isinstance(alpha, float) and alpha != 1.0:
+            raise ValueError(
+                f"BilinearTeacher.examples(): with activation slope alpha={alpha:g} (ReLU or leaky ReLU) the loss of "
+                "one draw (X, E) is piecewise quadratic, not polynomial, so no Gauss-Hermite rule integrates its "
+                "gradients' moments exactly, Gaussian draws have no finite enumeration, and the closed-form kernels of "
+                "the population loss (§3) have no per-example terms: per-example data exist for the linear teacher "
+                "(activation='linear') only"
+            )
+        dims, per_axis = self.D * (self.d + self.M), nodes_per_axis(_EXAMPLE_DEGREE)
+        if per_axis**dims > MAX_NODES:
+            fits = 0
+            while per_axis ** (fits + 1) <= MAX_NODES:
+                fits += 1
+            raise ValueError(
+                f"BilinearTeacher.examples(): one training draw (X, E) has D(d + M) = {dims} Gaussian coordinates at "
+                f"D={self.D}, d={self.d}, M={self.M}, and its exact rule needs {per_axis}^{dims} = {per_axis**dims} "
+                f"nodes, over the limit MAX_NODES = {MAX_NODES} (D(d + M) <= {fits}); the population loss needs no "
+                "examples"
+            )
+        rule = GaussHermite(dims, _EXAMPLE_DEGREE)
+        z = jnp.asarray(rule.nodes)
+        X = self.sigma_x * z[:, : self.d * self.D].reshape(-1, self.d, self.D)
+        E = self.sigma_eps * z[:, self.d * self.D :].reshape(-1, self.M, self.D)
+        # a traced α (problems stacked or jitted) is not checked above: NaN weights then mark a non-linear teacher
+        weights = jnp.where(self.alpha == 1.0, jnp.asarray(rule.weights, z.dtype), jnp.nan)
+        return WeightedTable({"X": X, "E": E}, weights)
+
+    def example_loss(self, theta: Theta, x) -> Float[Array, ""]:
+        """ℓ(θ, x) = ½‖σ(V*XS*) + E − σ(WXS)‖²_F of one draw x = {"X", "E"} (``residual_loss``), so that
+        E_x ℓ(θ, x) = ``loss(θ)``.
+
+        **Arguments:**
+
+        - ``theta``: {"W": M × d, "A": D × D}.
+        - ``x``: one draw, a point of ``examples()``.
+        """
+        return self.residual_loss(theta, x["X"], self.teacher_output(x["X"]) + x["E"])
+
     def init(self, key: Array | None) -> Theta:
         """The paper's W = 0, A = 0 (S uniform, §2); ``key`` is unused."""
         del key
@@ -245,5 +307,5 @@ class BilinearTeacher(Problem):
 @eqx.filter_jit
 def _sampled_loss(prob: BilinearTeacher, theta: Theta, key: Array, n: int):
     X, Y = prob.sample(key, n)
-    per = 0.5 * jnp.sum((Y - prob.student_output(theta, X)) ** 2, axis=(-2, -1))
+    per = prob.residual_loss(theta, X, Y)
     return jnp.mean(per), jnp.std(per, ddof=1) / math.sqrt(n)
