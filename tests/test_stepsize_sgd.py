@@ -218,3 +218,20 @@ def test_the_command_refuses_in_one_line(tmp_path, run_cli, argv, message):
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith("popdyn: error: ") and proc.stderr.count("\n") == 1 and message in proc.stderr
     assert not out.exists()
+
+
+@pytest.mark.slow  # the Markov model's 262,658 examples (sequences of 512 by their transition counts)
+def test_the_markov_task_takes_the_option(tmp_path, run_cli):
+    """``popdyn stepsize markov --batch B`` on the Markov model's examples: GD ends on the valley of minima Γ*, a
+    flat direction of H on which the examples' Hessians act, so η*(B) = 0 (docs/sgd.md, "Flat directions") and the
+    run's η is stable for GD alone; 2/λ_max is the audit's own λ_max at the end point."""
+    out = tmp_path / "o"
+    with pytest.warns(UserWarning, match="act on the 1 flat direction"):
+        proc = run_cli("stepsize", "markov", "--lr", "0.5", "--batch", "2", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    run = json.loads((out / "summary.json").read_text())["results"]["runs"][0]
+    assert run["status"] == "converged" and run["sgd_threshold"] == 0.0 and run["batch"] == 2 and run["replace"]
+    assert run["gd_threshold"] == pytest.approx(2 / run["lambda_end"], rel=1e-9)
+    assert run["sgd_verdict"] == "stable for GD, unstable for SGD(B)"
+    line = f"  η = 0.5      2/λ_max = {run['gd_threshold']:.6g}, η*(B) = 0 at the end point: {run['sgd_verdict']}"
+    assert line in proc.stdout.splitlines()
