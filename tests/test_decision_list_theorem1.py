@@ -73,7 +73,9 @@ def test_reduced_flow_is_the_full_W_flow(ref_run):
     ts = rts[idx]
     assert ts[0] == 0.0 and ts[2] < T[3] < ts[3] < ts[4] < T[2] < ts[5]
     f = gradient_flow(full, full.init(None), t1=ts[-1], ts=ts, save_params=True, rtol=1e-11, atol=1e-13)
-    Wr = jax.vmap(lambda th: red.embed(th, lists))(jax.tree_util.tree_map(lambda x: x[np.array(idx)], rec.params))
+    Wr = jax.jit(jax.vmap(lambda th: red.embed(th, lists)))(
+        jax.tree_util.tree_map(lambda x: x[np.array(idx)], rec.params)
+    )
     np.testing.assert_allclose(f.params["W"], Wr, atol=1e-9)
     assert is_column_structured(np.asarray(f.final["W"]), lists)
     assert float(jnp.abs(Wr[-1]).max()) > 0.1  # the flow has moved
