@@ -82,10 +82,16 @@ def _start(tmp_path: Path, devices: int) -> tuple[subprocess.Popen, Path]:
 def test_four_devices_give_the_one_device_basin_map_bit_for_bit(tmp_path):
     runs = {d: _start(tmp_path, d) for d in (1, 4)}  # concurrently: each is a fresh interpreter
     info = {}
-    for d, (proc, _) in runs.items():
-        stdout, stderr = proc.communicate(timeout=300)
-        assert proc.returncode == 0, stderr
-        info[d] = json.loads(stdout.strip().splitlines()[-1])
+    try:
+        for d, (proc, _) in runs.items():
+            stdout, stderr = proc.communicate(timeout=300)
+            assert proc.returncode == 0, stderr
+            info[d] = json.loads(stdout.strip().splitlines()[-1])
+    finally:  # a timeout or a failed run leaves no process behind
+        for proc, _ in runs.values():
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
 
     one, four = info[1], info[4]
     assert one["devices"] == 1 and one["chunk"] == 30
