@@ -19,6 +19,7 @@ def coupled(t):
 # the update rules, optimizers, hooks and records are the engine's whatever the loss: the tests of them run on this
 # small three-block loss, which compiles fast; the tests of statuses use the Markov model's known critical points
 COUPLED = popdyn.Problem.from_loss(coupled, {"e": 0.0, "w": 0.0, "b": 0.0})
+GRAD = jax.jit(jax.grad(coupled))  # the hand-written loops' gradient: one program, not op by op
 
 
 def test_plain_gd_is_the_exact_update_rule():
@@ -27,7 +28,7 @@ def test_plain_gd_is_the_exact_update_rule():
     traj = popdyn.gradient_descent(prob, theta, lr=0.3, steps=5, save_params=True)
     ref = dict(theta)
     for k in range(5):
-        g = jax.grad(prob.loss)(ref)
+        g = GRAD(ref)
         ref = {n: ref[n] - 0.3 * g[n] for n in ref}
         for n in ref:
             assert abs(float(traj.params[n][k + 1]) - float(ref[n])) < 1e-15
@@ -60,7 +61,7 @@ def test_optax_optimizer_matches_hand_written_momentum():
     )
     ref, vel = dict(theta), {n: 0.0 for n in theta}
     for _ in range(30):
-        g = jax.grad(prob.loss)(ref)
+        g = GRAD(ref)
         vel = {n: 0.9 * vel[n] + g[n] for n in ref}
         ref = {n: ref[n] - 0.1 * vel[n] for n in ref}
     for n in ref:
@@ -162,19 +163,22 @@ def test_precondition_prox_and_noise_are_the_exact_update_rule():
     )
     ref = dict(theta)
     for k in range(steps):
-        d = precondition(jax.grad(prob.loss)(ref))
+        d = precondition(GRAD(ref))
         ref = {n: ref[n] - lr * d[n] for n in ref}
         ref["w"] = jnp.sign(ref["w"]) * jnp.maximum(jnp.abs(ref["w"]) - lr * 0.5, 0.0)
         for n in ref:
             assert abs(float(traj.params[n][k + 1]) - float(ref[n])) < 1e-15
-    # noise: zero-mean, variance σ² per entry and step; the same seed gives the same run, another seed not
+    # noise: zero-mean, variance σ² per entry and step; the same seed gives the same run, another seed not. One step
+    # from 4000 starts: one lane per start (lanes=4000), the plain vmapped batch, whose loop compiles in about half
+    # the time of a lane schedule's
     batch = jax.tree_util.tree_map(lambda x: jnp.full(4000, x), theta)
-    noisy = popdyn.gradient_descent(prob, batch, lr=lr, steps=1, noise=0.3, seed=1)
+    one_step = dict(lr=lr, steps=1, lanes=4000)
+    noisy = popdyn.gradient_descent(prob, batch, noise=0.3, seed=1, **one_step)
     clean = popdyn.gradient_descent(prob, theta, lr=lr, steps=1)
     xi = (np.asarray(clean.final["e"]) - np.asarray(noisy.final["e"])) / lr
     assert abs(xi.mean()) < 4 * 0.3 / np.sqrt(4000) and abs(xi.std() / 0.3 - 1) < 0.05
-    again = popdyn.gradient_descent(prob, batch, lr=lr, steps=1, noise=0.3, seed=1)
-    other = popdyn.gradient_descent(prob, batch, lr=lr, steps=1, noise=0.3, seed=2)
+    again = popdyn.gradient_descent(prob, batch, noise=0.3, seed=1, **one_step)
+    other = popdyn.gradient_descent(prob, batch, noise=0.3, seed=2, **one_step)
     np.testing.assert_array_equal(again.final["e"], noisy.final["e"])
     assert not np.allclose(other.final["e"], noisy.final["e"])
 
@@ -183,11 +187,11 @@ def test_precondition_prox_and_noise_are_the_exact_update_rule():
     def sampled(th, key):
         return jax.tree_util.tree_map(lambda g: g + 0.3 * jax.random.normal(key, g.shape), jax.grad(prob.loss)(th))
 
-    hooked = popdyn.gradient_descent(prob, batch, lr=lr, steps=1, gradient=sampled, seed=1)
+    hooked = popdyn.gradient_descent(prob, batch, gradient=sampled, seed=1, **one_step)
     xi = (np.asarray(clean.final["e"]) - np.asarray(hooked.final["e"])) / lr
     assert abs(xi.mean()) < 4 * 0.3 / np.sqrt(4000) and abs(xi.std() / 0.3 - 1) < 0.05
     # per-block levels: only "w" is noisy
-    blocks = popdyn.gradient_descent(prob, batch, lr=lr, steps=1, noise={"w": 0.3}, seed=1)
+    blocks = popdyn.gradient_descent(prob, batch, noise={"w": 0.3}, seed=1, **one_step)
     np.testing.assert_allclose(blocks.final["e"], np.broadcast_to(clean.final["e"], (4000,)), atol=1e-15)
     xi_w = (np.asarray(clean.final["w"]) - np.asarray(blocks.final["w"])) / lr
     assert abs(xi_w.std() / 0.3 - 1) < 0.05
