@@ -65,13 +65,16 @@ def _finish(proc: subprocess.Popen, timeout: float) -> tuple[int, str, str]:
 
 @pytest.fixture(scope="module")
 def cli(tmp_path_factory):
-    """An uninterrupted run, and per signal: a run stopped by it after its first chunk, then the same
-    command again. All processes run concurrently from this (main) thread."""
+    """An uninterrupted run, then per signal: a run stopped by it after its first chunk, then the same command
+    again. The uninterrupted run goes first, alone: the others, the same command, find its compiled programs in the
+    test session's compilation cache instead of compiling them at the same time. The stopped runs run concurrently
+    from this (main) thread, and so do the resumed ones."""
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         pytest.skip("SIGINT is ignored in this process, so its children would ignore Ctrl-C too")
     base = tmp_path_factory.mktemp("checkpoint-cli")
     argv = {name: ARGV + ["--checkpoint", base / f"ck-{name}", "--out", base / f"out-{name}"] for name in SIGNALS}
-    reference = _popen(ARGV + ["--out", base / "reference"], base)
+    code, _, stderr = _finish(_popen(ARGV + ["--out", base / "reference"], base), 300)
+    assert code == 0, stderr
     running = {name: _popen(argv[name], base) for name in SIGNALS}
     waiting, deadline = dict(running), time.monotonic() + 240
     while waiting and time.monotonic() < deadline:
@@ -86,8 +89,6 @@ def cli(tmp_path_factory):
     outputs = {name: sorted(p.name for p in base.iterdir() if "out-" + name in p.name) for name in SIGNALS}
     resumed = {name: _popen(argv[name], base) for name in SIGNALS}
     resumed = {name: _finish(proc, 300) for name, proc in resumed.items()}
-    code, _, stderr = _finish(reference, 300)
-    assert code == 0, stderr
     return base, stopped, chunks, outputs, resumed
 
 
