@@ -117,12 +117,14 @@ def test_batched_audit_gives_per_run_arrays(prob, runs):
 
 
 @pytest.mark.slow
-def test_audit_rejects_missing_params_and_bad_lr(prob):
-    traj = popdyn.gradient_descent(prob, THETA0, lr=0.5, steps=4)
+def test_audit_rejects_missing_params_and_bad_lr(prob, runs):
+    """The runs of the fixture's settings: with saved parameters it is the fixture's compiled loop; without, the one
+    of test_descent.py's records test (the test session's compilation cache)."""
+    traj = popdyn.gradient_descent(prob, THETA0, lr=0.5, steps=STEPS, record_every=20)
     assert traj.params is None
     with pytest.raises(ValueError, match="save_params"):
         popdyn.step_size_audit(prob, traj, 0.5)
-    traj = popdyn.gradient_descent(prob, THETA0, lr=0.5, steps=4, save_params=True)
+    traj, _ = runs[0.5]
     for lr in (0.0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ValueError, match="lr"):
             popdyn.step_size_audit(prob, traj, lr)
