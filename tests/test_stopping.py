@@ -62,15 +62,19 @@ def test_at_a_critical_point_the_rule_holds():
     assert bool(stopping.rule(speed, R, jnp.asarray(1e-10), jnp.asarray(0.0)))
 
 
+def _stiff(th, lam):
+    return 0.5 * (th["v"][0] ** 2 + lam * th["v"][1] ** 2) + 0.1 * th["v"][0] ** 4
+
+
 @pytest.mark.slow  # moved out of the quick tier (< 3 min); still in the full suite
 @pytest.mark.parametrize("lam", [1e-3, 1e-4])
 def test_a_stiff_component_at_the_solver_tolerance_does_not_stop_the_flow_early(lam):
     """L = ½(x² + λy²) + x⁴/10 from (1, 1): Tsit5 keeps x at its error tolerance (~5e-11) near the minimum, and the
     curvature along f alone, dominated by that stiff component, put the minimum within δ while y was still 3.7e-8
     (λ = 1e-3) or 3.8e-7 (λ = 1e-4) away, stopping the flow at 0.74 or 0.64 of the time y takes to reach δ. The
-    flow stops within δ of the minimum, at the time y = e^{−λt} reaches it."""
-    loss = lambda th: 0.5 * (th["v"][0] ** 2 + lam * th["v"][1] ** 2) + 0.1 * th["v"][0] ** 4  # noqa: E731
-    prob = popdyn.Problem.from_loss(loss, init={"v": jnp.zeros(2)})
+    flow stops within δ of the minimum, at the time y = e^{−λt} reaches it. λ is a data leaf: both λ run one
+    compiled solver."""
+    prob = popdyn.Problem.from_loss(_stiff, init={"v": jnp.zeros(2)}, data=lam)
     traj = popdyn.gradient_flow(prob, {"v": jnp.array([1.0, 1.0])}, t1=1e9, ts=None, max_steps=10**6)
     assert int(traj.status) == Status.CONVERGED
     delta = 1e-10  # atol + rtol·‖θ‖ at the minimum θ = 0 (default tolerances)
