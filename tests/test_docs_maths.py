@@ -24,7 +24,11 @@ REPO = Path(__file__).resolve().parents[1]
 MODEL_PAGES = ("markov", "decision_lists", "scan_snap", "scb", "teacher")
 
 MATHS = re.compile(r'<(span|div) class="arithmatex">(.*?)</\1>', re.S)
-CODE = re.compile(r"<(code|pre|script|style)\b.*?</\1>", re.S)
+CODE = re.compile(r"<(code|pre|script|style)\b.*?</\1>|<div class=\"clipboard-copy-txt\"[^>]*>.*?</div>", re.S)
+# A notebook's markdown cell, whose $…$ and $$…$$ MathJax typesets in the browser (javascripts/mathjax.js processes
+# the class jp-RenderedMarkdown); its formulas are dropped before the check, the rest of the page is checked as is.
+NOTEBOOK_CELL = re.compile(r'<div class="[^"]*\bjp-RenderedMarkdown\b[^"]*"[^>]*>.*?</div>', re.S)
+CELL_MATHS = re.compile(r"\$\$.+?\$\$|\$[^$\n]+\$", re.S)
 # TeX that should have been typeset: a command, a braced sub- or superscript, MathJax's delimiters, a $ pair.
 RAW_TEX = re.compile(
     r"\\(?:frac|sqrt|mathrm|mathcal|mathbb|text|lVert|lvert|sum|lambda)\b|[_^]\{|\\[()[\]]|\$[^$<>\n]+\$"
@@ -92,7 +96,7 @@ def test_every_page_loads_the_mathjax_configuration_before_mathjax(site):
         assert config and mathjax and config[0] < mathjax[0], (path.relative_to(site), scripts)
     config = (site / "javascripts" / "mathjax.js").read_text(encoding="utf-8")
     for setting in (
-        'processHtmlClass: "arithmatex"',
+        'processHtmlClass: "arithmatex|jp-RenderedMarkdown"',
         'ignoreHtmlClass: ".*|"',
         "document$.subscribe",
         "typesetPromise",
@@ -103,7 +107,8 @@ def test_every_page_loads_the_mathjax_configuration_before_mathjax(site):
 def test_no_page_shows_tex_outside_the_formulas(site):
     leftovers = []
     for path in _pages(site):
-        text = CODE.sub("", MATHS.sub("", path.read_text(encoding="utf-8")))
+        html = NOTEBOOK_CELL.sub(lambda m: CELL_MATHS.sub("", m.group(0)), path.read_text(encoding="utf-8"))
+        text = CODE.sub("", MATHS.sub("", html))
         leftovers += [
             f"{path.relative_to(site)}: …{text[max(m.start() - 60, 0) : m.end() + 20]!r}…"
             for m in RAW_TEX.finditer(text)
