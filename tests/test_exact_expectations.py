@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 import subprocess
 import sys
 
@@ -17,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _quick_codegen_a import quick_codegen_env
 
 from popdyn.exact import GaussHermite, ProductDistribution, WeightedTable, gaussian_expectation
 
@@ -336,17 +336,18 @@ def test_gauss_hermite_gradients_wrt_mean_and_cov():
     assert float(gS[0, 0]) == pytest.approx(s22 + m2**2, rel=1e-12)
     assert float(gS[1, 1]) == pytest.approx(s11 + m1**2, rel=1e-12)
     assert float(gS[0, 1] + gS[1, 0]) == pytest.approx(4 * s12 + 4 * m1 * m2, rel=1e-12)  # symmetric direction
-    # vmap over means with the same cov, and the gradient of a sum over a batch of covariances
+    # vmap over means with the same cov, and the gradient of a sum over a batch of covariances (each one program,
+    # not op by op)
     mus = jnp.stack([mu, -mu, 2 * mu])
-    got = jax.vmap(lambda m: moment(m, S))(mus)
+    got = jax.jit(jax.vmap(lambda m: moment(m, S)))(mus)
     np.testing.assert_allclose(
         np.asarray(got), [isserlis(np.asarray(m), np.asarray(S), [0, 0, 1, 1]) for m in mus], rtol=QUAD
     )
-    g = jax.grad(lambda covs: jnp.sum(jax.vmap(lambda c: moment(mu, c))(covs)))(jnp.stack([S, 2 * S]))
+    g = jax.jit(jax.grad(lambda covs: jnp.sum(jax.vmap(lambda c: moment(mu, c))(covs))))(jnp.stack([S, 2 * S]))
     assert np.all(np.isfinite(np.asarray(g)))
     # at cov = I (repeated eigenvalues) the untaken eigen-decomposition branch must not leak NaN into the gradient,
     # also under vmap where both branches are evaluated
-    g = jax.vmap(jax.grad(lambda c: moment(jnp.zeros(2), c)))(jnp.stack([jnp.eye(2), 3 * jnp.eye(2)]))
+    g = jax.jit(jax.vmap(jax.grad(lambda c: moment(jnp.zeros(2), c))))(jnp.stack([jnp.eye(2), 3 * jnp.eye(2)]))
     np.testing.assert_allclose(np.asarray(g), [np.eye(2), 3 * np.eye(2)], rtol=1e-12, atol=1e-12)
 
 
@@ -470,5 +471,6 @@ def test_library_stays_float32_without_x64():
         "g = gaussian_expectation(lambda x: x[0] ** 2, np.zeros(2), np.eye(2), 2)\n"
         "assert g.dtype == jnp.float32 and abs(float(g) - 1.0) < 1e-5\n"
     )
-    env = {k: v for k, v in os.environ.items() if k != "JAX_ENABLE_X64"}
+    # compile-bound: cheaper code generation (tests/_quick_codegen_a.py); dtypes and values to 1e-5 are checked
+    env = {k: v for k, v in quick_codegen_env().items() if k != "JAX_ENABLE_X64"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
