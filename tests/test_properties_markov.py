@@ -2,9 +2,9 @@
 naming its parameter before any JAX work; every valid value gives a finite loss and gradient, and a short GD run
 reports every point as finite or with a non-OK status.
 
-Valid-value examples reuse one compilation: the Transformer's chain is an array leaf (one jitted loss serves all
-(p, q)); AttentionScalar's arrays are swapped into one template; Canonical's (p, q) are static, so its loss runs
-eagerly and its GD run uses one fixed problem.
+Valid-value examples reuse one compilation: the Transformer's chain and Canonical's (p, q) are array leaves (one
+jitted loss serves all (p, q), per bias option for Canonical); AttentionScalar's arrays are swapped into one
+template; the GD run uses one fixed problem.
 """
 
 import math
@@ -168,7 +168,7 @@ def test_canonical_loss_and_gradient_are_finite(p, q, bias, e, w, b):
         warnings.simplefilter("ignore")  # p + q = 1 warns by design
         prob = Canonical(p, q, bias=bias)
     theta = {"e": jnp.asarray(e), "w": jnp.asarray(w)} | ({"b": jnp.asarray(b)} if bias == "trained" else {})
-    value, grad = jax.value_and_grad(prob.loss)(theta)
+    value, grad = _value_and_grad(prob, theta)
     assert tree_finite((value, grad)), (value, grad)
 
 
