@@ -18,7 +18,10 @@ from popdyn.tasks.markov import Canonical
 
 PROB = Canonical(0.9, 0.9)
 STARTS = {"e": jnp.array([0.5, -1.0, 1.5, 0.1]), "w": jnp.array([0.3, 1.2, -0.8, 2.0])}
-GRID = popdyn.Grid.square("e", "w", -2.0, 2.0, 2)  # 2 × 2: as many points as STARTS, so runs share programs
+# the basin maps' 5 × 5 grid and the hitting times' 6 starts of tests/data/record_golden.py's Markov cases: runs with
+# their settings on these batches are its compiled programs (shared through the test session's compilation cache)
+GRID = popdyn.Grid.square("e", "w", -2.0, 2.0, 5)
+SIX = {"e": jnp.array([0.5, -1.0, 1.5, 0.1, 0.8, -0.3]), "w": jnp.array([0.3, 1.2, -0.8, 2.0, -0.5, 0.9])}
 # the settings that two tests run: the same object compiles its programs once
 FLOW_SAVED = GradientFlow(
     t1=50.0,
@@ -27,7 +30,7 @@ FLOW_SAVED = GradientFlow(
     stopping=Steady(rtol=1e-9, atol=1e-11),
     save=SaveAt(ts=5, params=True),
 )
-GD_END = GradientDescent(lr=0.5, steps=300)
+GD_END = GradientDescent(lr=0.5, steps=300, lanes=8, lane_steps=32)  # the recorded GD basin map's settings
 DOCS = Path(__file__).parent.parent / "docs" / "dynamics.md"
 
 
@@ -59,22 +62,23 @@ def test_the_convenience_functions_are_the_objects_run():
 
 @pytest.mark.slow
 def test_objects_save_end_points_by_default():
-    traj = GD_END.run(PROB, STARTS)
-    assert traj.loss.shape == (4, 2) and traj.params is None
-    traj = GradientFlow(t1=20.0).run(PROB, STARTS)
-    assert traj.ts.shape == (4, 2) and traj.params is None
+    traj = GD_END.run(PROB, GRID.points(PROB))
+    assert traj.loss.shape == (25, 2) and traj.params is None
+    traj = GradientFlow(t1=20.0).run(PROB, GRID.points(PROB))
+    assert traj.ts.shape == (25, 2) and traj.params is None
 
 
 @pytest.mark.slow
 def test_analyses_take_a_dynamics_object_and_match_the_method_names():
     gd = GD_END
-    by_object, by_name = popdyn.basin_map(PROB, GRID, gd), popdyn.basin_map(PROB, GRID, "gd", lr=0.5, steps=300)
+    by_object = popdyn.basin_map(PROB, GRID, gd)
+    by_name = popdyn.basin_map(PROB, GRID, "gd", lr=0.5, steps=300, lanes=8, lane_steps=32)
     for name in ("labels", "times", "status"):
         np.testing.assert_array_equal(getattr(by_object, name), getattr(by_name, name), strict=True)
     assert by_object.attractors == by_name.attractors and by_object.method == "gd"
     target = popdyn.LossBelow(PROB, 0.4)
-    by_object = popdyn.hitting_times(PROB, STARTS, target, GradientFlow(t1=200.0))
-    by_name = popdyn.hitting_times(PROB, STARTS, target, "flow", t1=200.0)
+    by_object = popdyn.hitting_times(PROB, SIX, target, GradientFlow(t1=200.0))
+    by_name = popdyn.hitting_times(PROB, SIX, target, "flow", t1=200.0)
     np.testing.assert_array_equal(by_object.times, by_name.times, strict=True)
     np.testing.assert_array_equal(by_object.status, by_name.status, strict=True)
     assert by_object.reached.any()
@@ -91,12 +95,13 @@ def test_a_setting_beside_an_object_is_refused(setting):
 
 @pytest.mark.slow
 def test_the_audit_reads_the_runs_rate_and_momentum():
-    lrs = np.array([0.2, 0.5, 1.0, 2.5])
-    traj = GradientDescent(lr=lrs, steps=30, momentum=0.3, save=SaveAt(every=1, params=True)).run(PROB, STARTS)
+    """Six starts and rates, 30 steps at momentum 0.5: the recorded audit case's run (tests/data/record_golden.py)."""
+    lrs = np.array([0.2, 0.5, 1.0, 2.5, 0.7, 1.2])
+    traj = GradientDescent(lr=lrs, steps=30, momentum=0.5, save=SaveAt(every=1, params=True)).run(PROB, SIX)
     audit = popdyn.step_size_audit(PROB, traj)
     np.testing.assert_array_equal(audit.lr, lrs)
-    assert audit.momentum == 0.3
-    given = popdyn.step_size_audit(PROB, traj, lrs, momentum=0.3)
+    assert audit.momentum == 0.5
+    given = popdyn.step_size_audit(PROB, traj, lrs, momentum=0.5)
     np.testing.assert_array_equal(given.lambda_max, audit.lambda_max)
     with pytest.raises(ValueError, match="differs from the run's lr"):
         popdyn.step_size_audit(PROB, traj, 0.2)
@@ -109,18 +114,19 @@ def test_the_audit_reads_the_runs_rate_and_momentum():
 
 @pytest.mark.slow
 def test_each_start_runs_an_optimizer_factory_at_its_own_rate():
-    """Adam at four rates in one call is the four one-rate runs (a factory is called with each start's rate)."""
-    lrs = np.array([0.01, 0.05, 0.1, 0.3])
-    both = GradientDescent(lr=lrs, steps=25, optimizer=optax.adam, save=SaveAt(every=5)).run(PROB, STARTS)
+    """Adam at six rates in one call is the six one-rate runs (a factory is called with each start's rate). Six
+    starts, 50 steps recorded every 10: the recorded Adam case's loop (tests/data/record_golden.py)."""
+    lrs = np.array([0.01, 0.05, 0.1, 0.3, 0.02, 0.2])
+    both = GradientDescent(lr=lrs, steps=50, optimizer=optax.adam, save=SaveAt(every=10)).run(PROB, SIX)
     for i, lr in enumerate(lrs):
-        one = jax.tree_util.tree_map(lambda x, i=i: x[i], STARTS)
-        alone = GradientDescent(lr=float(lr), steps=25, optimizer=optax.adam, save=SaveAt(every=5)).run(PROB, one)
+        one = jax.tree_util.tree_map(lambda x, i=i: x[i], SIX)
+        alone = GradientDescent(lr=float(lr), steps=50, optimizer=optax.adam, save=SaveAt(every=10)).run(PROB, one)
         np.testing.assert_allclose(both.loss[i], alone.loss, rtol=1e-14, atol=0)
-        for key in STARTS:
+        for key in SIX:
             np.testing.assert_allclose(both.final[key][i], alone.final[key], rtol=1e-14, atol=1e-300)
-    built = GradientDescent(lr=lrs, steps=25, optimizer=optax.adam(0.1))
+    built = GradientDescent(lr=lrs, steps=50, optimizer=optax.adam(0.1))
     with pytest.raises(ValueError, match="per-initialisation learning rates need an optimizer given as a factory"):
-        built.run(PROB, STARTS)
+        built.run(PROB, SIX)
 
 
 @pytest.mark.validation
