@@ -5,8 +5,8 @@ What it measures
 ----------------
 The command runs as a subprocess whose phases are timed by wrappers put around popdyn's own functions before the
 command starts (nothing in popdyn is changed): the interpreter and imports (process start to the command's entry
-point), the descent (``popdyn.batching.map_chunks`` inside ``gradient_descent``: every chunk, compile included),
-the end-of-run classification (``popdyn.dynamics.trajectory.finish``: Newton and saddle tests, end-point losses),
+point), the descent (``popdyn._batching.map_chunks`` inside ``gradient_descent``: every chunk, compile included),
+the end-of-run classification (``popdyn.dynamics._trajectory.finish``: Newton and saddle tests, end-point losses),
 the labelling (``label_end_points``), writing the outputs (``Result.write``: summary, npz, PNG) and the rest
 (arguments, checks, the closed-form comparison once the dynamics are done). The closed-form check runs in a
 thread beside the descent; its duration is shown but it is not a phase of its own. The process wall time is
@@ -35,8 +35,8 @@ HEADING = "## Basin map at grid 1000: time per phase"
 CHILD = r"""
 import json, sys, time
 spawned = float(sys.argv[1]); marks = {}
-import popdyn.cli, popdyn.io, popdyn.analysis.basins as basins, popdyn.dynamics.descent as descent
-import popdyn.jobs.markov.commands as commands
+import popdyn._cli, popdyn.io, popdyn.analysis._basins as basins, popdyn.dynamics._descent as descent
+import popdyn.jobs.markov._commands as commands
 
 def timed(module, name, phase):
     inner = getattr(module, name)
@@ -56,7 +56,7 @@ timed(popdyn.io.Result, "write", "writing outputs")
 marks["interpreter and imports"] = time.time() - spawned
 code = 0
 try:
-    popdyn.cli.main(sys.argv[3:])
+    popdyn._cli.main(sys.argv[3:])
 except SystemExit as stop:
     code = stop.code or 0
 with open(sys.argv[2], "w") as f:

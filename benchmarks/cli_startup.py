@@ -31,10 +31,10 @@ HEADING = "## Command-line start-up"
 
 
 def timed(argv: list[str], cache: str, cwd: str) -> float:
-    """Seconds from start to exit of ``python -m popdyn.cli ARGV`` with POPDYN_CACHE_DIR=cache."""
+    """Seconds from start to exit of ``python -m popdyn._cli ARGV`` with POPDYN_CACHE_DIR=cache."""
     t0 = time.perf_counter()
     subprocess.run(
-        [sys.executable, "-m", "popdyn.cli", *argv],
+        [sys.executable, "-m", "popdyn._cli", *argv],
         env=popdyn_env(cache),
         cwd=cwd,
         check=True,
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
         env = dict(os.environ, PYTHONPATH=str(REPO))
         t0 = time.perf_counter()
         subprocess.run(
-            [sys.executable, "-c", "import popdyn.cli, popdyn.jobs.markov.commands, popdyn.io"], env=env, check=True
+            [sys.executable, "-c", "import popdyn._cli, popdyn.jobs.markov._commands, popdyn.io"], env=env, check=True
         )
         rows["interpreter + imports of the job"] = time.perf_counter() - t0
     ratio = rows["second run (same command)"] / rows["first run (empty cache)"]

@@ -10,7 +10,7 @@ For each case the engine runs the same points twice or more in this process:
   the flow (diffrax's steps until the point's own stop); for GD the first step at which the point is steady, from a
   run recording every step (untimed). Executed = n × max n_i (flow: the vmapped while loop runs until its slowest
   member stops) or n × steps (GD: the scan runs every step for every point).
-* **lanes, width W** (the default W = 1024 and a narrower one): executed = ``popdyn.dynamics.lanes.executed_work``
+* **lanes, width W** (the default W = 1024 and a narrower one): executed = ``popdyn.dynamics._lanes.executed_work``
   replayed from the lane run's own per-point step counts (rounds × width × the longest segment of each round,
   idle lanes included), which is what ``run_lanes`` counts.
 
@@ -50,7 +50,7 @@ from benchmarks._common import (
     run_header,
     warm_times,
 )
-from popdyn.dynamics.lanes import executed_work
+from popdyn.dynamics._lanes import executed_work
 from popdyn.tasks.markov import Canonical
 
 SCRIPT = "lanes"
@@ -63,8 +63,8 @@ def cases(args) -> dict:
     markov = Canonical(0.9, 0.9)
     grid = popdyn.Grid.square("e", "w", -2, 2, args.markov_grid).points(markov)
     from popdyn.jobs.decision_list.commands import plane_to_column
-    from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
-    from popdyn.tasks.decision_list.theorems import theorem1_c
+    from popdyn.tasks.decision_list._reduced_flow import ReducedDecisionList
+    from popdyn.tasks.decision_list._theorems import theorem1_c
 
     dl = ReducedDecisionList(10, 3, (2,), theorem1_c(10, 3, 2, "distinct"), "distinct")
     xs = np.linspace(-3.0, 3.0, args.dl_grid)

@@ -75,8 +75,8 @@ from benchmarks._common import (
     sampled_task_checks,
 )
 from popdyn.tasks.teacher import TEACHERS, BilinearTeacher
+from popdyn.tasks.teacher._online import OnlineGradient
 from popdyn.tasks.teacher.builders import build
-from popdyn.tasks.teacher.online import OnlineGradient
 
 from ._sgd_baselines import NumpyTeacher, teacher_grad_check, teacher_sgd
 

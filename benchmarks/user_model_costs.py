@@ -70,7 +70,7 @@ print(json.dumps(out))
 
 FLOW_HAND = """
 import diffrax, optax
-from popdyn.dynamics import stopping
+from popdyn.dynamics import _stopping as stopping
 theta = jax.block_until_ready(starts(256))
 def term(t, y, args):
     return jax.tree_util.tree_map(jnp.negative, jax.grad(loss)(y))

@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # what a type checker sees: the real names and signatures (at
     from popdyn.dynamics import Trajectory as Trajectory
     from popdyn.dynamics import gradient_descent as gradient_descent
     from popdyn.dynamics import gradient_flow as gradient_flow
-    from popdyn.jobs.task import Task as Task
+    from popdyn.jobs._task import Task as Task
     from popdyn.problem import Overlay as Overlay
     from popdyn.problem import Problem as Problem
 
@@ -91,7 +91,7 @@ _HOME = {
         "popdyn.dynamics",
     ),
     **dict.fromkeys(["Overlay", "Problem"], "popdyn.problem"),
-    "Task": "popdyn.jobs.task",
+    "Task": "popdyn.jobs._task",
 }
 _SUBPACKAGES = ("analysis", "dynamics", "exact", "jobs", "tasks")
 

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 from jax.flatten_util import ravel_pytree
 from jaxtyping import Array, Float
 
-from popdyn.batching import as_batch, unbatch
+from popdyn._batching import as_batch, unbatch
 from popdyn.problem import Problem, Theta, ThetaLike
 
 EXACT_MAX_DIM = 512

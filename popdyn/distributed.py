@@ -1,6 +1,6 @@
 """Several processes on JAX's own distributed runtime (docs/distributed.md).
 
-Every process runs the same program on the same inputs; ``popdyn.batching.map_chunks`` deals whole chunks of a
+Every process runs the same program on the same inputs; ``popdyn._batching.map_chunks`` deals whole chunks of a
 batch out to the processes and gathers their outputs back to every process, and only process 0 writes files.
 """
 

@@ -59,7 +59,7 @@ def environment() -> dict[str, Any]:
     import jax
     import jax.numpy as jnp
 
-    from popdyn.identity import versions
+    from popdyn._identity import versions
 
     return {
         "versions": versions(),
@@ -296,10 +296,10 @@ class Result:
     figures: dict = field(default_factory=dict)
     lines: list = field(default_factory=list)
     runs: list[str] = field(default_factory=list)
-    """The identities of the chunked runs behind the results (``popdyn.identity.run``), set by ``produce``."""
+    """The identities of the chunked runs behind the results (``popdyn._identity.run``), set by ``produce``."""
 
     def write(self, out: Path, command: str, wall: float) -> None:
-        from popdyn import identity
+        from popdyn import _identity as identity
 
         files = [SUMMARY, *(f"{a}.npz" for a in self.arrays), *(f"{f}.png" for f in self.figures)]
         summary = {
@@ -316,9 +316,9 @@ class Result:
 
 
 def produce(job: Callable[[], Result]) -> Result:
-    """``job()``, its Result carrying the identities of the chunked runs it made (``popdyn.identity.collect``), which
+    """``job()``, its Result carrying the identities of the chunked runs it made (``popdyn._identity.collect``), which
     ``Result.write`` names in ``summary.json`` (docs/architecture.md, "Run identity")."""
-    from popdyn import identity
+    from popdyn import _identity as identity
 
     with identity.collect() as runs:
         res = job()

@@ -8,9 +8,9 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from popdyn.analysis.basins import UNRESOLVED, BasinMap
-from popdyn.analysis.stepsize import StepSizeAudit
-from popdyn.analysis.unresolved import UnresolvedGroups
+from popdyn.analysis._basins import UNRESOLVED, BasinMap
+from popdyn.analysis._stepsize import StepSizeAudit
+from popdyn.analysis._unresolved import UnresolvedGroups
 from popdyn.problem import Problem
 
 _COLOURS = ["#4daf4a", "#e41a1c", "#ff7f00", "#377eb8", "#984ea3", "#a65628", "#f781bf", "#999999"]

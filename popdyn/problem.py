@@ -22,8 +22,8 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PyTree, Real
 
-from popdyn.exact.product import ProductDistribution
-from popdyn.exact.tables import WeightedTable
+from popdyn.exact._product import ProductDistribution
+from popdyn.exact._tables import WeightedTable
 
 Theta: TypeAlias = PyTree[Float[Array, "..."]]
 """A parameter pytree θ as the engine holds it: float JAX arrays."""

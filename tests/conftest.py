@@ -11,13 +11,13 @@ from typing import NamedTuple
 import pytest
 
 # The public API's engine, which every model runs on (popdyn/__init__.py re-exports Problem and popdyn.analysis and
-# popdyn.dynamics; popdyn.exact is a public subpackage; popdyn.curvature and popdyn.batching hold what analysis
+# popdyn.dynamics; popdyn.exact is a public subpackage; popdyn.curvature and popdyn._batching hold what analysis
 # re-exports and what both run on): every function and equinox Module there has its jaxtyping annotations (dtypes
 # and shapes) checked by beartype on each call while the tests run, so an annotation that does not say what the
 # code does fails a test. The models (popdyn.tasks) and jobs (popdyn.jobs) are not checked.
 RUNTIME_CHECKED = (
     "popdyn.problem",
-    "popdyn.batching",
+    "popdyn._batching",
     "popdyn.curvature",
     "popdyn.analysis",
     "popdyn.dynamics",
@@ -64,10 +64,10 @@ class CliRun(NamedTuple):
 
 @pytest.fixture
 def run_cli(capsys):
-    """``run_cli(*argv)`` runs ``popdyn.cli.main(argv)`` in this process (the function the console script
+    """``run_cli(*argv)`` runs ``popdyn._cli.main(argv)`` in this process (the function the console script
     calls): no new interpreter to start, and programs compiled by other tests of the module are reused.
     The real console script as a subprocess is tested in test_cli.py, test_demo.py and test_checkpoint.py."""
-    from popdyn.cli import main
+    from popdyn._cli import main
 
     def run(*argv) -> CliRun:
         capsys.readouterr()

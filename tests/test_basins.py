@@ -10,7 +10,7 @@ import pytest
 import popdyn
 from popdyn import Status
 from popdyn.analysis import UNRESOLVED, cluster_points
-from popdyn.dynamics.status import RESOLVED
+from popdyn.dynamics._status import RESOLVED
 from popdyn.tasks.markov import ATTRACTORS, Canonical
 
 

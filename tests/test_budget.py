@@ -15,8 +15,8 @@ from jax.scipy.special import erf
 import popdyn
 from popdyn.analysis import Motion, budget_report
 from popdyn.curvature import krylov_pairs
-from popdyn.dynamics.status import AT_MINIMUM
-from popdyn.jobs.budget import budget_lines
+from popdyn.dynamics._status import AT_MINIMUM
+from popdyn.jobs._budget import budget_lines
 
 SCM_T1 = 300.0
 """A horizon inside the soft committee machine's plateau at N = 50 (it ends at t ≈ 10³)."""

@@ -20,8 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import popdyn
-from popdyn import checkpoint
-from popdyn.dynamics import descent
+from popdyn import _checkpoint as checkpoint
+from popdyn.dynamics import _descent as descent
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,7 +49,7 @@ def _popen(argv: list, cwd: Path) -> subprocess.Popen:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), str(REPO / "tests"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return subprocess.Popen(
-        [sys.executable, "-m", "popdyn.cli", *map(str, argv)],
+        [sys.executable, "-m", "popdyn._cli", *map(str, argv)],
         cwd=cwd,
         env=env,
         stdout=subprocess.PIPE,

@@ -13,7 +13,7 @@ import pytest
 
 import popdyn
 from popdyn.io import write_results
-from popdyn.jobs.markov import commands
+from popdyn.jobs.markov import _commands as commands
 from popdyn.tasks.markov import Canonical
 
 REPO = Path(__file__).resolve().parents[1]
@@ -56,7 +56,7 @@ def _run(argv, base: Path):
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     out = base / "out"
     proc = subprocess.run(
-        [sys.executable, "-m", "popdyn.cli", *argv, "--out", str(out)],
+        [sys.executable, "-m", "popdyn._cli", *argv, "--out", str(out)],
         cwd=base,
         env=env,
         capture_output=True,

@@ -4,9 +4,9 @@ prediction."""
 import numpy as np
 import pytest
 
-from popdyn.jobs.markov.commands import converge_markov
+from popdyn.jobs.markov._commands import converge_markov
 from popdyn.tasks.markov import Canonical
-from popdyn.tasks.markov.canonical import c
+from popdyn.tasks.markov._canonical import c
 
 
 @pytest.mark.slow

@@ -14,7 +14,7 @@ import pytest
 from _props import no_compilation
 
 import popdyn
-from popdyn import identity
+from popdyn import _identity as identity
 from popdyn.exact import Chain
 from popdyn.tasks.decision_list import DecisionList, ReducedDecisionList, random_lists, random_perm
 from popdyn.tasks.markov import AttentionScalar, Canonical, Transformer

@@ -9,12 +9,12 @@ import pytest
 
 from popdyn import gradient_flow
 from popdyn.analysis import first_passage
+from popdyn.jobs.decision_list._theorem1 import theorem1_run
 from popdyn.jobs.decision_list.commands import RULE_ORDERS, basins_decision_list, plane_to_column, rule_order
-from popdyn.jobs.decision_list.theorem1 import theorem1_run
 from popdyn.tasks.decision_list import random_perm
-from popdyn.tasks.decision_list.classification import pc_slacks
-from popdyn.tasks.decision_list.model import DecisionList
-from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
+from popdyn.tasks.decision_list._classification import pc_slacks
+from popdyn.tasks.decision_list._model import DecisionList
+from popdyn.tasks.decision_list._reduced_flow import ReducedDecisionList
 
 
 def test_plane_coordinates():

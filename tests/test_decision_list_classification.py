@@ -6,9 +6,9 @@ import jax
 import numpy as np
 import pytest
 
-from popdyn.tasks.decision_list.brute_force import brute_force_margin
-from popdyn.tasks.decision_list.classification import log_max_counts, pc_closed_form, pc_slacks
-from popdyn.tasks.decision_list.data import random_lists, random_perm
+from popdyn.tasks.decision_list._brute_force import brute_force_margin
+from popdyn.tasks.decision_list._classification import log_max_counts, pc_closed_form, pc_slacks
+from popdyn.tasks.decision_list._data import random_lists, random_perm
 
 DISTS = ("distinct", "iid")
 # L ∈ {5, 6}, n ∈ {2, 3, 4}, M ∈ {2, 3}; plus distinct cases outside n ≥ 3, L ≥ n + M − 1 with longer lists

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from popdyn import gradient_descent, hessian_spectrum
-from popdyn.exact.histograms import Histograms
+from popdyn.exact._histograms import Histograms
 from popdyn.tasks.decision_list import (
     brute_force_loss,
     brute_force_margin,
@@ -16,7 +16,7 @@ from popdyn.tasks.decision_list import (
     random_perm,
     rule_probabilities,
 )
-from popdyn.tasks.decision_list.model import DecisionList, permutation_matrix
+from popdyn.tasks.decision_list._model import DecisionList, permutation_matrix
 
 CASES = [*(pytest.param(*c, marks=pytest.mark.slow) for c in [(6, 3, 3), (5, 4, 2), (6, 2, 3), (4, 4, 2)]), (5, 1, 2)]
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from popdyn.tasks.decision_list import brute_force_loss, random_lists, random_perm
-from popdyn.tasks.decision_list.reduced import (
+from popdyn.tasks.decision_list._reduced import (
     column_loss,
     columns_from_matrix,
     is_column_structured,

@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 
 from popdyn.curvature import hessian_matrix
-from popdyn.jobs.decision_list import theorem2 as t2
+from popdyn.jobs.decision_list import _theorem2 as t2
+from popdyn.jobs.decision_list._theorem2 import theorem2_problem
 from popdyn.jobs.decision_list.commands import stepsize_decision_list
-from popdyn.jobs.decision_list.theorem2 import theorem2_problem
 
 # The cheapest feasible Theorem 2 instance: n = 19 is the smallest n with n·ℒ0² > 162 at m = 1 (§6), and L = n + 1
 # leaves C(20, 19) = 20 token sets to enumerate; θ has 2L² = 800 parameters.

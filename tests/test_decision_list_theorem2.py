@@ -15,10 +15,10 @@ import json
 import numpy as np
 import pytest
 
-from popdyn.jobs.decision_list import theorem2 as t2
-from popdyn.jobs.decision_list.theorem2 import ROUNDING, theorem2_run
-from popdyn.jobs.records import summary
-from popdyn.tasks.decision_list.theorems import theorem2_A_range, theorem2_instance, theorem2_T_range
+from popdyn.jobs._records import summary
+from popdyn.jobs.decision_list import _theorem2 as t2
+from popdyn.jobs.decision_list._theorem2 import ROUNDING, theorem2_run
+from popdyn.tasks.decision_list._theorems import theorem2_A_range, theorem2_instance, theorem2_T_range
 
 # 24 Lanczos steps for λ_max(θ₀): 32 agree with 64 and 128 to ~1e-15 here, and 24 with 32 to 1e-15 at (23, 20, 1)
 # and 2e-13 at (32, 29, 2) (measured), far inside every check on λ_max(θ₀), at three quarters of the cost.

@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from popdyn.tasks.decision_list.brute_force import brute_force_loss
-from popdyn.tasks.decision_list.data import ldt, random_lists, random_perm
-from popdyn.tasks.decision_list.theorems import (
+from popdyn.tasks.decision_list._brute_force import brute_force_loss
+from popdyn.tasks.decision_list._data import ldt, random_lists, random_perm
+from popdyn.tasks.decision_list._theorems import (
     delta_gamma,
     initial_loss_cP,
     theorem1_bound,

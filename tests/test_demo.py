@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow  # every test here runs end-to-end jobs or large i
 def test_demo_writes_every_part(tmp_path):
     out = tmp_path / "demo"
     proc = subprocess.run(
-        [sys.executable, "-m", "popdyn.cli", "demo", "--grid", "12", "--out", str(out)],
+        [sys.executable, "-m", "popdyn._cli", "demo", "--grid", "12", "--out", str(out)],
         capture_output=True,
         text=True,
         timeout=600,

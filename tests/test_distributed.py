@@ -34,7 +34,7 @@ if num_processes > 1:
 from pathlib import Path
 import numpy as np
 import popdyn
-from popdyn import sharding
+from popdyn import _sharding as sharding
 from _tiny_models_d import wells
 
 computed = []
@@ -230,7 +230,7 @@ def test_the_command_line_on_two_processes_writes_once_the_one_process_result(tm
     """``popdyn basins MODEL … --coordinator --num-processes --process-id``: process 0 alone writes --out, and its
     arrays are the one-process command's bit for bit (MODEL: the two-well user model of tests/_tiny_models_d.py; the
     GD map of the test above, whose compiled programs each process finds in the test session's compilation cache)."""
-    cli = "import sys\nfrom popdyn.cli import main\nsys.exit(main())\n"
+    cli = "import sys\nfrom popdyn._cli import main\nsys.exit(main())\n"
     argv = ["basins", "_tiny_models_d:wells", "--grid", "12", "--method", "gd", "--lr", "0.5", "--steps", "300"]
     argv += ["--chunk", "30", "--quiet"]
     port = str(_free_port())
@@ -257,7 +257,7 @@ def test_the_command_line_on_two_processes_writes_once_the_one_process_result(tm
 
 
 # ---- the command line: signals and misuse stop every process with one line ------------------------------------
-CLI = [sys.executable, "-m", "popdyn.cli"]
+CLI = [sys.executable, "-m", "popdyn._cli"]
 
 
 def _start_cli(tmp_path: Path, name: str, argv: list, **environ: str) -> subprocess.Popen:

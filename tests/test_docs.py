@@ -271,8 +271,8 @@ def test_the_generated_reference_lists_every_job_with_its_options_and_every_figu
     """The generated page has a section for every job of the registry and no other, with the job's options in
     order and the checkpoint line where it takes one, a section for every command, and every figure."""
     from popdyn.figures import FIGURES
+    from popdyn.jobs._registry import COMMANDS, MODEL, REGISTRY
     from popdyn.jobs.reference import render
-    from popdyn.jobs.registry import COMMANDS, MODEL, REGISTRY
 
     sections = _cli_sections(render())
     jobs = {}
@@ -294,9 +294,9 @@ def test_the_generated_reference_lists_every_job_with_its_options_and_every_figu
 def test_the_reference_shows_each_option_as_its_help_does(capsys, monkeypatch):
     """Every option's flag and values in the reference are those ``popdyn COMMAND TASK --help`` prints (where the
     help lists an option's choices, the reference names the value and lists the choices beside it)."""
-    from popdyn.cli import main
+    from popdyn._cli import main
+    from popdyn.jobs._registry import REGISTRY
     from popdyn.jobs.reference import metavar
-    from popdyn.jobs.registry import REGISTRY
 
     monkeypatch.setenv("COLUMNS", "400")
     for (command, task), job in REGISTRY.items():
@@ -315,7 +315,8 @@ def test_a_help_text_citing_a_missing_section_or_page_fails_the_reference(monkey
     has one."""
     import dataclasses
 
-    from popdyn.jobs import reference, registry
+    from popdyn.jobs import _registry as registry
+    from popdyn.jobs import reference
 
     assert reference.linked("basins (docs/models/markov.md §4.4)") == (
         "basins ([§4.4](models/markov.md#44-basins-and-limits))"

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from _props import no_compilation
 
-from popdyn.cli import _parser
-from popdyn.jobs.markov.commands import basins_markov, converge_markov
+from popdyn._cli import _parser
+from popdyn.jobs.markov._commands import basins_markov, converge_markov
 from popdyn.tasks.markov import Canonical
 
 
@@ -101,7 +101,7 @@ def test_negative_numbers_in_exponent_form_are_values():
 
 @pytest.mark.slow
 def test_a_demo_that_fails_or_is_interrupted_writes_nothing(tmp_path, run_cli, monkeypatch):
-    import popdyn.jobs.demo as demo
+    import popdyn.jobs._demo as demo
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
@@ -156,7 +156,7 @@ def test_a_cache_folder_anyone_may_write_and_another_user_owns_is_refused(tmp_pa
 def test_an_unusable_cache_folder_is_one_warning_and_no_cache(monkeypatch, recwarn):
     import jax
 
-    from popdyn.cli import _compilation_cache
+    from popdyn._cli import _compilation_cache
 
     before = jax.config.jax_compilation_cache_dir
     monkeypatch.setenv("POPDYN_CACHE_DIR", "/proc/popdyn-test/cache")
@@ -171,7 +171,7 @@ def test_unreadable_cache_entries_are_one_warning_line(monkeypatch):
     """JAX warns once per program whose cache entry it cannot read: 13 to 18 lines for one command."""
     import warnings
 
-    from popdyn.cli import _one_line_warnings
+    from popdyn._cli import _one_line_warnings
 
     monkeypatch.setattr(warnings, "formatwarning", warnings.formatwarning)
     _one_line_warnings()

@@ -183,7 +183,7 @@ def test_kvaerno5_and_time_scales():
     assert abs(db + 10 * float(g["b"])) < 1e-4 * abs(float(g["b"])) * 10
     with pytest.raises(ValueError, match="time_scales"):
         popdyn.gradient_flow(prob, theta0, time_scales={"zz": 1.0})
-    assert isinstance(popdyn.dynamics.flow._solver("tsit5"), diffrax.Tsit5)
+    assert isinstance(popdyn.dynamics._flow._solver("tsit5"), diffrax.Tsit5)
 
 
 @pytest.mark.slow

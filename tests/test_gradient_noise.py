@@ -23,7 +23,7 @@ import pytest
 from jax.flatten_util import ravel_pytree
 
 import popdyn
-from popdyn.analysis import noise
+from popdyn.analysis import _noise as noise
 from popdyn.exact import ProductDistribution, WeightedTable
 from popdyn.problem import ExampleProblem
 

@@ -1,4 +1,4 @@
-"""A run's identity is what it computes (popdyn.identity, docs/architecture.md "Run identity"): the traced program
+"""A run's identity is what it computes (popdyn._identity, docs/architecture.md "Run identity"): the traced program
 with its constants and data, the starts, the chunk size and the versions. It binds a checkpoint's chunks, so a
 resumed run whose inputs changed in any way (a number in the loss, a helper's body, a module global, a method, a
 data leaf, an option) is refused, and one whose inputs did not change loads its chunks bit for bit."""
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import popdyn
-from popdyn import sharding
+from popdyn import _sharding as sharding
 
 REFUSED = r"holds chunks for different inputs"
 

@@ -25,7 +25,7 @@ def _start(out: Path) -> subprocess.Popen:
     env.pop("JAX_COMPILATION_CACHE_DIR", None)  # the test session's shared cache (conftest.py) too
     env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     return subprocess.Popen(
-        [sys.executable, "-m", "popdyn.cli", *ARGV, "--out", str(out)],
+        [sys.executable, "-m", "popdyn._cli", *ARGV, "--out", str(out)],
         env=env,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -34,7 +34,7 @@ def _start(out: Path) -> subprocess.Popen:
 
 
 def _entered(proc: subprocess.Popen) -> bool:
-    """Whether ``popdyn.cli.main`` has set its handlers: the process catches SIGTERM (Python itself does not)."""
+    """Whether ``popdyn._cli.main`` has set its handlers: the process catches SIGTERM (Python itself does not)."""
     with open(f"/proc/{proc.pid}/status") as f:
         caught = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
     return bool(caught >> (signal.SIGTERM - 1) & 1)
@@ -43,7 +43,7 @@ def _entered(proc: subprocess.Popen) -> bool:
 def _wait_until_entered(proc: subprocess.Popen) -> float:
     deadline = time.monotonic() + 60
     while not _entered(proc):
-        assert proc.poll() is None and time.monotonic() < deadline, "popdyn.cli.main never started"
+        assert proc.poll() is None and time.monotonic() < deadline, "popdyn._cli.main never started"
         time.sleep(0.001)
     return time.monotonic()
 

@@ -19,8 +19,8 @@ import pytest
 from _docs import doc_module
 
 import popdyn
-from popdyn.jobs import registry
-from popdyn.jobs.registry import COMMANDS, DECLARED, JOBS, MODEL, REGISTRY, TASKS, Job, Option, lookup, registered
+from popdyn.jobs import _registry as registry
+from popdyn.jobs._registry import COMMANDS, DECLARED, JOBS, MODEL, REGISTRY, TASKS, Job, Option, lookup, registered
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -125,7 +125,7 @@ def test_the_task_sweeps_and_the_tasks_are_read_off_the_declarations():
     assert TASKS == tuple(dict.fromkeys(j.task for j in JOBS if j.task != MODEL))
     assert TASKS == ("markov", "decision-list", "scan-snap", "scb", "teacher")
     with pytest.raises(ValueError, match="only a basins job is swept"):
-        Job("converge", "markov", "popdyn.jobs.markov.commands:converge_markov", "", (), sweep=True)
+        Job("converge", "markov", "popdyn.jobs.markov._commands:converge_markov", "", (), sweep=True)
 
 
 @pytest.mark.parametrize("job", JOBS, ids=lambda j: f"{j.command}-{j.task}")
@@ -230,7 +230,7 @@ def test_markov_sweep_shows_the_p_plus_q_transition_and_compiles_once(caplog):
     """Off the line p + q = 1 the fractions of resolved starts equal the closed-form partition
     (docs/models/markov.md §4.4) of the same starts, on both sides of it, every point names its attractors by the
     task's names, and the flow's batch solver compiles once for all (p, q)."""
-    from popdyn.jobs.sweep import sweep_markov
+    from popdyn.jobs._sweep import sweep_markov
 
     with jax.log_compiles(), caplog.at_level(logging.WARNING, logger="jax"):
         res = sweep_markov(p_lo=0.1, p_hi=0.9, q_lo=0.1, q_hi=0.9, points=3, grid=8, chunk=64)
@@ -256,7 +256,7 @@ def test_markov_sweep_shows_the_p_plus_q_transition_and_compiles_once(caplog):
 
 
 def test_vary_is_checked():
-    from popdyn.jobs.sweep import parse_vary
+    from popdyn.jobs._sweep import parse_vary
 
     for bad, match in (("c", "NAME=LO:HI:N"), ("c=1:0:3", "vary c"), ("c=0:1:1", "vary c N"), ("c=a:1:3", "numbers")):
         with pytest.raises(ValueError, match=re.escape(match)):
@@ -282,7 +282,7 @@ def test_a_task_sweep_is_its_basins_job_at_every_value():
 @pytest.mark.slow
 def test_a_task_sweep_over_a_rate_compiles_once(caplog):
     """η_Z is an array leaf of the scan-snap basins job's problem, so every value reuses one compiled solver."""
-    from popdyn.jobs.sweep import sweep_task
+    from popdyn.jobs._sweep import sweep_task
 
     with jax.log_compiles(), caplog.at_level(logging.WARNING, logger="jax"):
         res = sweep_task("scan-snap", vary=["eta-z=0.05:0.2:2"], grid=3)
@@ -293,7 +293,7 @@ def test_a_task_sweep_over_a_rate_compiles_once(caplog):
 
 
 def test_a_task_sweep_refuses_what_it_cannot_sweep(run_cli, tmp_path):
-    from popdyn.jobs.sweep import sweep_task
+    from popdyn.jobs._sweep import sweep_task
 
     with pytest.raises(ValueError, match=r"vary 'grid' is not an option to sweep for scb: one of N, T, Q, seed, t1"):
         sweep_task("scb", vary=["grid=4:8:2"])
@@ -315,12 +315,12 @@ def test_a_task_sweep_refuses_what_it_cannot_sweep(run_cli, tmp_path):
 def test_a_task_sweep_checks_every_point_before_the_first_runs(task, vary, message, run_cli, tmp_path, monkeypatch):
     """A point the basins job refuses (a size too large to hold, a value out of range) is refused with one line
     before any point runs (no batch is traced: every run's identity is taken first) and nothing is written."""
-    import popdyn.identity
+    import popdyn._identity
 
     def ran(*args, **kwargs):
         raise AssertionError("a point ran before the refused point was checked")
 
-    monkeypatch.setattr(popdyn.identity, "run", ran)
+    monkeypatch.setattr(popdyn._identity, "run", ran)
     out = tmp_path / "o"
     code, _, err = run_cli("sweep", task, "--vary", vary, "--grid", "2", "--out", str(out))
     assert code == 2 and message in err and err.count("\n") == 1, err

@@ -8,7 +8,7 @@ import pytest
 
 import popdyn
 from popdyn import Status
-from popdyn.dynamics.lanes import executed_work, run_lanes
+from popdyn.dynamics._lanes import executed_work, run_lanes
 
 
 def test_run_lanes_runs_every_point_once_and_counts_the_work():

@@ -16,10 +16,10 @@ GROUP = {
     "problem": "core",
     "exact": "core",
     "curvature": "core",
-    "batching": "core",
-    "checkpoint": "core",
-    "identity": "core",
-    "sharding": "core",
+    "_batching": "core",
+    "_checkpoint": "core",
+    "_identity": "core",
+    "_sharding": "core",
     "distributed": "core",
     "tasks": "tasks",
     "dynamics": "dynamics",
@@ -27,7 +27,7 @@ GROUP = {
     "plot": "plot",
     "jobs": "jobs",
     "figures": "jobs",
-    "cli": "cli",
+    "_cli": "cli",
 }
 
 

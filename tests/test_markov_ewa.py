@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from popdyn.dynamics import Status, gradient_flow
-from popdyn.figures.markov_ewa import loss_classes, markov_ewa
+from popdyn.figures._markov_ewa import loss_classes, markov_ewa
 from popdyn.tasks.markov import AttentionScalar
 
 pytestmark = pytest.mark.slow  # every test here runs end-to-end jobs or large instances

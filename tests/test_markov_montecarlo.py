@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from popdyn.exact import Chain, expectation
-from popdyn.exact.chains import sample
-from popdyn.exact.enumeration import sequences
+from popdyn.exact._chains import sample
+from popdyn.exact._enumeration import sequences
 from popdyn.tasks.markov import Transformer
 
 P3 = [[0.5, 0.3, 0.2], [0.1, 0.6, 0.3], [0.3, 0.3, 0.4]]

@@ -1,4 +1,4 @@
-"""Batched flow and GD spread over several devices (JAX SPMD, ``popdyn.sharding``) give the same basin map,
+"""Batched flow and GD spread over several devices (JAX SPMD, ``popdyn._sharding``) give the same basin map,
 bit for bit, as one device. The devices are 4 forced CPU devices, which XLA only creates when
 ``XLA_FLAGS`` is set before jax is imported, hence the subprocesses. The map is of a two-well user model
 (tests/_tiny_models_d.py): what is checked is how chunks are placed and gathered, which is the same for every
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from jax.sharding import PartitionSpec
 
-from popdyn import sharding
+from popdyn import _sharding as sharding
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,7 +25,7 @@ jax.config.update("jax_enable_x64", True)
 import numpy as np
 from jax.sharding import PartitionSpec
 import popdyn
-from popdyn import sharding
+from popdyn import _sharding as sharding
 from _tiny_models_d import wells
 
 placed, computed = [], []

@@ -18,10 +18,10 @@ from _props import examples, names, no_compilation
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from popdyn import cli
+import popdyn.jobs.markov._commands  # noqa: F401  (imported up front: the first example must not pay for imports)
+from popdyn import _cli as cli
 from popdyn.figures import FIGURES
-from popdyn.jobs.markov import commands  # noqa: F401  (imported up front: the first example must not pay for imports)
-from popdyn.jobs.registry import TASKS
+from popdyn.jobs._registry import TASKS
 
 # ---- bad option values, as argv strings -----------------------------------------------------------------
 JUNK = st.sampled_from(["abc", "", "1,5", "0x1p3", "one", "[1]", "--", "-x", "1 2"])

@@ -27,7 +27,7 @@ def test_checked_modules_are_instrumented():
 
 
 def test_wrong_dtype_is_caught():
-    from popdyn.dynamics.status import count
+    from popdyn.dynamics._status import count
 
     assert sum(count(np.array([[0, 0], [1, 2]])).values()) == 4  # NumPy or JAX integer codes, any shape
     with pytest.raises(jaxtyping.TypeCheckError, match="status"):

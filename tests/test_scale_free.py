@@ -136,7 +136,7 @@ def test_the_smallest_sphere_first_gives_the_verdicts_of_every_sphere_at_once():
     """The probe searches the larger spheres only where the smallest one shows a fall; its verdicts are those of
     searching all spheres at every point (the rule of docs/dynamics.md), for every case above at c = 1 and for the
     end points of a GD basin map on the hyperbola of minima (all of them flagged)."""
-    from popdyn.dynamics import degenerate
+    from popdyn.dynamics import _degenerate as degenerate
 
     def all_at_once(prob, final, idx):
         d, a = degenerate._falls_at(prob, final, idx, 1e-7, degenerate.RADII)

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from popdyn.tasks.scan_snap.closed_forms import (
+from popdyn.tasks.scan_snap._closed_forms import (
     B_n,
     Gamma,
     gamma,

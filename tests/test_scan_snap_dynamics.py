@@ -9,7 +9,7 @@ import optax
 import pytest
 
 import popdyn
-from popdyn.jobs.scan_snap import _block_rates
+from popdyn.jobs._scan_snap import _block_rates
 from popdyn.tasks.scan_snap import (
     ScanSnap,
     attention_velocity,

@@ -1,4 +1,4 @@
-"""Scan-and-Snap jobs (popdyn.jobs.scan_snap) at tiny settings, their numbers against the closed forms of
+"""Scan-and-Snap jobs (popdyn.jobs._scan_snap) at tiny settings, their numbers against the closed forms of
 docs/models/scan_snap.md: the transition time t₀ (Lemmas 6 and 8, Remark 1, Theorem 2), the Hessian at θ = 0 and
 Lemma 5's exact GD solution, and Theorem 3's ranking of distinct tokens on a basin map."""
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from popdyn.curvature import hessian_matrix
-from popdyn.jobs.scan_snap import (
+from popdyn.jobs._scan_snap import (
     basins_scan_snap,
     converge_scan_snap,
     decoder_log_odds,

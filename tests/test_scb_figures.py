@@ -54,7 +54,7 @@ def test_fig5_proximal_keeps_the_signal_and_stays_closer_to_the_population():
     import jax
 
     from popdyn.figures.scb import FIG5_DRIVE_FRACTION, scb_fig5
-    from popdyn.jobs.scb.training import stage1
+    from popdyn.jobs.scb._training import stage1
     from popdyn.tasks.scb import SparseBigram, random_instance
 
     res = scb_fig5(N=10, T=5000, steps=60, samples=400, progress=False)

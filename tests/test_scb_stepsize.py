@@ -13,8 +13,8 @@ import pytest
 
 import popdyn
 from popdyn.curvature import hessian_matrix
+from popdyn.jobs.scb._training import preconditioner
 from popdyn.jobs.scb.commands import stepsize_scb
-from popdyn.jobs.scb.training import preconditioner
 from popdyn.tasks.scb import Reduced2D, SparseBigram, Whitened, random_instance
 
 pytestmark = pytest.mark.slow  # every test here runs end-to-end jobs or large instances

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from popdyn.jobs.records import summary
-from popdyn.jobs.scb.training import (
+from popdyn.jobs._records import summary
+from popdyn.jobs.scb._training import (
     Stage1Run,
     gradient_variance,
     population_reference,
@@ -108,7 +108,7 @@ def test_with_reference_records_delta_without_storing_theta(setting):
     runs with saved parameters (deterministic case: ℓ1 prox, no noise)."""
     import popdyn
     from popdyn.dynamics import L1Prox
-    from popdyn.jobs.scb.training import preconditioner
+    from popdyn.jobs.scb._training import preconditioner
     from popdyn.tasks.scb import WithReference
 
     prob, s1 = setting

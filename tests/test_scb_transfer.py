@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 
-from popdyn.jobs.scb.transfer import transfer
+from popdyn.jobs.scb._transfer import transfer
 from popdyn.tasks.scb import Reduced2D, SparseBigram, random_instance
 
 

@@ -22,8 +22,8 @@ import numpy as np
 import pytest
 
 import popdyn
-from popdyn.analysis import sgd_stability as stab
-from popdyn.analysis.sgd_stability import DensePencil, MatrixFreePencil, mean_square_stability, sgd_threshold
+from popdyn.analysis import _sgd_stability as stab
+from popdyn.analysis._sgd_stability import DensePencil, MatrixFreePencil, mean_square_stability, sgd_threshold
 from popdyn.exact import WeightedTable
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -151,7 +151,7 @@ def test_the_mixture_process_has_the_same_threshold():
     n, d = Hs.shape[:2]
     w = np.full(n, 1.0 / n)
     for replace, B in itertools.product([True, False], range(1, n + 1)):
-        p = popdyn.analysis.noise.minibatch_factor(B, replace, n)
+        p = popdyn.analysis._noise.minibatch_factor(B, replace, n)
         steps = np.concatenate([Hs.mean(axis=0)[None], Hs])
         probs = np.concatenate([[1 - p], p * w])
         eta = 0.7 * sgd_threshold(make(Hs), np.zeros(d), B, replace)

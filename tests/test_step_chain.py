@@ -1,4 +1,4 @@
-"""Gradient descent's step as an optax chain: the links of ``popdyn.dynamics.transforms`` composed in an optimizer
+"""Gradient descent's step as an optax chain: the links of ``popdyn.dynamics._transforms`` composed in an optimizer
 factory give the keyword options' runs bit for bit, compose in orders the keywords cannot express (noise after
 momentum, checked against a hand-written loop), take one learning rate per start, and draw Gaussian noise of the
 stated variance."""

@@ -21,7 +21,7 @@ from _docs import doc_module
 
 import popdyn
 from popdyn.analysis import hessian_matrix, sgd_threshold, step_size_audit
-from popdyn.analysis.stepsize import SGD_FIELDS, SGD_VERDICTS, check_sgd
+from popdyn.analysis._stepsize import SGD_FIELDS, SGD_VERDICTS, check_sgd
 from popdyn.dynamics import gradient_descent
 from popdyn.exact import WeightedTable
 

@@ -8,7 +8,7 @@ import pytest
 
 import popdyn
 from popdyn import Status
-from popdyn.dynamics import stopping
+from popdyn.dynamics import _stopping as stopping
 
 
 def _quadratic_field(A):

@@ -26,7 +26,7 @@ from jax.flatten_util import ravel_pytree
 import popdyn
 from popdyn.exact import Chain, GaussHermite, WeightedTable, sample
 from popdyn.tasks.decision_list import DecisionList, random_lists, random_perm
-from popdyn.tasks.decision_list.brute_force import brute_force_logits, sequence_table
+from popdyn.tasks.decision_list._brute_force import brute_force_logits, sequence_table
 from popdyn.tasks.markov import AttentionScalar, Canonical, Transformer
 from popdyn.tasks.scan_snap import ScanSnap, make_classes
 from popdyn.tasks.scb import SoftmaxBigram, SparseBigram, random_instance

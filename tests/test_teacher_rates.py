@@ -187,7 +187,7 @@ def test_cli_converge_teacher(tmp_path, run_cli):
 )
 def test_cli_converge_teacher_bad_input(tmp_path, capsys, argv, text):
     """One line on stderr, exit code 2, nothing written (the CLI's ``main`` in-process: no compilation)."""
-    from popdyn.cli import main
+    from popdyn._cli import main
 
     bad = tmp_path / "bad"
     assert main(["converge", "teacher", *argv, "--out", str(bad)]) == 2

@@ -260,7 +260,7 @@ def test_an_end_point_within_tol_of_two_attractors_is_announced():
 def test_an_init_that_ignores_its_key_is_announced(models):
     import faulty_models
 
-    from popdyn.jobs.model import draw_inits
+    from popdyn.jobs._model import draw_inits
 
     with pytest.warns(UserWarning, match="gives the same θ for every key: its 3 draws are 3 copies of one start"):
         draw_inits(faulty_models.wells(scale=0.0), "faulty_models:wells", 3, 0)
@@ -269,7 +269,7 @@ def test_an_init_that_ignores_its_key_is_announced(models):
 # ---- the teacher's sizes ---------------------------------------------------------------------------------------
 def test_the_small_teachers_sizes_are_those_their_help_states():
     """``--D`` alone takes K of the small instance (and ``--K`` alone its D), as the options' help says."""
-    from popdyn.jobs.registry import REGISTRY
+    from popdyn.jobs._registry import REGISTRY
     from popdyn.jobs.teacher.commands import SMALL_SIZES, _sizes
 
     for command in ("basins", "stepsize"):

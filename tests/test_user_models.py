@@ -291,7 +291,7 @@ def _product_problem(y, scale=1.0):
 def test_a_minimum_reached_at_round_off_has_one_name_at_every_point_of_a_sweep():
     """The sweep of ½(ab − y)² over y = 1, 2, 3 reached the minimum at L = 1.1e-16, 2.7e-16 and 2.4e-16, and named
     three attractors "min L=1.14569e-16", "min L=2.72562e-16", "min L=2.38464e-16"; it is "min L=0" everywhere."""
-    from popdyn.jobs.sweep import run_sweep
+    from popdyn.jobs._sweep import run_sweep
 
     sw = run_sweep(_product_problem, [("y", np.linspace(1.0, 3.0, 3))], 64, seed=0)
     assert sw.attractors == ("min L=0",)

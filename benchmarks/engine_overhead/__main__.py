@@ -11,7 +11,7 @@ Problem: ``popdyn.tasks.markov.Canonical(p=0.9, q=0.9)``, θ = {"e", "w"}, float
    * ``popdyn.gradient_descent(prob, θ0, lr, steps, record_every=steps)``, and with its defaults (``record_every=1``:
      loss and ‖∇L‖ recorded at every step);
    * the engine split, within each timed engine call (blocking timers around the parts): its jitted loop
-     ``popdyn.dynamics.descent._descend_batch``, its ``finish`` pass (``popdyn.dynamics.trajectory``: the Newton test
+     ``popdyn.dynamics._descent._descend_batch``, its ``finish`` pass (``popdyn.dynamics._trajectory``: the Newton test
      of points whose budget ran out, Hessian eigenvalues of converged points, final losses, packaging) with finish's
      jitted parts, and the rest (validation, ``as_batch``, keys, ``map_chunks``, Python) = total − loop − finish;
    * the hand kernels: a jitted, vmapped ``lax.scan`` of θ ← θ − η∇L(θ) with ∇L = ``jax.grad(prob.loss)`` and with
@@ -25,7 +25,7 @@ Problem: ``popdyn.tasks.markov.Canonical(p=0.9, q=0.9)``, θ = {"e", "w"}, float
      record, "separate") against records from the step's own evaluation ("fused") or a gradient carried from step
      to step ("carry"), the per-point ``ts`` output (a (B, T) array of identical rows), the record layout, and the
      stopping rule at each record ("norm": ‖∇L‖ < gtol; "curvature": ‖f‖³ ≤ δ·(−fᵀJf) with a jvp of the field, as
-     ``popdyn.dynamics.stopping``; "secant": the same rule with gᵀHg ≈ g_k·(g_k − g_{k+1})/η from the next step's
+     ``popdyn.dynamics._stopping``; "secant": the same rule with gᵀHg ≈ g_k·(g_k − g_{k+1})/η from the next step's
      gradient, no jvp). With every part as the engine's it must reproduce the engine's loop output (checked;
      it may stop doing so after an engine change); each ablation's agreement with the engine (end points, t_final,
      status, records) is printed and stored;
@@ -35,11 +35,11 @@ Problem: ``popdyn.tasks.markov.Canonical(p=0.9, q=0.9)``, θ = {"e", "w"}, float
 
 2. Gradient flow (default n = 64, 4,096 points; t1 = 1e4):
 
-   * ``popdyn.gradient_flow(prob, θ0, t1, ts=None)`` split as above (``popdyn.dynamics.flow._solve_batch``, finish,
+   * ``popdyn.gradient_flow(prob, θ0, t1, ts=None)`` split as above (``popdyn.dynamics._flow._solve_batch``, finish,
      rest), and with its default ts = 64 records;
    * the hand kernel: ``diffrax.diffeqsolve`` vmapped over the points, Tsit5, PIDController(rtol=1e-8, atol=1e-10,
      pcoeff=0.3, icoeff=0.4), dt0 = None, max_steps = 100,000, throw=False, ``SaveAt(t1=True)`` and the engine's
-     steady-state event (``--rule auto``: the curvature rule with its speed floor when ``popdyn.dynamics.stopping``
+     steady-state event (``--rule auto``: the curvature rule with its speed floor when ``popdyn.dynamics._stopping``
      exists, else the older ‖f(θ)‖ < atol + rtol‖θ‖) plus the blow-up event ‖θ‖ > 1e8 or non-finite; its end
      points must equal the engine's;
    * ablations (``flow_replica``): the engine's record ``SaveAt`` (t1 and ``ts`` with a loss/‖∇L‖ fn) and the same
@@ -107,7 +107,7 @@ def parse_args(argv=None):
         choices=("auto", "norm", "curvature"),
         default="auto",
         help="stopping rule of the hand kernels and replicas: auto = the engine's (curvature when "
-        "popdyn.dynamics.stopping exists, else HEAD-before-it's ‖∇L‖ / ‖f‖ norm test)",
+        "popdyn.dynamics._stopping exists, else HEAD-before-it's ‖∇L‖ / ‖f‖ norm test)",
     )
     ap.add_argument("--skip-rec1", action="store_true", help="skip the record_every=1 GD group")
     ap.add_argument("--skip-gd", action="store_true")

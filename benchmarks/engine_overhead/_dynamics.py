@@ -11,7 +11,7 @@ import optax
 RTOL, ATOL, GTOL, DIVERGE = 1e-8, 1e-10, 1e-9, 1e8  # HEAD's defaults of gradient_flow / gradient_descent
 PCOEFF, ICOEFF, MAX_STEPS = 0.3, 0.4, 100_000
 NAN_CODE, DIVERGED_CODE, CONVERGED_CODE, MAX_STEPS_CODE = 4, 3, 0, 2  # popdyn.Status values
-ROUNDOFF = 1e3  # popdyn.dynamics.stopping.ROUNDOFF (the curvature rule's speed floor, in ε·‖f(θ0)‖)
+ROUNDOFF = 1e3  # popdyn.dynamics._stopping.ROUNDOFF (the curvature rule's speed floor, in ε·‖f(θ0)‖)
 
 
 def closed_grad(prob):
@@ -36,7 +36,7 @@ def naive_grad(prob):
 
 
 def curvature_steady(field, y, tol, floor):
-    """popdyn.dynamics.stopping.steady: ‖f‖³ ≤ tol·(−fᵀJf) or ‖f‖ ≤ floor."""
+    """popdyn.dynamics._stopping.steady: ‖f‖³ ≤ tol·(−fᵀJf) or ‖f‖ ≤ floor."""
     f, jf = jax.jvp(field, (y,), (field(y),))
     speed2 = optax.tree.vdot(f, f)
     speed = jnp.sqrt(speed2)

@@ -11,7 +11,7 @@ import jax
 import numpy as np
 
 import popdyn
-import popdyn.dynamics.trajectory as trajectory_mod
+import popdyn.dynamics._trajectory as trajectory_mod
 
 
 def popdyn_source() -> dict:
@@ -36,7 +36,7 @@ def popdyn_source() -> dict:
         info["git"] = f"{top} @ {head}" + (" (popdyn/ has uncommitted changes)" if dirty else " (popdyn/ clean)")
     except (OSError, subprocess.CalledProcessError):
         info.setdefault("git", "not in a git checkout")
-    info["has_stopping_module"] = (path / "dynamics" / "stopping.py").exists()
+    info["has_stopping_module"] = any((path / "dynamics" / name).exists() for name in ("stopping.py", "_stopping.py"))
     return info
 
 
@@ -83,12 +83,12 @@ FINISH_PARTS = ("extreme_eigenvalues", "_losses", "_late")  # what finish calls 
 
 
 LOOPS = {"gd": ("_descend_batch", "_descend_lanes"), "flow": ("_solve_batch", "_solve_lanes")}
-"""The engine's jitted loops, by name in ``popdyn.dynamics.descent`` / ``.flow`` (those present in this version)."""
+"""The engine's jitted loops, by name in ``popdyn.dynamics._descent`` / ``._flow`` (those present in this version)."""
 
 
 def split_engine(engine, loop_module, loop_names: tuple[str, ...], log: list):
     """A thunk calling ``engine()`` with blocking timers around its jitted loop (``loop_module.<loop_names>``), its
-    ``finish`` and finish's jitted parts (``FINISH_PARTS`` in ``popdyn.dynamics.trajectory``), appending
+    ``finish`` and finish's jitted parts (``FINISH_PARTS`` in ``popdyn.dynamics._trajectory``), appending
     {part: seconds, "total": seconds} of each call to ``log``: the split of one and the same call, so that
     rest = total − loop − finish is not a difference of separately timed minima."""
     targets = [(loop_module, n, "loop") for n in loop_names] + [(loop_module, "finish", "finish")]

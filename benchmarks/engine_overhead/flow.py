@@ -13,8 +13,8 @@ import numpy as np
 import optax
 
 import popdyn
-import popdyn.dynamics.flow as flow_mod
-from popdyn.batching import as_batch
+import popdyn.dynamics._flow as flow_mod
+from popdyn._batching import as_batch
 
 from ._dynamics import ATOL, DIVERGE, ICOEFF, MAX_STEPS, PCOEFF, RTOL, closed_grad, curvature_steady, speed_floor
 from ._timing import LOOPS, best, captured, maxdiff, race, split_engine, split_rows, table

@@ -12,8 +12,8 @@ import numpy as np
 import optax
 
 import popdyn
-import popdyn.dynamics.descent as descent_mod
-from popdyn.batching import as_batch
+import popdyn.dynamics._descent as descent_mod
+from popdyn._batching import as_batch
 
 from ._dynamics import (
     ATOL,
@@ -93,7 +93,7 @@ def gd_replica(
     status=True,
     layout="BT",
 ):
-    """A copy of the plain-GD loop of ``popdyn.dynamics.descent._descend_batch`` (HEAD) with parts switchable:
+    """A copy of the plain-GD loop of ``popdyn.dynamics._descent._descend_batch`` (HEAD) with parts switchable:
     ``div`` per-step divergence bookkeeping; ``keyed`` per-step fold_in + split of the point's key; ``records``
     "separate" (value_and_grad again at each record, as the engine), "fused" (the record at a block's start is the
     value_and_grad whose gradient takes the block's first step), "carry" (the gradient at θ rides in the scan carry

@@ -1,7 +1,7 @@
 """Curvature, basin maps, hitting times, step-size audits, SGD's exact gradient noise and its step-size condition
 (docs/architecture.md, layer 4)."""
 
-from popdyn.analysis.basins import (
+from popdyn.analysis._basins import (
     UNRESOLVED,
     BasinFractions,
     BasinMap,
@@ -9,10 +9,10 @@ from popdyn.analysis.basins import (
     basin_map,
     label_end_points,
 )
-from popdyn.analysis.budget import BudgetReport, BudgetSummary, Motion, budget_report, flow_time_unit
-from popdyn.analysis.cluster import cluster_points
-from popdyn.analysis.grid import Grid
-from popdyn.analysis.labellers import (
+from popdyn.analysis._budget import BudgetReport, BudgetSummary, Motion, budget_report, flow_time_unit
+from popdyn.analysis._cluster import cluster_points
+from popdyn.analysis._grid import Grid
+from popdyn.analysis._labellers import (
     AbstractLabeller,
     Clusters,
     FirstOf,
@@ -25,8 +25,8 @@ from popdyn.analysis.labellers import (
     loss_scale,
     morse_index,
 )
-from popdyn.analysis.noise import Eigenpairs, GradientNoise, gradient_noise
-from popdyn.analysis.sgd_stability import (
+from popdyn.analysis._noise import Eigenpairs, GradientNoise, block_krylov, gradient_noise, minibatch_factor
+from popdyn.analysis._sgd_stability import (
     AbstractPencilSolver,
     DensePencil,
     MatrixFreePencil,
@@ -34,10 +34,10 @@ from popdyn.analysis.sgd_stability import (
     mean_square_stability,
     sgd_threshold,
 )
-from popdyn.analysis.slices import AbstractSlice, BlockScales, Plane
-from popdyn.analysis.stepsize import AuditRow, StepSizeAudit, step_size_audit
-from popdyn.analysis.sweeps import Sweep, SweepPoint, basin_sweep
-from popdyn.analysis.times import (
+from popdyn.analysis._slices import AbstractSlice, BlockScales, Plane
+from popdyn.analysis._stepsize import AuditRow, StepSizeAudit, step_size_audit
+from popdyn.analysis._sweeps import Sweep, SweepPoint, basin_sweep
+from popdyn.analysis._times import (
     Distance,
     GradNormBelow,
     HittingTimes,
@@ -48,7 +48,7 @@ from popdyn.analysis.times import (
     hitting_times,
     local_rate,
 )
-from popdyn.analysis.unresolved import UnresolvedGroups, group_unresolved
+from popdyn.analysis._unresolved import UnresolvedGroups, group_unresolved, outward, ray_profile
 from popdyn.curvature import extreme_eigenvalues, hessian_matrix, hessian_spectrum, lambda_max, lambda_min
 
 __all__ = [
@@ -110,4 +110,8 @@ __all__ = [
     "lambda_min",
     "local_rate",
     "step_size_audit",
+    "block_krylov",
+    "minibatch_factor",
+    "outward",
+    "ray_profile",
 ]

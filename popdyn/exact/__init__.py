@@ -1,19 +1,19 @@
 """Exact-expectation machinery shared by the tasks (docs/architecture.md, layer 1)."""
 
-from popdyn.exact.chains import Chain, sample
-from popdyn.exact.count_dp import count_dp_loss
-from popdyn.exact.enumeration import MAX_SEQUENCES, check_enumerable, expectation, sequences
-from popdyn.exact.markov_chain import (
+from popdyn.exact._chains import Chain, sample
+from popdyn.exact._count_dp import count_dp_loss
+from popdyn.exact._enumeration import MAX_SEQUENCES, check_enumerable, expectation, sequences
+from popdyn.exact._markov_chain import (
     binary_kernel,
     entropy_rate,
     stationary_distribution,
     unigram_loss,
     validate_transition_matrix,
 )
-from popdyn.exact.product import MAX_POINTS, ProductDistribution, check_point_count
-from popdyn.exact.quadrature import MAX_NODES, GaussHermite, covariance_factor, gaussian_expectation
-from popdyn.exact.roots import bisect
-from popdyn.exact.tables import WeightedTable
+from popdyn.exact._product import MAX_POINTS, ProductDistribution, check_point_count
+from popdyn.exact._quadrature import MAX_NODES, GaussHermite, covariance_factor, gaussian_expectation
+from popdyn.exact._roots import bisect
+from popdyn.exact._tables import WeightedTable
 
 __all__ = [
     "MAX_NODES",

@@ -1,7 +1,7 @@
 """Paper figures regenerated from exact dynamics (``popdyn reproduce FIGURE``)."""
 
+from popdyn.figures._markov_ewa import markov_ewa
 from popdyn.figures.markov import markov_fig1, markov_fig3, markov_fig4
-from popdyn.figures.markov_ewa import markov_ewa
 from popdyn.figures.scan_snap import scan_snap_fig4, scan_snap_fig6, scan_snap_fig9
 from popdyn.figures.scb import scb_fig1, scb_fig3, scb_fig5
 from popdyn.figures.teacher import teacher_heatmaps, teacher_rates

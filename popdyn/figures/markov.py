@@ -19,7 +19,7 @@ from popdyn.exact import Chain
 from popdyn.io import Result
 from popdyn.plot import draw_overlays
 from popdyn.tasks.markov import Canonical, Transformer, rank_one_weights
-from popdyn.tasks.markov.canonical import E_SADDLE
+from popdyn.tasks.markov._canonical import E_SADDLE
 
 FIG1_REGIMES = ((0.1, 0.1), (0.9, 0.9))
 FIG1_ENERGY_LEVELS = (*range(-9, 0), E_SADDLE, *range(0, 12))

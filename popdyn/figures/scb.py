@@ -18,7 +18,7 @@ from matplotlib.figure import Figure
 from popdyn import _validate
 from popdyn.dynamics import L1Prox, gradient_descent
 from popdyn.io import Result
-from popdyn.jobs.scb.training import (
+from popdyn.jobs.scb._training import (
     BATCH,
     ETA2,
     ETA2_SMALL,

@@ -16,10 +16,10 @@ from matplotlib.figure import Figure
 from popdyn.dynamics import gradient_descent
 from popdyn.io import Result
 from popdyn.jobs.teacher.rates import RatesRun, default_steps, rates, reduced_records
+from popdyn.tasks.teacher._model import BilinearTeacher
+from popdyn.tasks.teacher._online import OnlineGradient, cosine
+from popdyn.tasks.teacher._reduced import TeacherReduced, embed
 from popdyn.tasks.teacher.builders import PAPER_SIZES, build
-from popdyn.tasks.teacher.model import BilinearTeacher
-from popdyn.tasks.teacher.online import OnlineGradient, cosine
-from popdyn.tasks.teacher.reduced import TeacherReduced, embed
 
 # the six synthetic settings (§8): CNN and GCN with ReLU and leaky ReLU; STS and GSLP are linear maps (§1.1)
 SETTINGS = (("cnn", "relu"), ("cnn", "leaky"), ("gcn", "relu"), ("gcn", "leaky"), ("sts", "linear"), ("gslp", "linear"))

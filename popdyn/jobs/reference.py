@@ -1,4 +1,4 @@
-"""The CLI reference page, docs/cli.md, generated from the job registry (``popdyn.jobs.registry``).
+"""The CLI reference page, docs/cli.md, generated from the job registry (``popdyn.jobs._registry``).
 
 ``render()`` returns the page: the prose below, then one section per job with its description and its option
 table, each row built from the job's ``Option`` the way ``popdyn COMMAND TASK --help`` shows it (the flag with
@@ -19,8 +19,8 @@ import sys
 import unicodedata
 from pathlib import Path
 
-from popdyn.jobs import registry
-from popdyn.jobs.registry import Job, Option
+from popdyn.jobs import _registry as registry
+from popdyn.jobs._registry import Job, Option
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"

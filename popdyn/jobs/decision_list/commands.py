@@ -11,17 +11,17 @@ from matplotlib.figure import Figure
 
 from popdyn import _validate
 from popdyn.analysis import first_passage
-from popdyn.dynamics.status import count
+from popdyn.dynamics._status import count
 from popdyn.io import Result
-from popdyn.jobs.decision_list.theorem1 import theorem1_run
-from popdyn.jobs.records import summary
-from popdyn.jobs.registry import DECLARED, registered
-from popdyn.tasks.decision_list.data import validate_sizes
-from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
-from popdyn.tasks.decision_list.theorems import theorem1_c
+from popdyn.jobs._records import summary
+from popdyn.jobs._registry import DECLARED, registered
+from popdyn.jobs.decision_list._theorem1 import theorem1_run
+from popdyn.tasks.decision_list._data import validate_sizes
+from popdyn.tasks.decision_list._reduced_flow import ReducedDecisionList
+from popdyn.tasks.decision_list._theorems import theorem1_c
 
 if TYPE_CHECKING:
-    from popdyn.jobs.decision_list.theorem2 import LambdaMax0Reference, Theorem2Run
+    from popdyn.jobs.decision_list._theorem2 import LambdaMax0Reference, Theorem2Run
 
 
 @registered
@@ -393,7 +393,7 @@ def stepsize_decision_list(
     (one unknown draw each) and the order of magnitude c²/(L·n³) (within a factor of about 2). [our choice: §6
     gives one value per setting; only the perturbation is redrawn, since its draw is what V₀ adds to the
     fixed instance.]"""
-    from popdyn.jobs.decision_list.theorem2 import lambda_max0_reference, theorem2_run, validate_draws
+    from popdyn.jobs.decision_list._theorem2 import lambda_max0_reference, theorem2_run, validate_draws
 
     steps = _validate.int_at_least("steps", steps, 1)
     draws = validate_draws(draws, _validate.seed("seed", seed))

@@ -2,7 +2,7 @@
 command-line jobs built on them (docs/jobs.md). ``StateMetrics``, ``WithReference``, ``normalise`` and
 ``state_metrics`` are ``popdyn.tasks.scb``'s, listed here too."""
 
-from popdyn.jobs.scb.training import (
+from popdyn.jobs.scb._training import (
     RunMetrics,
     SampledGradient,
     Stage1Run,
@@ -15,7 +15,7 @@ from popdyn.jobs.scb.training import (
     surrogate_noise,
     trajectory_metrics,
 )
-from popdyn.jobs.scb.transfer import Signals, Transfer, TransferRun, run_signals, transfer
+from popdyn.jobs.scb._transfer import Signals, Transfer, TransferRun, run_signals, transfer
 from popdyn.tasks.scb import StateMetrics, WithReference, normalise, state_metrics
 
 __all__ = [

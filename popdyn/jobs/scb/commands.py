@@ -14,15 +14,15 @@ from matplotlib.figure import Figure
 from popdyn import _validate
 from popdyn.analysis import Grid, basin_map, lambda_max, step_size_audit
 from popdyn.dynamics import gradient_descent
-from popdyn.dynamics.status import count
+from popdyn.dynamics._status import count
 from popdyn.io import Result
-from popdyn.jobs.registry import DECLARED, registered
-from popdyn.jobs.scb.training import stage1
+from popdyn.jobs._registry import DECLARED, registered
+from popdyn.jobs.scb._training import stage1
 from popdyn.plot import plot_basin_map, plot_step_size_audit
-from popdyn.tasks.scb.instance import random_instance
-from popdyn.tasks.scb.model import SparseBigram
-from popdyn.tasks.scb.reduced import Reduced2D
-from popdyn.tasks.scb.stepsize import Whitened
+from popdyn.tasks.scb._instance import random_instance
+from popdyn.tasks.scb._model import SparseBigram
+from popdyn.tasks.scb._reduced import Reduced2D
+from popdyn.tasks.scb._stepsize import Whitened
 
 
 def _instance(N: int, T: int, Q: int, seed: int) -> tuple[SparseBigram, Reduced2D, dict]:

@@ -25,14 +25,14 @@ from popdyn.analysis import (
     step_size_audit,
 )
 from popdyn.dynamics import STATUS_NAMES, GradientDescent, gradient_descent
-from popdyn.dynamics.status import count
+from popdyn.dynamics._status import count
 from popdyn.io import Result
-from popdyn.jobs.registry import DECLARED, registered
+from popdyn.jobs._registry import DECLARED, registered
 from popdyn.jobs.teacher.rates import NO_STOP, RatesRun, audit_summary, rates
 from popdyn.plot import plot_basin_map, plot_step_size_audit
 from popdyn.problem import Theta
+from popdyn.tasks.teacher._model import BilinearTeacher
 from popdyn.tasks.teacher.builders import TEACHERS, build
-from popdyn.tasks.teacher.model import BilinearTeacher
 
 
 def plot_rates(r: RatesRun, title: str) -> Figure:

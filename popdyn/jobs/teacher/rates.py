@@ -19,10 +19,10 @@ import numpy as np
 from popdyn import _validate
 from popdyn.analysis import AuditRow, StepSizeAudit, step_size_audit
 from popdyn.dynamics import STATUS_NAMES, Trajectory, gradient_descent
-from popdyn.jobs.records import internal, summary
-from popdyn.tasks.teacher.model import BilinearTeacher
+from popdyn.jobs._records import internal, summary
+from popdyn.tasks.teacher._model import BilinearTeacher
+from popdyn.tasks.teacher._reduced import TeacherErrors, TeacherReduced, embed, late_constant, project
 from popdyn.tasks.teacher.ood import ood_excess_linear, ood_excess_mc
-from popdyn.tasks.teacher.reduced import TeacherErrors, TeacherReduced, embed, late_constant, project
 
 HORIZON = 300.0  # the run ends at ηT = HORIZON × late onset: at the paper's sizes the 1/T constant is then within 0.3%
 MAX_STEPS = 50_000_000
@@ -261,7 +261,7 @@ class RatesRun:
     curves: dict[str, np.ndarray] = internal()
 
     def json(self) -> dict[str, Any]:
-        """The JSON part: every field but ``curves`` (``popdyn.jobs.records.summary``), the audit, OOD and
+        """The JSON part: every field but ``curves`` (``popdyn.jobs._records.summary``), the audit, OOD and
         full-model records as mappings."""
         return summary(self) | {
             "audit": self.audit.json(),

@@ -1,8 +1,8 @@
 """Decision lists learned by a one-layer softmax transformer (docs/models/decision_lists.md)."""
 
-from popdyn.tasks.decision_list.brute_force import brute_force_loss, brute_force_margin
-from popdyn.tasks.decision_list.classification import pc_closed_form, pc_slacks
-from popdyn.tasks.decision_list.data import (
+from popdyn.tasks.decision_list._brute_force import brute_force_loss, brute_force_margin
+from popdyn.tasks.decision_list._classification import pc_closed_form, pc_slacks
+from popdyn.tasks.decision_list._data import (
     DISTRIBUTIONS,
     loss_weights,
     random_lists,
@@ -11,10 +11,10 @@ from popdyn.tasks.decision_list.data import (
     validate_lists,
     validate_perm,
 )
-from popdyn.tasks.decision_list.model import DecisionList, permutation_matrix
-from popdyn.tasks.decision_list.reduced import column_loss, is_column_structured, structured_total_loss
-from popdyn.tasks.decision_list.reduced_flow import ReducedDecisionList
-from popdyn.tasks.decision_list.theorems import (
+from popdyn.tasks.decision_list._model import DecisionList, permutation_matrix
+from popdyn.tasks.decision_list._reduced import column_loss, is_column_structured, structured_total_loss
+from popdyn.tasks.decision_list._reduced_flow import ReducedDecisionList
+from popdyn.tasks.decision_list._theorems import (
     Theorem1Bounds,
     Theorem2Instance,
     delta_gamma,

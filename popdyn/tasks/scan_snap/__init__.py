@@ -1,6 +1,6 @@
 """Scan and Snap: the Y/Z one-layer transformer on sequence classes (docs/models/scan_snap.md)."""
 
-from popdyn.tasks.scan_snap.closed_forms import (
+from popdyn.tasks.scan_snap._closed_forms import (
     B_n,
     Gamma,
     gamma,
@@ -12,17 +12,17 @@ from popdyn.tasks.scan_snap.closed_forms import (
     transition_time,
     x_star,
 )
-from popdyn.tasks.scan_snap.data import Classes, dataset2, make_classes, syn_medium, syn_small
-from popdyn.tasks.scan_snap.metrics import (
+from popdyn.tasks.scan_snap._data import Classes, dataset2, make_classes, syn_medium, syn_small
+from popdyn.tasks.scan_snap._metrics import (
     distinct_entropy,
     growth_factor,
     invariant_spread,
     logit_change,
     scan_invariant,
 )
-from popdyn.tasks.scan_snap.model import ScanSnap
-from popdyn.tasks.scan_snap.reduced import attention_velocity, reduced_attention_flow
-from popdyn.tasks.scan_snap.winner import TokenWinner, token_winner
+from popdyn.tasks.scan_snap._model import ScanSnap
+from popdyn.tasks.scan_snap._reduced import attention_velocity, reduced_attention_flow
+from popdyn.tasks.scan_snap._winner import TokenWinner, token_winner
 
 __all__ = [
     "B_n",

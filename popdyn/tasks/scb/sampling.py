@@ -17,7 +17,7 @@ from jaxtyping import Array, Float, Int
 from popdyn.problem import Theta
 
 if TYPE_CHECKING:  # the model's per-example loss uses ``draw_residual``
-    from popdyn.tasks.scb.model import SparseBigram
+    from popdyn.tasks.scb._model import SparseBigram
 
 Batch = tuple[Int[Array, "B T"], Int[Array, " B"], Int[Array, " B"]]
 

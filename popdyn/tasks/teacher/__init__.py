@@ -1,6 +1,31 @@
 """Bilinear teachers σ(V* X S*) learned by a position-only one-layer transformer (Zhang, Zhao, Gu, Cao 2026;
 docs/models/teacher.md)."""
 
+from popdyn.tasks.teacher._kernels import (
+    ZERO_INITS,
+    entry_loss,
+    kappa,
+    kfun,
+    limit_partials,
+    norm_toward,
+    zero_partials,
+)
+from popdyn.tasks.teacher._model import (
+    ACTIVATIONS,
+    DEFAULT_LEAKY_ALPHA,
+    BilinearTeacher,
+    resolve_alpha,
+    validate_sizes,
+    validate_teacher,
+)
+from popdyn.tasks.teacher._reduced import (
+    LateAsymptotes,
+    TeacherErrors,
+    TeacherReduced,
+    embed,
+    late_constant,
+    project,
+)
 from popdyn.tasks.teacher.builders import (
     TEACHERS,
     cnn_pooling,
@@ -10,32 +35,7 @@ from popdyn.tasks.teacher.builders import (
     random_V,
     token_selection,
 )
-from popdyn.tasks.teacher.kernels import (
-    ZERO_INITS,
-    entry_loss,
-    kappa,
-    kfun,
-    limit_partials,
-    norm_toward,
-    zero_partials,
-)
-from popdyn.tasks.teacher.model import (
-    ACTIVATIONS,
-    DEFAULT_LEAKY_ALPHA,
-    BilinearTeacher,
-    resolve_alpha,
-    validate_sizes,
-    validate_teacher,
-)
 from popdyn.tasks.teacher.ood import ood_excess_linear, ood_excess_mc
-from popdyn.tasks.teacher.reduced import (
-    LateAsymptotes,
-    TeacherErrors,
-    TeacherReduced,
-    embed,
-    late_constant,
-    project,
-)
 
 __all__ = [
     "ACTIVATIONS",

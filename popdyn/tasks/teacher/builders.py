@@ -10,9 +10,9 @@ import numpy as np
 from jaxtyping import Array, Float
 
 from popdyn import _validate
-from popdyn.batching import check_memory
+from popdyn._batching import check_memory
 from popdyn.tasks._keys import as_key
-from popdyn.tasks.teacher.model import BilinearTeacher, validate_settings, validate_sizes
+from popdyn.tasks.teacher._model import BilinearTeacher, validate_settings, validate_sizes
 
 TEACHERS = ("cnn", "gcn", "sts", "gslp")
 """The paper's teachers (§1.1), the names ``make_teacher`` takes: CNN + average pooling, GCN on a cycle, sparse token

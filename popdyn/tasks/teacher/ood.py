@@ -15,7 +15,7 @@ from jaxtyping import Array, Float
 
 from popdyn import _validate
 from popdyn.problem import Theta
-from popdyn.tasks.teacher.model import BilinearTeacher
+from popdyn.tasks.teacher._model import BilinearTeacher
 
 
 def ood_excess_linear(prob: BilinearTeacher, theta: Theta, mean: float = 1.0, var: float = 1.0) -> Float[Array, ""]:

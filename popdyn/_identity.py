@@ -1,0 +1,167 @@
+"""The identity of a run: one digest of what it computes (docs/architecture.md, "Run identity").
+
+A chunked run applies one function to chunks of a batch of initialisations. Its identity is the SHA-256 of
+
+- the **traced program** of that function on one chunk: the jaxpr, printed, with every constant it closes over
+  (a problem's data leaves, arrays a user's loss reads from its module) and every literal (a number written in
+  the loss, ``0.5``) hashed by value, recursively through every sub-program (a jitted helper, a solver's loop);
+- the **inputs**: the initialisations (values, dtypes, shapes) and the chunk size;
+- the **versions** of popdyn and its numerical stack, and the JAX backend (CPU and GPU results differ in the
+  last bits).
+
+Tracing sees what is computed, not how it was written: an edited constant, a helper's new body, a method a
+Problem class overrides or another data value all change the program, while a renamed local variable or a
+reformatted file does not. Two runs with equal identities compute the same chunks bit for bit, which is what a
+checkpoint's chunks and several processes of one run are bound by (``popdyn._checkpoint``,
+``popdyn._batching.map_chunks``); ``summary.json`` names the identities of the runs behind its results.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import re
+from collections.abc import Callable, Iterator
+from importlib import metadata
+from typing import Any
+
+import jax
+import numpy as np
+from jax.extend import core as jcore
+
+from popdyn.io import PACKAGES
+
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+
+
+class _Hash:
+    """A SHA-256 fed with text (memory addresses removed, so the digest is the same in every process) and
+    array bytes."""
+
+    def __init__(self) -> None:
+        self.h = hashlib.sha256()
+
+    def text(self, s: str) -> None:
+        self.h.update(_ADDRESS.sub("", s).encode() + b"\0")
+
+    def array(self, x) -> None:
+        if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+            x = jax.random.key_data(x)
+        arr = np.ascontiguousarray(np.asarray(x))
+        self.text(f"array {arr.dtype.str} {arr.shape}")
+        self.h.update(arr.tobytes())
+
+    def hexdigest(self) -> str:
+        return self.h.hexdigest()
+
+
+def _values(jaxpr: jcore.Jaxpr, consts, out: _Hash, seen: set[int]) -> None:
+    """Hash the values the printed jaxpr does not show exactly: its constants, and (recursively through every
+    sub-program in an equation's parameters) its literals and the constants of closed sub-programs. A sub-program
+    shared by several equations is visited once."""
+    if id(jaxpr) in seen:
+        return
+    seen.add(id(jaxpr))
+    for c in consts:
+        out.array(c)
+    for eqn in jaxpr.eqns:
+        for v in eqn.invars:
+            if isinstance(v, jcore.Literal):
+                out.array(v.val)
+        for param in eqn.params.values():
+            for sub in param if isinstance(param, (tuple, list)) else (param,):
+                if isinstance(sub, jcore.ClosedJaxpr):
+                    _values(sub.jaxpr, sub.consts, out, seen)
+                elif isinstance(sub, jcore.Jaxpr):
+                    _values(sub, (), out, seen)
+                elif isinstance(sub, (np.ndarray, jax.Array)):
+                    out.array(sub)
+
+
+def program(fn: Callable, *args) -> str:
+    """SHA-256 (hex) of the program ``fn`` traces to on ``args`` (arrays or ``jax.ShapeDtypeStruct``\\ s): its
+    jaxpr as printed, plus every constant and literal by value (``_values``).
+
+    **Arguments:**
+
+    - ``fn``: a JAX-traceable function (jitted or not).
+    - ``args``: its arguments, or their shapes and dtypes; only shapes and dtypes matter.
+    """
+    closed = jax.make_jaxpr(fn)(*args)
+    out = _Hash()
+    out.text(str(closed.jaxpr))
+    _values(closed.jaxpr, closed.consts, out, set())
+    return out.hexdigest()
+
+
+def data(tree) -> str:
+    """SHA-256 (hex) of a pytree of arrays and numbers: its structure and every leaf's dtype, shape and bytes."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    out = _Hash()
+    out.text(str(treedef))
+    for leaf in leaves:
+        out.array(leaf)
+    return out.hexdigest()
+
+
+def versions() -> dict[str, str | None]:
+    """The installed versions of popdyn and its numerical stack (None for a package that is not installed)."""
+    found: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
+
+
+def run(fn: Callable, example, inputs, chunk_size: int) -> str:
+    """The identity of a chunked run (module docstring): SHA-256 (hex) of the program ``fn`` traces to on one
+    chunk ``example``, the ``inputs`` (every initialisation), the ``chunk_size``, the versions and the backend.
+
+    **Arguments:**
+
+    - ``fn``: the function applied to each chunk.
+    - ``example``: one chunk (arrays or ``jax.ShapeDtypeStruct``\\ s), for tracing.
+    - ``inputs``: the whole batch ``fn``'s chunks are cut from.
+    - ``chunk_size``: the number of initialisations in a chunk, padding included.
+    """
+    out = _Hash()
+    out.text(program(fn, example))
+    out.text(data(inputs))
+    out.text(f"chunk {chunk_size} backend {jax.default_backend()} versions {sorted(versions().items())}")
+    digest = out.hexdigest()
+    _record(digest)
+    return digest
+
+
+_RUNS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("popdyn_runs", default=None)
+
+
+def _record(digest: str) -> None:
+    runs = _RUNS.get()
+    if runs is not None and digest not in runs:
+        runs.append(digest)
+
+
+@contextlib.contextmanager
+def collect() -> Iterator[list[str]]:
+    """Within the block, every chunked run's identity (``run``) is appended, once, to the list this yields: what a
+    command names in its ``summary.json``."""
+    runs: list[str] = []
+    token = _RUNS.set(runs)
+    try:
+        yield runs
+    finally:
+        _RUNS.reset(token)
+
+
+def summary(runs: list[str], inputs: Any) -> dict[str, Any]:
+    """The ``identity`` entry of a ``summary.json``: the identities of the chunked ``runs`` behind its results, and
+    ``digest``, the SHA-256 of those with the command's ``inputs`` (JSON-like) and the versions."""
+    out = _Hash()
+    out.text(repr(runs))
+    out.text(repr(inputs))
+    out.text(repr(sorted(versions().items())))
+    return {"runs": list(runs), "digest": out.hexdigest()}
