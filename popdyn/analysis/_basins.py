@@ -31,6 +31,8 @@ from popdyn.dynamics._status import count
 from popdyn.problem import Problem, Theta, ThetaLike
 
 UNRESOLVED = "unresolved"
+"""The key under which ``fractions`` (of ``BasinFractions`` and ``BasinMap``) gives the share of starts that reached
+no attractor (label −1)."""
 
 
 @dataclass(frozen=True)
