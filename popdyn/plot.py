@@ -1,14 +1,19 @@
-"""Figures (matplotlib, no pyplot state): basin maps, step-size audits, convergence to the limit."""
+"""Figures (matplotlib, no pyplot state): basin maps, step-size audits, SGD's threshold against the batch size,
+convergence to the limit."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.colors import BoundaryNorm, ListedColormap
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
+from matplotlib.ticker import StrMethodFormatter
 
 from popdyn.analysis._basins import UNRESOLVED, BasinMap
+from popdyn.analysis._sgd_curve import ThresholdCurve
 from popdyn.analysis._stepsize import StepSizeAudit
 from popdyn.analysis._unresolved import UnresolvedGroups
 from popdyn.problem import Problem
@@ -72,12 +77,26 @@ def plot_basin_map(
     return fig
 
 
-def plot_step_size_audit(audits: list[StepSizeAudit], losses: list[np.ndarray], labels: list[str]) -> Figure:
+def plot_step_size_audit(
+    audits: list[StepSizeAudit],
+    losses: list[np.ndarray],
+    labels: list[str],
+    curves: Sequence[ThresholdCurve] | None = None,
+) -> Figure:
     """λ_max(θ_t) against 1/η and 2/η (top; with momentum μ, (1 − √μ)²/η and 2(1 + μ)/η) and the loss (bottom),
     one colour per (unbatched) audited run. The runs are named once, in the loss panel's legend; the top legend
-    explains the three line styles, so the figure stays readable with many learning rates."""
-    fig = Figure(figsize=(7, 6), layout="constrained")
-    ax, ax_l = fig.subplots(2, 1, sharex=True)
+    explains the three line styles, so the figure stays readable with many learning rates. With ``curves`` (an audit
+    with a minibatch size: ``ThresholdCurve``s whose ``runs`` index ``audits``), a panel on the right draws SGD's
+    η*(B) against B beside GD's 2/λ_max at the runs' minima (``plot_sgd_thresholds``), in the runs' colours."""
+    if curves is None:
+        fig = Figure(figsize=(7, 6), layout="constrained")
+        ax, ax_l = fig.subplots(2, 1, sharex=True)
+    else:
+        fig = Figure(figsize=(13, 6), layout="constrained")
+        grid = fig.add_gridspec(2, 2, width_ratios=(7, 6))
+        ax = fig.add_subplot(grid[0, 0])
+        ax_l = fig.add_subplot(grid[1, 0], sharex=ax)
+        draw_sgd_thresholds(fig.add_subplot(grid[:, 1]), curves)
     for audit, loss, name in zip(audits, losses, labels, strict=False):
         (line,) = ax.plot(audit.ts, audit.lambda_max)
         c = line.get_color()
@@ -94,6 +113,62 @@ def plot_step_size_audit(audits: list[StepSizeAudit], losses: list[np.ndarray], 
     ax.legend(handles=[Line2D([], [], color="k", ls=ls, lw=1, label=text) for ls, text in styles], fontsize=7)
     ax_l.set(xlabel="step", ylabel="loss (log)", yscale="log")
     ax_l.legend(fontsize=7, ncol=1 + len(audits) // 8)
+    return fig
+
+
+def _run_colour(curve: ThresholdCurve, k: int, j: int) -> str:
+    """The colour of learning rate ``j`` of curve ``k``: its run's (matplotlib's cycle, as ``plot_step_size_audit``
+    colours its runs), or the curve's where the curve names no runs."""
+    return f"C{(curve.runs[j] if curve.runs else k) % 10}"
+
+
+def draw_sgd_thresholds(ax, curves: Sequence[ThresholdCurve]) -> None:
+    """Draw SGD's η*(B) against B (log₂ axis; solid, one colour per minimum) with GD's 2/λ_max there (dashed), the
+    chosen B (a dotted vertical line and a ring on each curve) and the learning rates set against it (× at the
+    chosen B, in their runs' colours): a rate under a curve is mean-square stable for SGD at that minimum, one
+    between a curve and its dashed line stable for GD alone (``popdyn.analysis.threshold_curve``)."""
+    for k, curve in enumerate(curves):
+        c = _run_colour(curve, k, 0)
+        ax.plot(curve.batches, curve.thresholds, "-o", color=c, ms=3)
+        ax.axhline(curve.gd_threshold, color=c, ls="--", lw=1)
+        ax.plot([curve.batch], [curve.threshold], "o", ms=9, mfc="none", color=c)
+        for j, lr in enumerate(curve.lrs):
+            ax.plot([curve.batch], [lr], "x", ms=8, mew=2, color=_run_colour(curve, k, j))
+    if not curves:
+        ax.text(0.5, 0.5, "no run ended at a minimum", transform=ax.transAxes, ha="center", va="center")
+    else:
+        ax.axvline(curves[0].batch, color="k", ls=":", lw=1)
+    top = 1.08 * max([max([c.gd_threshold, *c.lrs]) for c in curves], default=1.0)
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_formatter(StrMethodFormatter("{x:g}"))  # B = 1, 2, 4, …, not 2⁰, 2¹, 2², …
+    ax.set(xlabel="minibatch size B", ylabel="step size η", ylim=(-0.03 * top, top))  # η* = 0 stays in view
+    how = {True: "drawn with replacement", False: "drawn without replacement", None: "of online draws"}
+    sampling = f"minibatches {how[curves[0].replace]}, n = {curves[0].n}" if curves else ""
+    ax.set_title(f"SGD's threshold η*(B) at the minima\n{sampling}", fontsize=10)
+    styles = [
+        Line2D([], [], color="k", marker="o", ms=3, label="η*(B): SGD mean-square stable below"),
+        Line2D([], [], color="k", ls="--", lw=1, label="2/λ_max: GD stable below"),
+        Line2D([], [], color="k", ls=":", lw=1, label="the chosen B"),
+        Line2D([], [], color="k", ls="", marker="x", mew=2, label="η of the runs"),
+    ]
+    if any(c.flat_curved for c in curves):
+        styles.append(Line2D([], [], ls="", label="η*(B) = 0: examples' Hessians act on flat directions"))
+    ax.legend(handles=styles, fontsize=7, loc="best")
+
+
+def plot_sgd_thresholds(curves: Sequence[ThresholdCurve]) -> Figure:
+    """SGD's step-size threshold η*(B) against the minibatch size B at one or several minima, beside GD's 2/λ_max
+    and the learning rates each curve carries (``draw_sgd_thresholds``; ``popdyn.analysis.threshold_curve``;
+    docs/sgd.md, "η*(B) against the batch size").
+
+    **Arguments:**
+
+    - ``curves``: one ``ThresholdCurve`` per minimum, all with the same chosen B and sampling.
+    """
+    if len({(c.batch, c.replace, c.n) for c in curves}) > 1:
+        raise ValueError("curves is invalid: its curves must share the chosen B, the sampling and n")
+    fig = Figure(figsize=(6, 4.5), layout="constrained")
+    draw_sgd_thresholds(fig.subplots(), curves)
     return fig
 
 

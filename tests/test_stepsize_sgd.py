@@ -20,10 +20,12 @@ import pytest
 from _docs import doc_module
 
 import popdyn
-from popdyn.analysis import hessian_matrix, sgd_threshold, step_size_audit
-from popdyn.analysis._stepsize import SGD_FIELDS, SGD_VERDICTS, check_sgd
+from popdyn.analysis import hessian_matrix, sgd_threshold, step_size_audit, threshold_curve
+from popdyn.analysis._stepsize import SGD_FIELDS, SGD_VERDICTS, check_sgd, run_saddle_tol
 from popdyn.dynamics import gradient_descent
 from popdyn.exact import WeightedTable
+from popdyn.jobs._sgd_audit import sgd_curves
+from popdyn.plot import plot_sgd_thresholds, plot_step_size_audit
 
 SGD_MD = Path(__file__).resolve().parents[1] / "docs" / "sgd.md"
 SECTION = "## In the step-size audit and on the command line"
@@ -202,6 +204,85 @@ def test_the_docs_example(tmp_path, monkeypatch, run_cli):
             assert [r["sgd_verdict"] for r in runs] == ["stable for GD and SGD(B)"] * 2 + ["not a minimum"]
 
 
+def test_the_figure_shows_the_threshold_against_the_batch_size(tmp_path, run_cli):
+    """``--batch B`` adds η*(B) against B at the runs' minimum to the figure and to summary.json: B = 1, 2, 4 = n
+    without replacement, each η*(B) the closed form, non-decreasing, η*(n) = 2/λ_max; the diverged run has none."""
+    out = tmp_path / "o"
+    argv = ["--lr", *map(str, RATES), "--steps", "200", "--batch", "2", "--sampling", "without-replacement"]
+    proc = run_cli("stepsize", "test_stepsize_sgd:regression", *argv, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    (curve,) = summary["results"]["sgd_curves"]
+    assert curve["runs"] == [0, 1] and curve["lr"] == list(RATES[:2]) and curve["batch"] == 2
+    assert curve["replace"] is False and curve["n"] == 4 and curve["flat_curved"] is False
+    assert curve["batches"] == [1, 2, 4]
+    closed = [eta_star((4 - b) / (b * 3)) for b in curve["batches"]]
+    np.testing.assert_allclose(curve["thresholds"], closed, rtol=1e-12)
+    assert np.all(np.diff(curve["thresholds"]) >= 0)
+    assert curve["thresholds"][-1] == pytest.approx(curve["gd_threshold"], rel=1e-10)
+    assert curve["gd_threshold"] == pytest.approx(GD_EDGE, rel=1e-12)
+    assert curve["thresholds"][1] == summary["results"]["runs"][0]["sgd_threshold"]  # the audit's η*(B), bit for bit
+    values = ", ".join(f"{b}: {t:.6g}" for b, t in zip(curve["batches"], curve["thresholds"], strict=True))
+    assert f"  η*(B) at the end point of η = {RATES[0]:g}, {RATES[1]:g} (2/λ_max = {GD_EDGE:.6g}): B = {values}" in (
+        proc.stdout.splitlines()
+    )
+    png = (out / "stepsize.png").read_bytes()
+    assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_without_a_batch_the_job_writes_what_it_wrote_before(tmp_path, run_cli):
+    out = tmp_path / "o"
+    proc = run_cli("stepsize", "test_stepsize_sgd:regression", "--lr", "0.5", "--steps", "50", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert set(json.loads((out / "summary.json").read_text())["results"]) == {"runs", "lambda_max_at_start"}
+    assert "η*(B)" not in proc.stdout
+
+
+def test_the_curve_with_replacement_approaches_gd():
+    """With replacement the curve runs from B = 1 to the first power of two ≥ max(64, 16 B), the chosen B included:
+    η*(B) = 2m₂/(m₂² + (m₄ − m₂²)/B) at each, rising towards 2/λ_max."""
+    prob = regression()
+    curve = threshold_curve(prob, THETA_STAR, 6, lrs=[0.5, 1.0])
+    assert curve.batches.tolist() == [1, 2, 4, 6, 8, 16, 32, 64, 128]
+    np.testing.assert_allclose(curve.thresholds, [eta_star(1 / b) for b in curve.batches], rtol=1e-12)
+    assert np.all(np.diff(curve.thresholds) > 0) and curve.thresholds[-1] < curve.gd_threshold
+    assert curve.threshold == pytest.approx(eta_star(1 / 6), rel=1e-12) and curve.replace is True
+    assert curve.runs == () and curve.lrs.tolist() == [0.5, 1.0]
+    fig = plot_sgd_thresholds([curve])
+    (ax,) = fig.axes
+    assert ax.get_xscale() == "log" and ax.get_ylim()[1] >= curve.gd_threshold
+    with pytest.raises(ValueError, match="batch=5 is out of range"):
+        threshold_curve(prob, THETA_STAR, 5, replace=False)
+    with pytest.raises(ValueError, match="must share the chosen B"):
+        plot_sgd_thresholds([curve, threshold_curve(prob, THETA_STAR, 2)])
+
+
+def tilted_well(th, x):
+    """ℓ(θ, x) = (θ₀² − x)²/4 + θ₀/10 + θ₁²/2: two minima of different curvature, near θ₀ = ±1."""
+    return (th[0] ** 2 - x["x"]) ** 2 / 4 + th[0] / 10 + th[1] ** 2 / 2
+
+
+def test_one_curve_per_distinct_minimum():
+    """Runs that end at two minima of different curvature get one curve each; two runs at one minimum share one,
+    and each curve's η*(B) at B is the audit's at its runs' end points."""
+    table = WeightedTable.uniform({"x": np.array([0.5, 1.5])})
+    prob = popdyn.Problem.from_examples(tilted_well, np.zeros(2), data=table)
+    starts = np.array([[0.5, 0.3], [-0.5, 0.3], [0.8, -0.2]])
+    traj = gradient_descent(prob, starts, lr=np.array([0.5, 0.5, 0.3]), steps=600, save_params=True)
+    audit = step_size_audit(prob, traj, batch=1)
+    assert list(audit.sgd_verdicts()) == ["stable for GD and SGD(B)"] * 3
+    ends = [np.asarray(traj.final)[i] for i in range(3)]
+    curves = sgd_curves(prob, ends, audit.rows(), 1, True, run_saddle_tol(traj))
+    assert [c.runs for c in curves] == [(0, 2), (1,)]
+    assert [c.lrs.tolist() for c in curves] == [[0.5, 0.3], [0.5]]
+    assert curves[0].gd_threshold != pytest.approx(curves[1].gd_threshold, rel=1e-3)
+    for curve in curves:
+        assert curve.threshold == audit.sgd_threshold[curve.runs[0]]
+        assert np.all(np.diff(curve.thresholds) >= 0) and np.all(curve.thresholds <= curve.gd_threshold)
+    fig = plot_step_size_audit([audit.run(i) for i in range(3)], list(np.asarray(traj.loss)), ["a", "b", "c"], curves)
+    assert len(fig.axes) == 3
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -235,3 +316,6 @@ def test_the_markov_task_takes_the_option(tmp_path, run_cli):
     assert run["sgd_verdict"] == "stable for GD, unstable for SGD(B)"
     line = f"  η = 0.5      2/λ_max = {run['gd_threshold']:.6g}, η*(B) = 0 at the end point: {run['sgd_verdict']}"
     assert line in proc.stdout.splitlines()
+    (curve,) = json.loads((out / "summary.json").read_text())["results"]["sgd_curves"]
+    assert curve["flat_curved"] is True and curve["batches"] == [1, 2, 4, 8, 16, 32, 64]
+    assert curve["thresholds"] == [0.0] * 7 and curve["gd_threshold"] == run["gd_threshold"]

@@ -26,6 +26,7 @@ from popdyn.analysis._labellers import (
     morse_index,
 )
 from popdyn.analysis._noise import Eigenpairs, GradientNoise, block_krylov, gradient_noise, minibatch_factor
+from popdyn.analysis._sgd_curve import ThresholdCurve, threshold_curve
 from popdyn.analysis._sgd_stability import (
     AbstractPencilSolver,
     DensePencil,
@@ -90,6 +91,8 @@ __all__ = [
     "SGDStability",
     "mean_square_stability",
     "sgd_threshold",
+    "ThresholdCurve",
+    "threshold_curve",
     "AbstractSlice",
     "BlockScales",
     "Plane",

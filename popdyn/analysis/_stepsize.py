@@ -365,14 +365,20 @@ def check_sgd(prob: Problem, batch, replace: bool | None = True, momentum: float
         raise ValueError(f"batch={batch!r} is out of reach: θ has d = {d} parameters, η*(B) takes at most {MAX_DIM}")
 
 
+def run_saddle_tol(traj: Trajectory) -> float:
+    """The saddle_tol the SGD thresholds at a run's end points take: the run's own (its ``Steady`` rule's), the
+    default ``Steady().saddle_tol`` where the run has none or it is 0."""
+    rule = getattr(traj.dynamics, "stopping", None)
+    return (rule if isinstance(rule, Steady) and rule.saddle_tol > 0 else Steady()).saddle_tol
+
+
 def _sgd_at_ends(prob: Problem, traj: Trajectory, batch: int, replace: bool | None) -> tuple:
     """(η*(B), 2/λ_max, why not) at each run's end point, shaped as ``traj.status``: one ``mean_square_stability``
     per end point at a minimum (its examples' Hessians once), with the run's own saddle_tol (the default where that
     is 0); NaN and the reason elsewhere, and where SGD's condition is refused at the point."""
     status = np.asarray(traj.status)
     ends = jax.tree_util.tree_map(lambda x: np.reshape(x, (-1, *np.shape(x)[status.ndim :])), traj.final)
-    rule = getattr(traj.dynamics, "stopping", None)
-    saddle_tol = (rule if isinstance(rule, Steady) and rule.saddle_tol > 0 else Steady()).saddle_tol
+    saddle_tol = run_saddle_tol(traj)
     at_minimum = [int(s) for s in AT_MINIMUM]
     eta, gd = np.full(status.size, np.nan), np.full(status.size, np.nan)
     reasons = np.full(status.size, "", dtype=object)

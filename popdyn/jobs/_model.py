@@ -9,6 +9,7 @@ import ast
 import cmath
 import inspect
 import math
+import operator
 import warnings
 from collections.abc import Callable
 
@@ -27,13 +28,14 @@ from popdyn.analysis import (
     step_size_audit,
 )
 from popdyn.analysis._coords import names as coordinate_names
+from popdyn.analysis._stepsize import run_saddle_tol
 from popdyn.dynamics import gradient_descent
 from popdyn.io import Result
 from popdyn.jobs._basin_result import basin_result
 from popdyn.jobs._budget import budget_json, budget_lines, run_budget
 from popdyn.jobs._dynamics_options import job_dynamics, settings
 from popdyn.jobs._registry import DECLARED, registered
-from popdyn.jobs._sgd_audit import sgd_inputs, sgd_lines, sgd_replace
+from popdyn.jobs._sgd_audit import curve_lines, sgd_curves, sgd_inputs, sgd_lines, sgd_replace
 from popdyn.jobs._task import Task
 from popdyn.jobs._user_code import call_user, load_object
 from popdyn.plot import plot_step_size_audit, plot_times
@@ -333,9 +335,15 @@ def stepsize_model(
         "momentum": momentum,
     }
     inputs |= sgd_inputs(batch, replace)
+    results: dict = {"runs": rows, "lambda_max_at_start": float(lambda_max(prob, theta0))}
+    curves = None
+    if batch is not None:
+        ends = [jax.tree_util.tree_map(operator.itemgetter(i), traj.final) for i in range(lrs.size)]
+        curves = sgd_curves(prob, ends, audit.rows(), batch, replace, run_saddle_tol(traj))
+        results["sgd_curves"] = [c.json() for c in curves]
     res = Result(
         inputs,
-        {"runs": rows, "lambda_max_at_start": float(lambda_max(prob, theta0))},
+        results,
         arrays={
             "stepsize": {
                 "steps": np.asarray(audit.ts),
@@ -344,9 +352,13 @@ def stepsize_model(
                 "lr": lrs,
             }
         },
-        figures={"stepsize": plot_step_size_audit(runs, list(np.asarray(traj.loss)), [f"η = {v:g}" for v in lrs])},
+        figures={
+            "stepsize": plot_step_size_audit(
+                runs, list(np.asarray(traj.loss)), [f"η = {v:g}" for v in lrs], curves=curves
+            )
+        },
     )
     res.lines.append(f"stepsize  {_title(factory, param)}: GD from init(seed={seed}), {steps} steps")
     res.lines += [f"  η = {v:<8g} {audit.verdict(i)}" for i, v in enumerate(lrs)]
-    res.lines += [] if batch is None else sgd_lines(lrs, [(audit, i) for i in range(lrs.size)])
+    res.lines += [] if curves is None else sgd_lines(lrs, [(audit, i) for i in range(lrs.size)]) + curve_lines(curves)
     return res

@@ -4,10 +4,16 @@ command line")."""
 
 from __future__ import annotations
 
+import math
+
 from popdyn import _validate
-from popdyn.analysis._stepsize import StepSizeAudit, check_sgd
+from popdyn.analysis._sgd_curve import ThresholdCurve, threshold_curve
+from popdyn.analysis._stepsize import AuditRow, StepSizeAudit, check_sgd
 from popdyn.jobs._registry import SGD_SAMPLING
-from popdyn.problem import Problem
+from popdyn.problem import Problem, Theta
+
+SAME_MINIMUM_RTOL = 1e-6
+"""Two runs' end points share a threshold curve when their 2/λ_max and η*(B) agree to this relative tolerance."""
 
 
 def sgd_replace(prob: Problem, batch: int | None, sampling: str | None, momentum: float) -> bool:
@@ -53,3 +59,56 @@ def sgd_lines(lrs, audits: list[tuple[StepSizeAudit, int | tuple[()]]]) -> list[
     """
     head = f"  at each end point, SGD with {audits[0][0].sampling} (mean-square stable for η ≤ η*(B)):"
     return [head] + [f"  η = {lr:<8g} {audit.sgd_words(i)}" for lr, (audit, i) in zip(lrs, audits, strict=True)]
+
+
+def _same(a: AuditRow, b: AuditRow) -> bool:
+    """The two runs' end points have the same 2/λ_max and η*(B), to ``SAME_MINIMUM_RTOL``."""
+    return all(
+        math.isclose(x, y, rel_tol=SAME_MINIMUM_RTOL)
+        for x, y in ((a.gd_threshold, b.gd_threshold), (a.sgd_threshold, b.sgd_threshold))
+    )
+
+
+def sgd_curves(
+    prob: Problem, ends: list[Theta], rows: list[AuditRow], batch: int, replace: bool, saddle_tol: float
+) -> list[ThresholdCurve]:
+    """η*(B) against B (``threshold_curve``) at each distinct minimum the runs ended at, with the learning rates of
+    the runs that ended there. The runs with an SGD threshold (``sgd_threshold`` finite: at a minimum where SGD's
+    condition is defined) are grouped in order: a run joins the first group whose first run has the same 2/λ_max and
+    η*(B) (``SAME_MINIMUM_RTOL``), else starts a group; each group's curve is computed at its first run's end point.
+    Minima that give the same two numbers (a symmetric pair, say) share a curve, which is then the same.
+
+    **Arguments:**
+
+    - ``prob``: the problem of the runs; ``ends``: each run's end point, unbatched.
+    - ``rows``: each run's ``AuditRow`` from the audit with the minibatch size ``batch`` and sampling ``replace``
+      (``sgd_replace``); ``saddle_tol``: the audit's (``run_saddle_tol``), so each curve's η* at B is the audit's.
+    """
+    groups: list[list[int]] = []
+    for i, row in enumerate(rows):
+        if math.isnan(row.sgd_threshold):
+            continue
+        same = (g for g in groups if _same(rows[g[0]], row))
+        group = next(same, None)
+        if group is None:
+            groups.append([i])
+        else:
+            group.append(i)
+    return [
+        threshold_curve(prob, ends[g[0]], batch, replace, lrs=[rows[i].lr for i in g], runs=g, saddle_tol=saddle_tol)
+        for g in groups
+    ]
+
+
+def curve_lines(curves: list[ThresholdCurve]) -> list[str]:
+    """The printed lines of the threshold curves: per distinct minimum, the runs that ended there, 2/λ_max, and
+    η*(B) at each B of the curve.
+
+    **Arguments:** ``curves``: ``sgd_curves``'s.
+    """
+    lines = []
+    for curve in curves:
+        lrs = ", ".join(f"{lr:g}" for lr in curve.lrs)
+        values = ", ".join(f"{b}: {t:.6g}" for b, t in zip(curve.batches, curve.thresholds, strict=True))
+        lines.append(f"  η*(B) at the end point of η = {lrs} (2/λ_max = {curve.gd_threshold:.6g}): B = {values}")
+    return lines

@@ -13,13 +13,14 @@ import numpy as np
 
 from popdyn import _validate, dynamics
 from popdyn.analysis import Grid, basin_map, step_size_audit
+from popdyn.analysis._stepsize import run_saddle_tol
 from popdyn.analysis._times import asymptotic_rate, hitting_time, local_rate
 from popdyn.dynamics import STATUS_NAMES, gradient_descent
 from popdyn.io import Result
 from popdyn.jobs._basin_result import basin_result
 from popdyn.jobs._dynamics_options import job_dynamics, settings
 from popdyn.jobs._registry import DECLARED, registered
-from popdyn.jobs._sgd_audit import sgd_inputs, sgd_lines, sgd_replace
+from popdyn.jobs._sgd_audit import curve_lines, sgd_curves, sgd_inputs, sgd_lines, sgd_replace
 from popdyn.plot import plot_convergence, plot_step_size_audit
 from popdyn.tasks.markov import ATTRACTORS, Canonical
 
@@ -219,12 +220,13 @@ def stepsize_markov(
     prob = Canonical(p, q)
     replace = sgd_replace(prob, batch, sampling, momentum)
     theta0 = {"e": jnp.asarray(e0), "w": jnp.asarray(w0)}
-    audits, losses, rows = [], [], []
+    audits, losses, rows, ends = [], [], [], []
     for lr in lrs:
         traj = gradient_descent(prob, theta0, lr=lr, steps=steps, save_params=True, momentum=momentum)
         audit = step_size_audit(prob, traj, lr, momentum=momentum, batch=batch, replace=replace)
         audits.append(audit)
         losses.append(np.asarray(traj.loss))
+        ends.append(traj.final)
         rows.append(
             audit.row().json()
             | {
@@ -237,11 +239,16 @@ def stepsize_markov(
     inputs |= sgd_inputs(batch, replace)
     ts = np.stack([a.ts for a in audits])
     lam = np.stack([a.lambda_max for a in audits])
+    results: dict = {"runs": rows}
+    curves = None
+    if batch is not None:
+        curves = sgd_curves(prob, ends, [a.row() for a in audits], batch, replace, run_saddle_tol(traj))
+        results["sgd_curves"] = [c.json() for c in curves]
     res = Result(
         inputs,
-        {"runs": rows},
+        results,
         arrays={"stepsize": {"steps": ts, "lambda_max": lam, "loss": np.stack(losses), "lr": np.array(lrs)}},
-        figures={"stepsize": plot_step_size_audit(audits, losses, [f"η = {lr:g}" for lr in lrs])},
+        figures={"stepsize": plot_step_size_audit(audits, losses, [f"η = {lr:g}" for lr in lrs], curves=curves)},
     )
     res.lines.append(f"stepsize  p={p}, q={q}, GD from (e, w) = ({e0}, {w0}), {steps} steps")
     for r, audit in zip(rows, audits, strict=False):
@@ -249,5 +256,5 @@ def stepsize_markov(
             f"  η = {r['lr']:<6g} {audit.verdict()}; final loss {r['final_loss']:.6g} "
             f"(H_rate {r['entropy_rate']:.6f}), {r['status']}"
         )
-    res.lines += [] if batch is None else sgd_lines(lrs, [(a, ()) for a in audits])
+    res.lines += [] if curves is None else sgd_lines(lrs, [(a, ()) for a in audits]) + curve_lines(curves)
     return res
