@@ -11,6 +11,7 @@ E δ² ← E[(1 − ηĤ_B)²] E δ² with E Ĥ_B = m₂ and Var Ĥ_B = c_B (m�
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from pathlib import Path
@@ -187,7 +188,7 @@ def test_the_docs_example(tmp_path, monkeypatch, run_cli):
         if k == 0:
             printed, expected = proc.stdout.splitlines(), shown.group(1).splitlines()
             head = printed.index(expected[0])
-            assert printed[head : head + 4] == expected
+            assert printed[head : head + len(expected)] == expected
         summary = json.loads((tmp_path / f"o{k}" / "summary.json").read_text())
         runs = summary["results"]["runs"]
         with np.load(tmp_path / f"o{k}" / "stepsize.npz") as arrays:
@@ -281,6 +282,34 @@ def test_one_curve_per_distinct_minimum():
         assert np.all(np.diff(curve.thresholds) >= 0) and np.all(curve.thresholds <= curve.gd_threshold)
     fig = plot_step_size_audit([audit.run(i) for i in range(3)], list(np.asarray(traj.loss)), ["a", "b", "c"], curves)
     assert len(fig.axes) == 3
+
+
+def test_the_docs_curve_and_figures(tmp_path, monkeypatch):
+    """docs/sgd.md's "η*(B) against the batch size": its Python block, run on the page's module, gives the curve the
+    page states (the closed form), and each figure it shows is a PNG of at most 150 kB that docs/img/make_figures.py
+    makes with the command its caption names."""
+    doc_module(SGD_MD, SECTION, "lsq", tmp_path, monkeypatch)
+    text = SGD_MD.read_text(encoding="utf-8")
+    part = text.split("### η*(B) against the batch size", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"```python\n(.*?)```", part, re.S)
+    assert code is not None
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(code.group(1), str(SGD_MD), "exec"), namespace)
+    curve = namespace["curve"]
+    assert curve.batches.tolist() == [1, 2, 4] and (tmp_path / "eta_star.png").is_file()
+    np.testing.assert_allclose(curve.thresholds, [1.77763, 1.96895, 2.05023], rtol=5e-6)
+    assert curve.thresholds[-1] == pytest.approx(curve.gd_threshold, rel=1e-10)
+    spec = importlib.util.spec_from_file_location("sgd_figures", SGD_MD.parent / "img" / "make_figures.py")
+    assert spec is not None and spec.loader is not None
+    figures = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(figures)
+    for name, make in figures.FIGURES.items():
+        png = SGD_MD.parent / "img" / f"sgd_{name}.png"
+        assert f"](img/sgd_{name}.png)" in part and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert len(png.read_bytes()) <= 150_000
+        caption = part.split(f"](img/sgd_{name}.png)", 1)[1].split("\n\n")[1]
+        assert f"`{make.__doc__}`" in caption and f"make_figures.py {name}`" in caption
 
 
 @pytest.mark.parametrize(

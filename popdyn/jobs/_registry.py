@@ -186,7 +186,8 @@ SGD_BATCH = Option(
     int,
     None,
     "SGD's minibatch size B: at each end point that is a minimum, GD's 2/λ_max beside SGD's mean-square threshold "
-    "η*(B), and which holds at each η (docs/sgd.md; the model must declare its examples)",
+    "η*(B), and which holds at each η; the figure adds η*(B) against B (docs/sgd.md; the model must declare its "
+    "examples)",
     metavar="B",
 )
 SGD_SAMPLING = Option(
