@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # what a type checker sees: the real names and signatures (at
     from popdyn.analysis import Grid as Grid
     from popdyn.analysis import HittingTimes as HittingTimes
     from popdyn.analysis import LossBelow as LossBelow
+    from popdyn.analysis import SGDSpread as SGDSpread
     from popdyn.analysis import SGDStability as SGDStability
     from popdyn.analysis import StepSizeAudit as StepSizeAudit
     from popdyn.analysis import basin_fractions as basin_fractions
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # what a type checker sees: the real names and signatures (at
     from popdyn.analysis import lambda_max as lambda_max
     from popdyn.analysis import lambda_min as lambda_min
     from popdyn.analysis import mean_square_stability as mean_square_stability
+    from popdyn.analysis import sgd_spread as sgd_spread
     from popdyn.analysis import sgd_threshold as sgd_threshold
     from popdyn.analysis import step_size_audit as step_size_audit
     from popdyn.dynamics import STATUS_NAMES as STATUS_NAMES
@@ -62,6 +64,7 @@ _HOME = {
             "Grid",
             "HittingTimes",
             "LossBelow",
+            "SGDSpread",
             "SGDStability",
             "StepSizeAudit",
             "basin_fractions",
@@ -73,6 +76,7 @@ _HOME = {
             "lambda_max",
             "lambda_min",
             "mean_square_stability",
+            "sgd_spread",
             "sgd_threshold",
             "step_size_audit",
         ],

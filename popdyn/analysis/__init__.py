@@ -36,6 +36,7 @@ from popdyn.analysis._sgd_stability import (
     sgd_threshold,
 )
 from popdyn.analysis._slices import AbstractSlice, BlockScales, Plane
+from popdyn.analysis._spread import SGDSpread, sgd_spread
 from popdyn.analysis._stepsize import AuditRow, StepSizeAudit, step_size_audit
 from popdyn.analysis._sweeps import Sweep, SweepPoint, basin_sweep
 from popdyn.analysis._times import (
@@ -115,6 +116,8 @@ __all__ = [
     "step_size_audit",
     "block_krylov",
     "minibatch_factor",
+    "SGDSpread",
+    "sgd_spread",
     "outward",
     "ray_profile",
 ]

@@ -1,0 +1,210 @@
+"""SGD's spread around the GD path (``popdyn.sgd_spread``; docs/sgd.md, "SGD's spread around the GD path").
+
+On tiny instances the recursion is checked against a brute force that enumerates every minibatch (all n^B ordered
+draws with replacement, all B-subsets without) and propagates the mean and second moment of the linearised offset by
+explicit expectation, the cross terms written out; on a linear regression, where the linearisation is exact, against
+the exact moments of SGD itself over every sequence of minibatches.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.flatten_util import ravel_pytree
+
+import popdyn
+from popdyn.analysis._spread import SPREAD_MAX_DIM
+from popdyn.exact import WeightedTable
+
+RTOL = 1e-12
+
+
+def _tanh_net(weights=None, n=3):
+    """ℓ(θ, x) = ½(a·tanh(W x) − y)², θ = (W 2×2, a 2): d = 6, n examples in the plane."""
+    rng = np.random.default_rng(7)
+    points = {"x": rng.standard_normal((n, 2)), "y": rng.standard_normal(n)}
+    table = WeightedTable.uniform(points) if weights is None else WeightedTable(points, np.asarray(weights))
+
+    def example_loss(th, ex):
+        return 0.5 * (th["a"] @ jnp.tanh(th["W"] @ ex["x"]) - ex["y"]) ** 2
+
+    theta0 = {"W": np.array([[0.3, -0.5], [0.8, 0.2]]), "a": np.array([0.6, -0.9])}
+    return popdyn.Problem.from_examples(example_loss, theta0, data=table), theta0
+
+
+def _regression(weights=None, n=3):
+    """ℓ(θ, x) = ½(x·θ − y)², θ ∈ ℝ³: every example's loss is quadratic."""
+    rng = np.random.default_rng(3)
+    points = {"x": rng.standard_normal((n, 3)), "y": rng.standard_normal(n)}
+    table = WeightedTable.uniform(points) if weights is None else WeightedTable(points, np.asarray(weights))
+
+    def example_loss(th, ex):
+        return 0.5 * (ex["x"] @ th - ex["y"]) ** 2
+
+    return popdyn.Problem.from_examples(example_loss, np.zeros(3), data=table), np.array([0.4, -1.1, 0.7])
+
+
+def _minibatches(weights, batch, replace):
+    """Every minibatch with its probability: the n^B ordered draws by the weights, or the C(n, B) subsets."""
+    n = len(weights)
+    if replace:
+        return [(b, math.prod(weights[i] for i in b)) for b in itertools.product(range(n), repeat=batch)]
+    return [(b, 1.0 / math.comb(n, batch)) for b in itertools.combinations(range(n), batch)]
+
+
+def _per_example(prob, unravel):
+    """(flat θ, the table's points) → the examples' gradients (n, d) and Hessians (n, d, d), by jax.grad and
+    jax.hessian of each example's loss."""
+    loss = lambda v, x: prob.example_loss(unravel(v), x)  # noqa: E731
+    each = lambda f: jax.vmap(f, in_axes=(None, 0))  # noqa: E731
+    return jax.jit(lambda v, points: (each(jax.grad(loss))(v, points), each(jax.hessian(loss))(v, points)))
+
+
+def _brute_force(prob, theta0, lr, batch, steps, replace):
+    """Per step t: (tr C_t, ∇L·m_t + ½ tr(H C_t), m_t), and C at the end, by explicit expectation over every
+    minibatch of the linearised offset δ ← (I − ηĤ_b)δ − η(ĝ_b − ∇L), its mean μ and second moment S with the cross
+    terms kept; the drift m ← (I − ηH)m − (η/2) ∇³L[S] from the third-derivative tensor."""
+    data = prob.examples()
+    w = np.asarray(data.weights)
+    flat, unravel = ravel_pytree(jax.tree_util.tree_map(jnp.asarray, theta0))
+    d = flat.shape[0]
+    total = lambda v: prob.loss(unravel(v))  # noqa: E731
+    third, gradient = jax.jit(jax.jacfwd(jax.hessian(total))), jax.jit(jax.grad(total))
+    examples = _per_example(prob, unravel)
+    mu, S, m, out = np.zeros(d), np.zeros((d, d)), np.zeros(d), []
+    for t in range(steps + 1):
+        G, Hs = (np.asarray(a) for a in examples(flat, data.points))
+        grad, H = w @ G, np.einsum("i,iab->ab", w, Hs)
+        out.append((np.trace(S), grad @ m + 0.5 * np.sum(H * S), m.copy()))
+        if t == steps:
+            return out, S
+        mu_next, S_next = np.zeros(d), np.zeros((d, d))
+        for b, prob_b in _minibatches(w, batch, replace):
+            A = np.eye(d) - lr * Hs[list(b)].mean(axis=0)
+            u = G[list(b)].mean(axis=0) - grad
+            mu_next += prob_b * (A @ mu - lr * u)
+            cross = np.outer(A @ mu, u)
+            S_next += prob_b * (A @ S @ A.T - lr * (cross + cross.T) + lr**2 * np.outer(u, u))
+        assert np.linalg.norm(mu_next) <= 1e-14 * math.sqrt(np.trace(S_next)), "the linearised offset has mean 0"
+        m = m - lr * H @ m - 0.5 * lr * np.einsum("kab,ab->k", np.asarray(third(flat)), S)
+        mu, S, flat = mu_next, S_next, flat - lr * np.asarray(gradient(flat))
+    raise AssertionError("unreachable")
+
+
+def _close(got, expected, rtol=RTOL):
+    got, expected = np.asarray(got), np.asarray(expected)
+    assert np.max(np.abs(got - expected)) <= rtol * np.max(np.abs(expected)), (got, expected)
+
+
+@pytest.mark.parametrize(
+    "weights, batch, replace",
+    [([0.5, 0.3, 0.2], 2, True), ([0.5, 0.3, 0.2], 1, None), (None, 2, False)],
+    ids=["with-replacement", "online", "without-replacement"],
+)
+def test_recursion_matches_every_minibatch_enumerated(weights, batch, replace):
+    prob, theta0 = _tanh_net(weights, n=3 if weights else 4)
+    lr, steps = 0.3, 4
+    found = popdyn.sgd_spread(prob, theta0, lr=lr, batch=batch, steps=steps, replace=replace, top=2)
+    records, C = _brute_force(prob, theta0, lr, batch, steps, replace is not False)
+    _close(found.expected_sq_distance, [r[0] for r in records])
+    _close(found.expected_excess_loss, [r[1] for r in records])
+    _close(found.mean_offset, np.stack([r[2] for r in records]))
+    _close(found.covariance, C)
+    lam, U = np.linalg.eigh(C)
+    _close(found.top.values, lam[::-1][:2])
+    assert np.allclose(np.abs(np.sum(found.top.vectors * U[:, ::-1][:, :2], axis=0)), 1.0, rtol=0, atol=1e-10)
+    assert found.factor == popdyn.analysis.minibatch_factor(batch, replace, prob.examples().n)
+    traj = popdyn.gradient_descent(prob, theta0, lr=lr, steps=steps, save_params=True)
+    for a, b in zip(jax.tree_util.tree_leaves(found.path), jax.tree_util.tree_leaves(traj.params), strict=True):
+        _close(a, b)
+    _close(found.loss, traj.loss)
+
+
+def _sgd_moments(prob, theta0, lr, batch, steps, replace):
+    """Per step: E[δ], E[δδᵀ] and E L(θ_SGD) − L(θ_GD) of least-squares SGD itself, δ = θ_SGD − θ_GD, over every
+    sequence of minibatches with its probability (NumPy, the step written out)."""
+    data = prob.examples()
+    X, y, w = (np.asarray(a) for a in (data.points["x"], data.points["y"], data.weights))
+    batches = _minibatches(w, batch, replace is not False)
+    runs, probs, gd, out = np.asarray(theta0)[None], np.ones(1), np.asarray(theta0), []
+    for t in range(steps + 1):
+        delta = runs - gd
+        step = delta @ X.T  # L(θ_GD + δ) − L(θ_GD) = Σ_i w_i [r_i (x_i·δ) + ½ (x_i·δ)²], r the GD residuals
+        excess = (step * (X @ gd - y) + 0.5 * step**2) @ w
+        out.append((probs @ delta, np.einsum("r,ra,rb->ab", probs, delta, delta), probs @ excess))
+        if t == steps:
+            return out
+        grads = [(runs @ X[list(b)].T - y[list(b)]) @ X[list(b)] / batch for b, _ in batches]
+        runs = np.concatenate([runs - lr * g for g in grads])
+        probs = np.concatenate([p * probs for _, p in batches])
+        gd = gd - lr * (w * (X @ gd - y)) @ X
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize(
+    "weights, batch, replace, lr",
+    [([0.5, 0.3, 0.2], 2, True, 0.4), ([0.2, 0.5, 0.3], 1, True, 0.7), (None, 2, False, 0.5)],
+    ids=["with-replacement", "one-example", "without-replacement"],
+)
+def test_linear_regression_spread_is_sgds_exact_second_moment(weights, batch, replace, lr):
+    """Every example's loss is quadratic: the offset follows the linear recursion exactly, with mean 0, at any η."""
+    prob, theta0 = _regression(weights, n=3 if weights else 4)
+    steps = 5
+    found = popdyn.sgd_spread(prob, theta0, lr=lr, batch=batch, steps=steps, replace=replace)
+    exact = _sgd_moments(prob, theta0, lr, batch, steps, replace)
+    _close(found.expected_sq_distance, [np.trace(S) for _, S, _ in exact])
+    _close(found.covariance, exact[-1][1])
+    _close(found.expected_excess_loss, [excess for *_, excess in exact])
+    scale = math.sqrt(found.expected_sq_distance[-1])
+    assert np.max(np.abs(found.mean_offset)) <= RTOL * scale
+    assert max(np.linalg.norm(mean) for mean, *_ in exact) <= RTOL * scale
+
+
+def _no_examples():
+    return popdyn.Problem.from_loss(lambda th: jnp.sum(th**2), np.zeros(2)), np.zeros(2)
+
+
+@pytest.mark.validation
+@pytest.mark.parametrize(
+    "make, changes, match",
+    [
+        (_tanh_net, {"batch": 0}, r"batch=0 is out of range: must be an integer >= 1"),
+        (_tanh_net, {"batch": -2}, r"batch=-2 is out of range"),
+        (_tanh_net, {"batch": 1.5}, r"batch=1\.5 is out of range"),
+        (_tanh_net, {"batch": None}, r"batch=None is out of range"),
+        (_tanh_net, {"batch": 4, "replace": False}, r"batch=4 is out of range: without replacement .*\[1, 3\]"),
+        (lambda: _tanh_net([0.5, 0.3, 0.2]), {"replace": False}, r"replace=False needs n = 3 equally weighted"),
+        (_tanh_net, {"replace": "no"}, r"replace='no' is invalid"),
+        (_no_examples, {}, r"FunctionProblem declares no per-example data"),
+        (_tanh_net, {"steps": 0}, r"steps=0 is out of range: must be an integer >= 1"),
+        (_tanh_net, {"steps": 5, "record_every": 2}, r"steps=5 is invalid: must be a multiple of record_every=2"),
+        (_tanh_net, {"record_every": 0}, r"record_every=0 is out of range"),
+        (_tanh_net, {"lr": 0.0}, r"lr=0\.0 is out of range: must be a finite number in \(0, inf\)"),
+        (_tanh_net, {"lr": float("nan")}, r"lr=nan is out of range"),
+        (_tanh_net, {"top": 7}, r"top=7 is out of range: must be an integer in \[0, d\] = \[0, 6\]"),
+        (_tanh_net, {"top": -1}, r"top=-1 is out of range"),
+    ],
+)
+def test_bad_input_is_refused_naming_the_parameter(make, changes, match):
+    prob, theta0 = make()
+    settings = {"lr": 0.1, "batch": 2, "steps": 4} | changes
+    with pytest.raises(ValueError, match=match):
+        popdyn.sgd_spread(prob, theta0, **settings)
+
+
+@pytest.mark.validation
+def test_a_batch_of_starts_and_too_many_parameters_are_refused():
+    prob, theta0 = _tanh_net()
+    batched = jax.tree_util.tree_map(lambda a: np.stack([a, a]), theta0)
+    with pytest.raises(ValueError, match=r"theta0 has a batch axis: sgd_spread takes one unbatched θ"):
+        popdyn.sgd_spread(prob, batched, lr=0.1, batch=2, steps=4)
+    d = SPREAD_MAX_DIM + 1
+    table = WeightedTable.uniform({"x": np.ones((2, d))})
+    wide = popdyn.Problem.from_examples(lambda th, x: jnp.sum((th - x["x"]) ** 2), np.zeros(d), data=table)
+    with pytest.raises(ValueError, match=rf"theta0 has d = {d} parameters: sgd_spread takes at most SPREAD_MAX_DIM"):
+        popdyn.sgd_spread(wide, np.zeros(d), lr=0.1, batch=1, steps=4)
