@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # what a type checker sees: the real names and signatures (at
     from popdyn.analysis import sgd_spread as sgd_spread
     from popdyn.analysis import sgd_threshold as sgd_threshold
     from popdyn.analysis import step_size_audit as step_size_audit
+    from popdyn.dynamics import SGD as SGD
     from popdyn.dynamics import STATUS_NAMES as STATUS_NAMES
     from popdyn.dynamics import GradientDescent as GradientDescent
     from popdyn.dynamics import GradientFlow as GradientFlow
@@ -47,6 +48,7 @@ if TYPE_CHECKING:  # what a type checker sees: the real names and signatures (at
     from popdyn.dynamics import Trajectory as Trajectory
     from popdyn.dynamics import gradient_descent as gradient_descent
     from popdyn.dynamics import gradient_flow as gradient_flow
+    from popdyn.dynamics import sgd as sgd
     from popdyn.jobs._task import Task as Task
     from popdyn.problem import Overlay as Overlay
     from popdyn.problem import Problem as Problem
@@ -86,11 +88,13 @@ _HOME = {
         [
             "GradientDescent",
             "GradientFlow",
+            "SGD",
             "STATUS_NAMES",
             "Status",
             "Trajectory",
             "gradient_descent",
             "gradient_flow",
+            "sgd",
         ],
         "popdyn.dynamics",
     ),

@@ -251,6 +251,12 @@ def basin_map(prob: Problem, grid: AbstractSlice, method: str | AbstractDynamics
         raise ValueError(f"grid={grid!r} is invalid: must be a popdyn.Grid or another slice (AbstractSlice)")
     if "seed" in options:
         raise ValueError("seed is not an option of basin_map: its initialisations are the grid's points")
+    if isinstance(method, AbstractDynamics) and method.runs_per_start != 1:
+        raise ValueError(
+            f"method={type(method).__name__} makes {method.runs_per_start} runs from each start: a basin map labels "
+            "one run per grid point; give it one run per start (SGD: seeds=1), or take the fractions of all runs "
+            "with basin_fractions(prob, grid.points(prob), method)"
+        )
     bf = basin_fractions(prob, grid.points(prob), method, **options)
     shape = grid.shape
     final = jax.tree_util.tree_map(lambda v: v.reshape(shape + v.shape[1:]), bf.final)

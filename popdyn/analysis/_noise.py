@@ -29,7 +29,7 @@ from jaxtyping import Array, ArrayLike, Float
 
 from popdyn import _validate
 from popdyn._batching import batch_size, checked
-from popdyn.exact import WeightedTable
+from popdyn.exact._minibatch import check_minibatch
 from popdyn.problem import Measure, Problem, Theta, ThetaLike, check_measure
 
 DENSE_MAX_DIM = 2048
@@ -37,9 +37,6 @@ DENSE_MAX_DIM = 2048
 
 CHUNK_ELEMENTS = 2**22
 """Examples are taken in chunks whose per-example outputs hold at most this many numbers (chunk × d × columns)."""
-
-EQUAL_WEIGHTS_RTOL = 1e-12
-"""Sampling without replacement needs every weight within this relative distance of 1/n."""
 
 OVERSAMPLE = 10
 """``top(k)`` iterates a block of k + OVERSAMPLE vectors (at most d)."""
@@ -66,43 +63,13 @@ def minibatch_factor(batch: int | None, replace: bool | None, n: int) -> float:
     return 0.0 if batch == n else (n - batch) / (batch * (n - 1))
 
 
-def _support(measure: Measure) -> tuple[int, float]:
-    """(n, max_i |n w_i − 1|): the number of examples and how far their weights are from equal."""
-    if isinstance(measure, WeightedTable):
-        n = measure.n
-        return n, float(np.max(np.abs(np.asarray(measure.weights, np.float64) * n - 1.0)))
-    marginals = np.asarray(measure.marginals, np.float64)  # equal weights iff every coordinate is uniform
-    spread = max(float(np.max(np.abs(marginals[k, :s] * s - 1.0))) for k, s in enumerate(measure.sizes))
-    return measure.size, spread
-
-
 def _check_sampling(batch: int | None, replace: bool | None, measure: Measure) -> tuple[int, float]:
-    """(n, c_B) for a minibatch of ``batch`` examples drawn from ``measure``: ValueError naming a bad ``batch``
-    (an integer ≥ 1, ≤ n without replacement) or ``replace`` (True, False or None), or unequal weights without
-    replacement."""
-    if not (replace is None or isinstance(replace, (bool, np.bool_))):
-        raise ValueError(
-            f"replace={replace!r} is invalid: must be True (i.i.d. draws, with replacement), False (without "
-            "replacement from n equally weighted examples) or None (online draws from the measure, as True)"
-        )
-    replace = None if replace is None else bool(replace)
-    n, spread = _support(measure)
+    """(n, c_B) for a minibatch of ``batch`` examples drawn from ``measure``, after ``check_minibatch``'s checks:
+    ValueError naming a bad ``batch`` or ``replace``, or unequal weights without replacement."""
+    n = check_minibatch(batch, replace, measure)
     if batch is None:
         return n, 1.0
-    batch = _validate.int_at_least("batch", batch, 1)
-    if replace is False:
-        if batch > n:
-            raise ValueError(
-                f"batch={batch} is out of range: without replacement it must be an integer in [1, {n}] "
-                f"(n = {n} examples)"
-            )
-        if spread > EQUAL_WEIGHTS_RTOL:
-            raise ValueError(
-                f"replace=False needs n = {n} equally weighted examples, but the weights differ from 1/n by up to "
-                f"{spread:.3g} relative: a weighted measure is sampled with replacement (replace=True), or give "
-                "equal weights (WeightedTable.uniform)"
-            )
-    return n, minibatch_factor(batch, replace, n)
+    return n, minibatch_factor(int(batch), None if replace is None else bool(replace), n)
 
 
 def _unbatched(prob: Problem, theta: ThetaLike, name: str, caller: str) -> Theta:

@@ -1,11 +1,12 @@
 """Dynamics as objects over batches of initialisations (docs/dynamics.md; docs/architecture.md, layer 3): gradient
-flow and gradient descent, what a run saves and when a point is steady."""
+flow, gradient descent and minibatch SGD, what a run saves and when a point is steady."""
 
 from typing import TYPE_CHECKING
 
 from popdyn.dynamics._base import AbstractDynamics, SaveAt, Steady
 from popdyn.dynamics._descent import GradientDescent, gradient_descent
 from popdyn.dynamics._prox import L1Prox, soft_threshold
+from popdyn.dynamics._sgd import SGD, sgd
 from popdyn.dynamics._status import STATUS_NAMES, Status
 from popdyn.dynamics._trajectory import Trajectory
 from popdyn.dynamics._transforms import block_rates, gaussian_noise, preconditioned
@@ -22,6 +23,7 @@ __all__ = [
     "GradientDescent",
     "GradientFlow",
     "L1Prox",
+    "SGD",
     "STATUS_NAMES",
     "SaveAt",
     "Status",
@@ -33,6 +35,7 @@ __all__ = [
     "gradient_flow",
     "pid_controller",
     "preconditioned",
+    "sgd",
     "soft_threshold",
 ]
 

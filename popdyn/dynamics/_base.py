@@ -102,6 +102,12 @@ class AbstractDynamics(eqx.Module):
         """A short name for figures and summaries (the class name unless a subclass says otherwise)."""
         return type(self).__name__
 
+    @property
+    def runs_per_start(self) -> int:
+        """How many runs ``run`` makes from each start: 1 here; a dynamics with several (``SGD``: its ``seeds``) puts
+        them start-major on the Trajectory's batch axis, start j's runs at j·k … j·k + k − 1."""
+        return 1
+
     @abc.abstractmethod
     def run(
         self,

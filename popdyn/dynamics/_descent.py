@@ -135,45 +135,69 @@ class GradientDescent(AbstractDynamics):
         checkpoint: str | os.PathLike | None = None,
     ) -> Trajectory:
         """Descend from ``theta0`` (one θ, or a batch on a leading axis); ``AbstractDynamics.run``."""
-        check_chunk_size(chunk_size)
-        noise_levels = _noise_levels(prob, self.noise)
-        rule, k = self.stopping, self.steps if self.save.every is None else self.save.every
-        cfg = _DescentConfig(
-            steps=self.steps,
-            record_every=k,
-            save_params=self.save.params,
-            gtol=rule.gtol,
-            rtol=rule.rtol,
-            atol=rule.atol,
-            diverge=self.diverge,
-            scales=frozen_scales(scale_tree(prob, self.time_scales)),
-            momentum=float(self.momentum),
-            noise=noise_levels,
+        return descend(self, prob, theta0, None, chunk_size=chunk_size, progress=progress, checkpoint=checkpoint)
+
+
+def descend(
+    dynamics: GradientDescent,
+    prob: Problem,
+    theta0: ThetaLike,
+    keys: Array | None,
+    *,
+    chunk_size: int | None,
+    progress: bool,
+    checkpoint: str | os.PathLike | None,
+) -> Trajectory:
+    """``GradientDescent.run`` with the starts' PRNG keys given: ``keys`` holds one key per start (a leading axis as
+    long as the batch, one row for a single θ0), the stream of its ``gradient`` hook and noise; None splits them
+    from ``dynamics.seed``, as ``run`` does. A dynamics built on GD that draws its own streams (``SGD``: one per start
+    and seed) passes them here.
+
+    **Arguments:**
+
+    - ``dynamics``: the ``GradientDescent`` that runs.
+    - ``prob``, ``theta0``, ``chunk_size``, ``progress``, ``checkpoint``: as ``GradientDescent.run``.
+    - ``keys``: the keys, or None.
+    """
+    check_chunk_size(chunk_size)
+    noise_levels = _noise_levels(prob, dynamics.noise)
+    rule, k = dynamics.stopping, dynamics.steps if dynamics.save.every is None else dynamics.save.every
+    cfg = _DescentConfig(
+        steps=dynamics.steps,
+        record_every=k,
+        save_params=dynamics.save.params,
+        gtol=rule.gtol,
+        rtol=rule.rtol,
+        atol=rule.atol,
+        diverge=dynamics.diverge,
+        scales=frozen_scales(scale_tree(prob, dynamics.time_scales)),
+        momentum=float(dynamics.momentum),
+        noise=noise_levels,
+    )
+    batch, batched = as_batch(prob, theta0)
+    n = jax.tree_util.tree_leaves(batch)[0].shape[0]
+    lrs = _learning_rates(dynamics.lr, n, batched)
+    if isinstance(dynamics.optimizer, optax.GradientTransformation) and np.ptp(lrs) > 0:
+        raise ValueError(
+            "lr: per-initialisation learning rates need an optimizer given as a factory lr -> transformation "
+            "(e.g. optax.adam), not a built transformation with its own rate"
         )
-        batch, batched = as_batch(prob, theta0)
-        n = jax.tree_util.tree_leaves(batch)[0].shape[0]
-        lrs = _learning_rates(self.lr, n, batched)
-        if isinstance(self.optimizer, optax.GradientTransformation) and np.ptp(lrs) > 0:
-            raise ValueError(
-                "lr: per-initialisation learning rates need an optimizer given as a factory lr -> transformation "
-                "(e.g. optax.adam), not a built transformation with its own rate"
-            )
-        lr_arr = jnp.asarray(lrs, dtype=jnp.result_type(float))
-        # an optimizer's chain may hold links that draw (transforms.gaussian_noise): it gets keys too
-        stochastic = self.gradient is not None or noise_levels != 0.0 or self.optimizer is not None
-        keys = _keys(self.seed, n, stochastic=stochastic)
-        hooks = (self.precondition, self.prox, self.gradient, self.save.metrics, self.target)
-        gd = _GD(prob, self.optimizer, hooks, cfg)
-        width = lane_width(self.lanes, n, chunk_size)
-        run: Callable[[tuple[Theta, Array, Array]], dict]  # b = (a chunk of θ0, its learning rates, its keys)
-        if k == self.steps and not self.save.params and self.save.metrics is None and width is not None:
-            run = lambda b: _descend_lanes(gd, *b, width, self.lane_steps)  # noqa: E731
-        else:
-            run = lambda b: _descend_batch(gd, *b)  # noqa: E731
-        out = map_chunks(
-            run, (batch, lr_arr, keys), chunk_size, progress=progress, desc="gradient descent", checkpoint=checkpoint
-        )
-        return finish(prob, out, batched, self, rule)
+    lr_arr = jnp.asarray(lrs, dtype=jnp.result_type(float))
+    # an optimizer's chain may hold links that draw (transforms.gaussian_noise): it gets keys too
+    stochastic = dynamics.gradient is not None or noise_levels != 0.0 or dynamics.optimizer is not None
+    keys = _keys(dynamics.seed, n, stochastic=stochastic) if keys is None else keys
+    hooks = (dynamics.precondition, dynamics.prox, dynamics.gradient, dynamics.save.metrics, dynamics.target)
+    gd = _GD(prob, dynamics.optimizer, hooks, cfg)
+    width = lane_width(dynamics.lanes, n, chunk_size)
+    run: Callable[[tuple[Theta, Array, Array]], dict]  # b = (a chunk of θ0, its learning rates, its keys)
+    if k == dynamics.steps and not dynamics.save.params and dynamics.save.metrics is None and width is not None:
+        run = lambda b: _descend_lanes(gd, *b, width, dynamics.lane_steps)  # noqa: E731
+    else:
+        run = lambda b: _descend_batch(gd, *b)  # noqa: E731
+    out = map_chunks(
+        run, (batch, lr_arr, keys), chunk_size, progress=progress, desc="gradient descent", checkpoint=checkpoint
+    )
+    return finish(prob, out, batched, dynamics, rule)
 
 
 def gradient_descent(
