@@ -16,6 +16,7 @@ through)
     cli_startup       start-up of the command line with JAX's persistent compilation cache          ~1 min
     basins_phases     a grid-1000 basin-map command split into its phases, cold and warm            ~30 s
     user_model_costs  a user model: cold first call of a flow and GD per step against hand-written JAX  ~1 min
+    sgd_noise         SGD's exact gradient noise and η*(B) against Monte Carlo and SGD ensembles    ~1 min
 (times on 2 CPU cores; engine_overhead peaks at ~13 GB of memory, ``--skip engine_overhead`` leaves it out).
 
 What it does
@@ -80,9 +81,10 @@ BENCHMARKS = (
     "cli_startup",
     "basins_phases",
     "user_model_costs",
+    "sgd_noise",
 )
 JSON_ONLY = ("engine_overhead",)  # writes its headline file (--json PATH), not a section of the results file
-TASKS = ("markov", "decision-list", "scan-snap", "scb", "teacher", "throughput", "engine-overhead")
+TASKS = ("markov", "decision-list", "scan-snap", "scb", "teacher", "throughput", "engine-overhead", "sgd-noise")
 SECTION = "## Summary: popdyn against the baselines"
 DEFAULT_RESULTS = REPO / "benchmarks" / "RESULTS.md"
 
