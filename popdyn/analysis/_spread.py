@@ -24,10 +24,11 @@ m_t = E δ_t = O(η) [derived: E of the expansion above, δ_t independent of ste
     m_{t+1} = (I − ηH) m_t − (η/2) ∇³L(θ_t)[C_t],   m_0 = 0,
 
 (m_t = O(η³t²) after t steps). With the third moments of δ (O(η²)) it changes E‖δ_t‖² by a relative O(η):
-E‖θ'_t − θ_t‖² = tr C_t (1 + O(η)), the examples' Hessian spread p Σ_i w_i H_i C H_i being itself of that order. Where
-every ℓ(·, x_i) is quadratic δ follows the linear recursion exactly: m_t = 0 and E[δ_t δ_tᵀ] = C_t at every η. The
-excess loss is E L(θ'_t) − L(θ_t) = ∇L(θ_t)·m_t + ½ tr(H_t C_t) + O(η²): away from a critical point both terms are
-O(η), so the drift term is kept [∇³L[C] = ∇_θ tr(∇²L(θ) C), by reverse mode through Hessian-vector products].
+E‖θ'_t − θ_t‖² = tr C_t (1 + O(η)), the examples' Hessian spread p(Σ_i w_i H_i C H_i − HCH) being itself of that
+order. Where every ℓ(·, x_i) is quadratic δ follows the linear recursion exactly: m_t = 0 and E[δ_t δ_tᵀ] = C_t at
+every η. The excess loss is E L(θ'_t) − L(θ_t) = ∇L(θ_t)·m_t + ½ tr(H_t C_t) + O(η²): away from a critical point
+both terms are O(η), so the drift term is kept [∇³L[C] = ∇_θ tr(∇²L(θ) C), by reverse mode through Hessian-vector
+products].
 """
 
 from __future__ import annotations
