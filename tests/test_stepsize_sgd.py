@@ -16,6 +16,7 @@ import json
 import re
 from pathlib import Path
 
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from _docs import doc_module
@@ -50,6 +51,20 @@ def regression():
     """The regression as a user's model (``test_stepsize_sgd:regression``), started at θ = 0."""
     table = WeightedTable.uniform({"x": X, "y": Y})
     return popdyn.Problem.from_examples(example_loss, np.zeros(1), data=table, init_scale=0.0)
+
+
+def norm_loss(th, ex):
+    """ℓ(θ, x) = ½(x‖θ‖ − y)², θ ∈ R³: the regression's data through ‖θ‖, whose minima are the sphere ‖θ‖ = θ*."""
+    return 0.5 * (ex["x"] * jnp.linalg.norm(th) - ex["y"]) ** 2
+
+
+def sphere():
+    """The regression through the norm as a user's model (``test_stepsize_sgd:sphere``), started at ‖θ‖ = 1: a valley
+    of minima (the sphere) whose tangent plane the examples' Hessians act on, (x(xθ* − y)/θ*)·I there, while the
+    distance to it, ‖θ‖ − θ*, moves as the regression's θ − θ*; so 2/λ_max = 2/m₂ and η*_⊥(B) = η*(B) of the
+    regression, and λ_max(E_i N_i²) = E[x²(xθ* − y)²]/θ*² (docs/sgd.md, "Flat directions")."""
+    table = WeightedTable.uniform({"x": X, "y": Y})
+    return popdyn.Problem.from_examples(norm_loss, np.array([0.6, 0.0, 0.8]), data=table, init_scale=0.0)
 
 
 def no_examples():
@@ -333,8 +348,9 @@ def test_the_command_refuses_in_one_line(tmp_path, run_cli, argv, message):
 @pytest.mark.slow  # the Markov model's 262,658 examples (sequences of 512 by their transition counts)
 def test_the_markov_task_takes_the_option(tmp_path, run_cli):
     """``popdyn stepsize markov --batch B`` on the Markov model's examples: GD ends on the valley of minima Γ*, a
-    flat direction of H on which the examples' Hessians act, so η*(B) = 0 (docs/sgd.md, "Flat directions") and the
-    run's η is stable for GD alone; 2/λ_max is the audit's own λ_max at the end point."""
+    flat direction of H on which the examples' Hessians act, so η*(B) = 0 (docs/sgd.md, "Flat directions"), and the
+    run's η is set against the threshold across the valley η*_⊥(B) < 2/λ_max; 2/λ_max is the audit's own λ_max at
+    the end point."""
     out = tmp_path / "o"
     with pytest.warns(UserWarning, match="act on the 1 flat direction"):
         proc = run_cli("stepsize", "markov", "--lr", "0.5", "--batch", "2", "--out", out)
@@ -342,9 +358,73 @@ def test_the_markov_task_takes_the_option(tmp_path, run_cli):
     run = json.loads((out / "summary.json").read_text())["results"]["runs"][0]
     assert run["status"] == "converged" and run["sgd_threshold"] == 0.0 and run["batch"] == 2 and run["replace"]
     assert run["gd_threshold"] == pytest.approx(2 / run["lambda_end"], rel=1e-9)
-    assert run["sgd_verdict"] == "stable for GD, unstable for SGD(B)"
-    line = f"  η = 0.5      2/λ_max = {run['gd_threshold']:.6g}, η*(B) = 0 at the end point: {run['sgd_verdict']}"
+    assert run["valley"] and 0.5 < run["transverse_threshold"] < run["gd_threshold"]
+    assert run["valley_growth"] > 0 and run["sgd_verdict"] == SGD_VERDICTS[5]
+    line = (
+        f"  η = 0.5      2/λ_max = {run['gd_threshold']:.6g}, η*(B) = 0, η*_⊥(B) = {run['transverse_threshold']:.6g} "
+        f"across the valley at the end point: {run['sgd_verdict']}"
+    )
     assert line in proc.stdout.splitlines()
     (curve,) = json.loads((out / "summary.json").read_text())["results"]["sgd_curves"]
     assert curve["flat_curved"] is True and curve["batches"] == [1, 2, 4, 8, 16, 32, 64]
     assert curve["thresholds"] == [0.0] * 7 and curve["gd_threshold"] == run["gd_threshold"]
+
+
+def test_a_valley_of_minima_gets_the_threshold_across_it(tmp_path, run_cli):
+    """``popdyn stepsize test_stepsize_sgd:sphere --batch 1``: each run that converges ends on the sphere of minima,
+    where η*(B) = 0 (the examples' Hessians act on its tangent plane) and the threshold across it is the
+    regression's η*(1) = 2m₂/m₄ (1e-12): below it "stable for GD and, across the valley, for SGD(B)", between it and
+    2/λ_max "stable for GD, unstable across the valley"; the line shows η*_⊥(B), and summary.json the new keys, with
+    the per-step growth along the valley η²p·E[x²(xθ* − y)²]/θ*² and no gradient noise along it."""
+    out = tmp_path / "o"
+    argv = ["--lr", *[f"{r:.6f}" for r in RATES], "--steps", "200", "--batch", "1", "--out", out]
+    with pytest.warns(UserWarning, match="act on the 2 flat direction"):
+        proc = run_cli("stepsize", "test_stepsize_sgd:sphere", *argv)
+    assert proc.returncode == 0, proc.stderr
+    runs = json.loads((out / "summary.json").read_text())["results"]["runs"]
+    assert [r["sgd_verdict"] for r in runs] == [*SGD_VERDICTS[5:7], "not a minimum"]
+    assert [r["valley"] for r in runs] == [True, True, False] and runs[2]["transverse_threshold"] is None
+    lines = proc.stdout.splitlines()
+    valley = np.mean(X**2 * (X * THETA_STAR[0] - Y) ** 2) / THETA_STAR[0] ** 2
+    for r in runs[:2]:
+        assert r["sgd_threshold"] == 0.0 and r["sgd_reason"] == "" and r["status"] == "converged"
+        assert r["transverse_threshold"] == pytest.approx(eta_star(1.0), rel=1e-12)
+        assert r["gd_threshold"] == pytest.approx(GD_EDGE, rel=1e-12)
+        assert r["valley_growth"] == pytest.approx(r["lr"] ** 2 * valley, rel=1e-10)
+        assert 0 <= r["valley_diffusion"] <= 1e-12 * r["lr"] ** 2 * np.mean((X * (X * THETA_STAR[0] - Y)) ** 2)
+        line = (
+            f"  η = {r['lr']:<8g} 2/λ_max = {GD_EDGE:.6g}, η*(B) = 0, η*_⊥(B) = {eta_star(1.0):.6g} across the "
+            f"valley at the end point: {r['sgd_verdict']}"
+        )
+        assert line in lines
+
+
+def test_the_markov_task_reports_its_valley(tmp_path, monkeypatch, run_cli):
+    """``popdyn stepsize markov --batch 1`` on the canonical model with sequences of N = 8 tokens (74 examples
+    instead of the default's 262,658): both runs end on Γ*, at η = 0.5 below η*_⊥(1) and at η = 1.0 between η*_⊥(1)
+    and 2/λ_max, each with the verdict, the line and the summary keys of a valley; η*_⊥(B), the growth and the
+    diffusion along the valley are ``mean_square_stability``'s at the run's end point (1e-12), and the diffusion
+    vanishes: every example's loss is a function of the gap A = c(w)e², so its gradient is across Γ*."""
+    from popdyn.jobs.markov import _commands
+    from popdyn.tasks.markov import Canonical
+
+    monkeypatch.setattr(_commands, "Canonical", lambda p, q: Canonical(p, q, N=8))
+    out = tmp_path / "o"
+    with pytest.warns(UserWarning, match="act on the 1 flat direction"):
+        proc = run_cli("stepsize", "markov", "--lr", "0.5", "1.0", "--batch", "1", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    runs = json.loads((out / "summary.json").read_text())["results"]["runs"]
+    assert [r["sgd_verdict"] for r in runs] == list(SGD_VERDICTS[5:7])
+    prob, lines = Canonical(0.1, 0.1, N=8), proc.stdout.splitlines()
+    for r in runs:
+        end = gradient_descent(
+            prob, {"e": jnp.asarray(1.0), "w": jnp.asarray(0.5)}, lr=r["lr"], steps=400, save_params=True
+        ).final
+        with pytest.warns(UserWarning, match="act on the 1 flat direction"):
+            found = popdyn.mean_square_stability(prob, end, 1)
+        assert r["valley"] and r["sgd_threshold"] == 0.0 and r["status"] == "converged"
+        assert r["transverse_threshold"] == pytest.approx(found.transverse_thresholds[0], rel=1e-12)
+        assert r["gd_threshold"] == pytest.approx(found.gd_threshold, rel=1e-12)
+        assert r["valley_growth"] == pytest.approx(r["lr"] ** 2 * found.valley_curvature, rel=1e-12)
+        assert r["valley_diffusion"] <= 1e-12 * r["lr"] ** 2 * popdyn.gradient_noise(prob, end).trace
+        assert f"η*_⊥(B) = {r['transverse_threshold']:.6g} across the valley at the end point: " in "\n".join(lines)

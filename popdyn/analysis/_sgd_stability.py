@@ -27,6 +27,17 @@ the mean square over examples), then for p > 0 no step size is stable: C = P_N h
 P_N H_i P_N ≠ 0; otherwise Q couples the matrices supported on N, where A vanishes, to the others, and
 ⟨C, (ηQ − A)C⟩ > 0 on a combination of the two. So η*(B) = 0: the offset along the flat directions is multiplied by
 random factors of mean 1.
+
+A valley of minima (docs/sgd.md, "Flat directions"). Write δ = Ux + Vz with U, V orthonormal bases of H's range R
+and of N, and split each H_i into K_i = UᵀH_iU, J_i = UᵀH_iV, N_i = VᵀH_iV (E K_i = Λ, E J_i = 0, E N_i = 0). With
+the valley coordinate frozen, the motion across the valley x ← (I − ηK̂)x has the second-moment map of K_i on r × r
+matrices, and its threshold η*_⊥(B) is the one the pencil above gives on R: what is solved where the H_i do not act
+on N. Exact for the linearisation [derived, E N̂ = E Ĵ = 0, E[ÂᵀÂ] = (1 − p)E[A]ᵀE[A] + p E[A_iᵀA_i]]: z is a
+martingale, E‖z‖² never decreases; from x = 0, one step takes E‖z‖² from ‖z‖² to ‖z‖² + η²p zᵀ(E N_i²)z and kicks
+E‖x‖² to η²p zᵀ(E J_iᵀJ_i)z; from δ = 0, the gradient noise gives E‖z‖² = η² c_B tr(VᵀΣV). With the motion across
+frozen (x = 0, Ĵ dropped), E‖z‖² grows by the factor 1 + η²pν per step, ν ≤ λ_max(E N_i²) the largest eigenvalue of
+C ↦ E N_i C N_i (equal for one flat direction), and the spectral radius of T_η is at least that (its Rayleigh
+quotient on the matrices supported on N).
 """
 
 from __future__ import annotations
@@ -87,13 +98,16 @@ def _mean_hessian(prob: Problem, theta: Theta, chunk: int) -> Float[Array, "d d"
 
 
 @eqx.filter_jit
-def _leakage(prob: Problem, theta: Theta, R: Array, N: Array, chunk: int) -> tuple[Array, Array]:
-    """(Σ_i w_i ‖H_i N‖²_F, Σ_i w_i ‖H_i R‖²_F): how much the examples' Hessians act on H's flat directions N,
-    and on its range R (with [R, N] orthogonal, their sum is Σ_i w_i ‖H_i‖²_F)."""
+def _flat_moments(prob: Problem, theta: Theta, R: Array, N: Array, chunk: int) -> tuple[Array, Array, Array]:
+    """(Σ_i w_i N_i², Σ_i w_i J_iᵀJ_i, Σ_i w_i ‖H_i R‖²_F) for the blocks N_i = NᵀH_iN (k × k) and J_i = RᵀH_iN
+    (r × k) of the examples' Hessians on H's flat directions N and between its range R and N. With [R, N]
+    orthonormal, H_iN = R J_i + N N_i, so the traces of the first two sum to Σ_i w_i ‖H_i N‖²_F: how much the
+    examples' Hessians act on the flat directions (and the three to Σ_i w_i ‖H_i‖²_F)."""
 
     def one(x):
         flat, kept = _example_hessian_times(prob, theta, x, N), _example_hessian_times(prob, theta, x, R)
-        return jnp.sum(flat**2), jnp.sum(kept**2)
+        along, across = N.T @ flat, R.T @ flat
+        return along.T @ along, across.T @ across, jnp.sum(kept**2)
 
     return prob.examples().expectation(one, chunk=chunk)
 
@@ -151,14 +165,17 @@ def _smat(v: np.ndarray, r: int) -> np.ndarray:
 class _Curvature:
     """H = E_i H_i at θ*: eigenvalues ``lam`` (r,) > 0 on its range with eigenvectors ``U`` (d, r), the flat
     directions ``null`` (d, k), the sharpness λ_max, and whether the examples' Hessians act on the flat
-    directions (``curved``). ``sums`` and ``harmonic`` (m,) are λ_a + λ_b and λ_aλ_b/(λ_a + λ_b) over the pairs
-    a ≤ b: A, and M at p = 0, in the scaled coordinates."""
+    directions (``curved``), with λ_max(E_i N_i²) and λ_max(E_i J_iᵀJ_i) (``along``, ``across``: 0 without flat
+    directions or where not computed). ``sums`` and ``harmonic`` (m,) are λ_a + λ_b and λ_aλ_b/(λ_a + λ_b) over
+    the pairs a ≤ b: A, and M at p = 0, in the scaled coordinates."""
 
     lam: np.ndarray
     U: np.ndarray
     null: np.ndarray
     sharpness: float
     curved: bool
+    along: float = 0.0
+    across: float = 0.0
 
     @property
     def rank(self) -> int:
@@ -191,11 +208,14 @@ def _curvature(prob: Problem, theta: Theta, n: int, saddle_tol: float, refine: b
             f"(ρ = max|λ| = {rho:.6g}, saddle_tol = {saddle_tol:g}); SGD's linear stability is defined at a minimum"
         )
     kept = lam > saddle_tol * rho
-    curved = False
-    if refine and not kept.all():
-        leak, rest = _leakage(prob, theta, jnp.asarray(V[:, kept]), jnp.asarray(V[:, ~kept]), _chunk_for(n, d * d))
-        curved = bool(float(leak) > saddle_tol**2 * (float(leak) + float(rest)))
-    return _Curvature(lam[kept], V[:, kept], V[:, ~kept], float(lam[-1]), curved)
+    if not refine or kept.all():
+        return _Curvature(lam[kept], V[:, kept], V[:, ~kept], float(lam[-1]), False)
+    moments = _flat_moments(prob, theta, jnp.asarray(V[:, kept]), jnp.asarray(V[:, ~kept]), _chunk_for(n, d * d))
+    along, across, rest = (np.asarray(m) for m in moments)
+    leak = float(np.trace(along) + np.trace(across))
+    curved = leak > saddle_tol**2 * (leak + float(rest))
+    top = [float(np.linalg.eigvalsh((m + m.T) / 2)[-1]) for m in (along, across)]
+    return _Curvature(lam[kept], V[:, kept], V[:, ~kept], float(lam[-1]), curved, *top)
 
 
 Apply = Callable[[np.ndarray], np.ndarray]
@@ -333,10 +353,26 @@ class SGDStability:
     - ``non_uniformity``: s = √(E_i ‖P(H_i − H)P‖²_F / k), P the projector onto H's top eigenspace of dimension k;
       for a simple λ_max, the standard deviation of the examples' curvatures vᵀH_i v along H's top eigenvector.
     - ``flat``: the number of flat directions of H (|λ| ≤ saddle_tol·ρ); ``flat_curved``: whether the examples'
-      Hessians act on them, which makes η* = 0 wherever p > 0 (module docstring).
+      Hessians act on them, which makes η* = 0 wherever p > 0 (module docstring): θ* lies on a valley of minima.
     - ``converged``: every iterative solve met its tolerance (always, for ``DensePencil``); ``passes``: the passes
-      over the examples each threshold took (0: none, ``DensePencil`` or closed form).
+      over the examples each threshold took (η*_⊥(B) where ``flat_curved``; 0: none, ``DensePencil`` or closed form).
     - ``batches``, ``replace``, ``n``: the sampling; ``dim``: d, the number of parameters.
+
+    Across and along the flat directions N (a valley of minima; module docstring, docs/sgd.md "Flat directions"),
+    with N_i = VᵀH_iV and J_i = UᵀH_iV the blocks of the examples' Hessians on N and between H's range and N:
+
+    - ``transverse_thresholds``: η*_⊥(B) per B, the threshold of the motion across the valley with the valley
+      coordinate frozen: linearised SGD with the H_i compressed to H's range, K_i = UᵀH_iU, is mean-square stable
+      for η ≤ η*_⊥(B). It is ``thresholds`` itself wherever that is not set to 0 by ``flat_curved``; never above
+      2/λ_max nor ``necessary``, and non-decreasing in B.
+    - ``valley_curvature``: λ_max(E_i N_i²); from an offset z along N, one step gives
+      E‖P_N δ‖² = ‖z‖² + η²p zᵀ(E_i N_i²)z, so at most (1 + η²p·``valley_curvature``)‖z‖².
+    - ``valley_coupling``: λ_max(E_i J_iᵀJ_i); the same step kicks the offset across the valley to
+      E‖P_R δ‖² = η²p zᵀ(E_i J_iᵀJ_i)z, at most η²p·``valley_coupling``·‖z‖².
+    - ``valley_diffusion``: c_B tr(VᵀΣV) per B, Σ the covariance of one example's gradient at θ*: from θ* one step
+      gives E‖P_N δ‖² = η²·``valley_diffusion``, the gradient noise along the valley.
+
+    All three valley fields are 0 without flat directions, or where every B is the whole data set (p = 0).
 
     ``covariance(eta, batch)`` gives the asymptotic covariance of SGD's iterates at a stable step.
     """
@@ -351,6 +387,10 @@ class SGDStability:
     non_uniformity: float
     flat: int
     flat_curved: bool
+    transverse_thresholds: np.ndarray
+    valley_curvature: float
+    valley_coupling: float
+    valley_diffusion: np.ndarray
     converged: bool
     passes: np.ndarray
     n: int
@@ -410,6 +450,29 @@ def _batches(batch) -> tuple[np.ndarray, bool]:
     return values, False
 
 
+def _transverse(
+    solver: AbstractPencilSolver, moment: Apply, curv: _Curvature, factors: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, bool]:
+    """(η*_⊥(B), passes, converged) per p = c_B: 1/μ_max of the pencil on H's range (GD's 2/λ_max where p = 0), the
+    mean-square threshold of the motion across the flat directions; η*(B) itself where the H_i do not act on them."""
+    thresholds, passes, converged = np.empty(len(factors)), np.zeros(len(factors), int), True
+    for j, p in enumerate(factors):
+        if p == 0:  # GD's closed form
+            thresholds[j] = 2.0 / curv.sharpness
+            continue
+        mu, ok, passes[j] = solver.largest(_pencil(moment, curv, float(p)), curv.sums.shape[0])
+        thresholds[j], converged = 1.0 / mu, converged and ok
+    return thresholds, passes, converged
+
+
+def _flat_noise(prob: Problem, theta: Theta, curv: _Curvature) -> float:
+    """tr(VᵀΣV): the variance of one example's gradient along H's flat directions V (0 without them), a sum of
+    squares (clipped at 0 against rounding)."""
+    if not curv.null.shape[1]:
+        return 0.0
+    return max(float(np.sum(curv.null * gradient_noise(prob, theta).matvec(curv.null))), 0.0)
+
+
 def _pick_solver(solver: AbstractPencilSolver | None, rank: int) -> AbstractPencilSolver:
     if solver is None:
         return DensePencil() if rank <= DENSE_MAX_RANK else MatrixFreePencil()
@@ -429,7 +492,8 @@ def mean_square_stability(
 ) -> SGDStability:
     """SGD's exact mean-square step-size condition at a minimum θ*, for one or several batch sizes (module
     docstring; docs/sgd.md, "SGD's step-size condition"): η*(B) = 1/μ_max(M_p), M_p = A^{-1/2}Q_p A^{-1/2}, beside
-    GD's 2/λ_max, the non-uniformity s and its necessary condition. The examples' Hessians enter once for all B.
+    GD's 2/λ_max, the non-uniformity s and its necessary condition; on a valley of minima, where η*(B) = 0, the
+    threshold across it η*_⊥(B) and the motion along it. The examples' Hessians enter once for all B.
 
     **Arguments:**
 
@@ -452,24 +516,22 @@ def mean_square_stability(
     d = ravel_pytree(theta)[0].shape[0]
     if d > MAX_DIM:
         raise ValueError(f"theta_star has d = {d} parameters: mean_square_stability takes at most MAX_DIM = {MAX_DIM}")
-    curv = _curvature(prob, theta, n, saddle_tol, refine=bool(np.any(factors > 0)))
+    sampled_p = bool(np.any(factors > 0))
+    curv = _curvature(prob, theta, n, saddle_tol, refine=sampled_p)
     solver = _pick_solver(solver, curv.rank)
     moment = solver.moment(prob, theta, curv, n)
-    thresholds, passes, converged = np.empty(len(factors)), np.zeros(len(factors), int), True
-    for j, p in enumerate(factors):
-        if p == 0 or curv.curved:  # GD's closed form; or no stable step
-            thresholds[j] = 0.0 if p else 2.0 / curv.sharpness
-            continue
-        mu, ok, passes[j] = solver.largest(_pencil(moment, curv, float(p)), curv.sums.shape[0])
-        thresholds[j], converged = 1.0 / mu, converged and ok
+    transverse, passes, converged = _transverse(solver, moment, curv, factors)
+    thresholds = np.where(curv.curved & (factors > 0), 0.0, transverse)  # no stable step where p > 0
+    flat_noise = _flat_noise(prob, theta, curv) if sampled_p else 0.0
     if not converged:
         warnings.warn(
             f"mean_square_stability: {solver!r} did not converge for every batch; raise max_passes", stacklevel=2
         )
-    if curv.curved and np.any(factors > 0):
+    if curv.curved and sampled_p:
         warnings.warn(
             f"the examples' Hessians act on the {curv.null.shape[1]} flat direction(s) of H at theta_star: SGD is "
-            "mean-square unstable there at every step size (η* = 0) unless the minibatch is the whole data set",
+            "mean-square unstable there at every step size (η* = 0) unless the minibatch is the whole data set; "
+            "across this valley of minima it is stable for η ≤ η*_⊥(B) (transverse_thresholds)",
             stacklevel=2,
         )
     s = _non_uniformity(moment, curv, saddle_tol)
@@ -477,7 +539,9 @@ def mean_square_stability(
     return SGDStability(
         batches=values.astype(int), replace=None if replace is None else bool(replace), factors=factors,
         thresholds=thresholds, necessary=2 * a / (a * a + factors * s * s), sharpness=a, gd_threshold=2.0 / a,
-        non_uniformity=s, flat=curv.null.shape[1], flat_curved=curv.curved, converged=converged, passes=passes,
+        non_uniformity=s, flat=curv.null.shape[1], flat_curved=curv.curved, transverse_thresholds=transverse,
+        valley_curvature=curv.along, valley_coupling=curv.across, valley_diffusion=factors * flat_noise,
+        converged=converged, passes=passes,
         n=n, dim=d, prob=prob, theta=theta, solver=solver, curvature=curv, moment=moment, saddle_tol=saddle_tol,
     )  # fmt: skip
 

@@ -8,7 +8,9 @@ momentum μ the thresholds are λ ≤ (1 − √μ)²/η (real, positive roots: 
 Given a minibatch size B, the audit also sets the run's η against SGD's own condition at the run's end point θ*,
 where that is a minimum: GD is linearly stable there for η ≤ 2/λ_max(∇²L(θ*)), minibatch SGD is mean-square stable
 (E‖θ_t − θ*‖² of the linearised iterates bounded from every start) for η ≤ η*(B) ≤ 2/λ_max
-(``popdyn.sgd_threshold``; docs/sgd.md, "SGD's step-size condition").
+(``popdyn.sgd_threshold``; docs/sgd.md, "SGD's step-size condition"). On a valley of minima whose flat directions the
+examples' Hessians act on, η*(B) = 0, and the run's η is set against the threshold across the valley η*_⊥(B) instead
+(docs/sgd.md, "Flat directions").
 """
 
 from __future__ import annotations
@@ -40,15 +42,32 @@ SGD_VERDICTS = (
     "unstable for both",
     "not a minimum",
     "no threshold",
+    "stable for GD and, across the valley, for SGD(B); SGD diffuses along the valley",
+    "stable for GD, unstable across the valley for SGD(B)",
 )
 """Verdicts on a run's η at its end point θ* (``step_size_audit(..., batch=B)``), in order: η ≤ η*(B) (so also
 η ≤ 2/λ_max); η*(B) < η ≤ 2/λ_max; η > 2/λ_max. Here 2/λ_max, λ_max of ∇²L(θ*), is GD's linear stability
 threshold, and η*(B) ≤ 2/λ_max is SGD's mean-square one (``popdyn.sgd_threshold``): at η ≤ η*(B), E‖θ_t − θ*‖² of
 linearised SGD with minibatches of B stays bounded from every start; above, it grows from some start. Then "not a
 minimum": the run did not end at a minimum (its status is not converged or converged_late); "no threshold": it did,
-but SGD's condition is not defined there (``sgd_reason`` says why: H = 0, or negative curvature of H)."""
+but SGD's condition is not defined there (``sgd_reason`` says why: H = 0, or negative curvature of H). Last, at an
+end point on a valley of minima (``valley``: the examples' Hessians act on flat directions of H, so η*(B) = 0):
+η ≤ η*_⊥(B), the threshold across the valley (``SGDStability.transverse_thresholds``), where SGD stays near the
+valley and moves along it; η*_⊥(B) < η ≤ 2/λ_max, where it leaves the valley (η > 2/λ_max is "unstable for
+both")."""
 
-SGD_FIELDS = ("batch", "replace", "sgd_threshold", "gd_threshold", "sgd_verdict", "sgd_reason")
+SGD_FIELDS = (
+    "batch",
+    "replace",
+    "sgd_threshold",
+    "gd_threshold",
+    "sgd_verdict",
+    "sgd_reason",
+    "transverse_threshold",
+    "valley",
+    "valley_growth",
+    "valley_diffusion",
+)
 """The fields of an ``AuditRow`` that an audit with a minibatch size B fills in."""
 
 
@@ -69,7 +88,11 @@ class AuditRow(NamedTuple):
       ``final_loss``: its loss at the end point.
     - With a minibatch size (``step_size_audit(..., batch=B)``; else None, NaN and ""): ``batch`` B and ``replace``
       the sampling; ``sgd_threshold`` η*(B) and ``gd_threshold`` 2/λ_max at the end point (NaN where the end point
-      is not a minimum); ``sgd_verdict``: one of ``SGD_VERDICTS``; ``sgd_reason``: why there is no threshold.
+      is not a minimum); ``sgd_verdict``: one of ``SGD_VERDICTS``; ``sgd_reason``: why there is no threshold;
+      ``transverse_threshold``: η*_⊥(B), the threshold across a valley of minima (η*(B) itself off a valley);
+      ``valley``: the end point is on a valley where η*(B) = 0; ``valley_growth``: η²p·λ_max(E_i N_i²), one step's
+      largest relative growth of E‖δ‖² along the flat directions from an offset there; ``valley_diffusion``:
+      η²c_B tr(VᵀΣV), the mean square one step from θ* adds along them (``SGDStability``'s fields at the run's η).
     """
 
     lr: float
@@ -93,6 +116,10 @@ class AuditRow(NamedTuple):
     gd_threshold: float = float("nan")
     sgd_verdict: str = ""
     sgd_reason: str = ""
+    transverse_threshold: float = float("nan")
+    valley: bool = False
+    valley_growth: float = float("nan")
+    valley_diffusion: float = float("nan")
 
     def json(self) -> JSONRow:
         """The row for ``summary.json``: its fields in order, the three momentum fields only when μ > 0, the
@@ -116,7 +143,9 @@ class StepSizeAudit:
     With a minibatch size ``batch`` B (``step_size_audit(..., batch=B, replace=...)``; else None): per
     initialisation, ``sgd_threshold`` η*(B), SGD's mean-square threshold, and ``gd_threshold`` 2/λ_max, GD's, at the
     end point (NaN where it is not a minimum, or SGD's condition is not defined there), and ``sgd_reason``, why not
-    ("" where computed); ``sgd_verdicts()`` sets the run's η against them (``SGD_VERDICTS``)."""
+    ("" where computed); ``sgd_verdicts()`` sets the run's η against them (``SGD_VERDICTS``). On a valley of minima
+    (``valley``, where η*(B) = 0) against ``transverse_threshold`` η*_⊥(B) instead, with the motion along the valley
+    at the run's η, ``valley_growth`` and ``valley_diffusion`` (``AuditRow``)."""
 
     lr: float | np.ndarray
     ts: np.ndarray
@@ -134,6 +163,10 @@ class StepSizeAudit:
     sgd_threshold: np.ndarray | np.number | None = None
     gd_threshold: np.ndarray | np.number | None = None
     sgd_reason: np.ndarray | str | None = None
+    transverse_threshold: np.ndarray | np.number | None = None
+    valley: np.ndarray | np.bool_ | None = None
+    valley_growth: np.ndarray | np.number | None = None
+    valley_diffusion: np.ndarray | np.number | None = None
 
     @property
     def monotone_threshold(self) -> np.ndarray | float:
@@ -184,16 +217,21 @@ class StepSizeAudit:
 
     @property
     def sgd_verdict_code(self) -> np.ndarray:
-        """Index into ``SGD_VERDICTS`` per initialisation: the run's η against η*(B) and 2/λ_max at its end point
-        (an audit with a minibatch size only: ValueError otherwise)."""
+        """Index into ``SGD_VERDICTS`` per initialisation: the run's η against η*(B) and 2/λ_max at its end point, or
+        against η*_⊥(B) and 2/λ_max on a valley (an audit with a minibatch size only: ValueError otherwise)."""
         if self.batch is None or self.sgd_threshold is None or self.gd_threshold is None:
             raise ValueError("the audit has no SGD thresholds: give step_size_audit a minibatch size, batch=B")
         lr = np.broadcast_to(self.lr, np.shape(self.status))
         at_min = np.isin(self.status, [int(s) for s in AT_MINIMUM])
         undefined = np.isnan(self.sgd_threshold)
+        valley = np.asarray(False if self.valley is None else self.valley, dtype=bool)
+        across = valley & (lr <= np.asarray(self.transverse_threshold, dtype=float))
         return np.select(
-            [~at_min, undefined, lr <= self.sgd_threshold, lr <= self.gd_threshold], [3, 4, 0, 1], default=2
-        )
+            [~at_min, undefined, across, valley & (lr <= self.gd_threshold), lr <= self.sgd_threshold,
+             lr <= self.gd_threshold],
+            [3, 4, 5, 6, 0, 1],
+            default=2,
+        )  # fmt: skip
 
     def sgd_verdicts(self) -> np.ndarray:
         """``SGD_VERDICTS`` names per initialisation."""
@@ -261,6 +299,10 @@ class StepSizeAudit:
             gd_threshold=float(np.asarray(self.gd_threshold)[i]),
             sgd_verdict=SGD_VERDICTS[int(self.sgd_verdict_code[i])],
             sgd_reason=str(np.asarray(self.sgd_reason, dtype=object)[i]),
+            transverse_threshold=float(np.asarray(self.transverse_threshold)[i]),
+            valley=bool(np.asarray(self.valley)[i]),
+            valley_growth=float(np.asarray(self.valley_growth)[i]),
+            valley_diffusion=float(np.asarray(self.valley_diffusion)[i]),
         )
 
     def verdict(self, i=()) -> str:
@@ -286,9 +328,11 @@ class StepSizeAudit:
         """Run ``i``'s end point in words (the only run when unbatched): GD's 2/λ_max and SGD's η*(B) there, and
         the verdict on its η (``SGD_VERDICTS``), or why there is none."""
         r = self.row(i)
-        if r.sgd_verdict in SGD_VERDICTS[3:]:
+        if r.sgd_verdict in SGD_VERDICTS[3:5]:
             return f"{r.sgd_verdict}: {r.sgd_reason}"
-        return f"2/λ_max = {r.gd_threshold:.6g}, η*(B) = {r.sgd_threshold:.6g} at the end point: {r.sgd_verdict}"
+        across = f", η*_⊥(B) = {r.transverse_threshold:.6g} across the valley" if r.valley else ""
+        at = f"2/λ_max = {r.gd_threshold:.6g}, η*(B) = {r.sgd_threshold:.6g}{across} at the end point"
+        return f"{at}: {r.sgd_verdict}"
 
 
 def thresholds(lr, momentum: float = 0.0) -> tuple:
@@ -372,16 +416,31 @@ def run_saddle_tol(traj: Trajectory) -> float:
     return (rule if isinstance(rule, Steady) and rule.saddle_tol > 0 else Steady()).saddle_tol
 
 
-def _sgd_at_ends(prob: Problem, traj: Trajectory, batch: int, replace: bool | None) -> tuple:
-    """(η*(B), 2/λ_max, why not) at each run's end point, shaped as ``traj.status``: one ``mean_square_stability``
-    per end point at a minimum (its examples' Hessians once), with the run's own saddle_tol (the default where that
-    is 0); NaN and the reason elsewhere, and where SGD's condition is refused at the point."""
+class _AtEnds(NamedTuple):
+    """SGD's condition at each run's end point (``_sgd_at_ends``), each shaped as the runs' statuses: η*(B),
+    2/λ_max and why not (``sgd_threshold``, ``gd_threshold``, ``sgd_reason``); η*_⊥(B) and whether the point is on
+    a valley where η*(B) = 0 (``transverse_threshold``, ``valley``); per unit η², p·λ_max(E_i N_i²) and
+    c_B tr(VᵀΣV) (``valley_growth``, ``valley_diffusion``)."""
+
+    sgd_threshold: np.ndarray
+    gd_threshold: np.ndarray
+    sgd_reason: np.ndarray
+    transverse_threshold: np.ndarray
+    valley: np.ndarray
+    valley_growth: np.ndarray
+    valley_diffusion: np.ndarray
+
+
+def _sgd_at_ends(prob: Problem, traj: Trajectory, batch: int, replace: bool | None) -> _AtEnds:
+    """SGD's condition at each run's end point (``_AtEnds``): one ``mean_square_stability`` per end point at a
+    minimum (its examples' Hessians once), with the run's own saddle_tol (the default where that is 0); NaN (and not
+    a valley) with the reason elsewhere, and where SGD's condition is refused at the point."""
     status = np.asarray(traj.status)
     ends = jax.tree_util.tree_map(lambda x: np.reshape(x, (-1, *np.shape(x)[status.ndim :])), traj.final)
     saddle_tol = run_saddle_tol(traj)
     at_minimum = [int(s) for s in AT_MINIMUM]
-    eta, gd = np.full(status.size, np.nan), np.full(status.size, np.nan)
-    reasons = np.full(status.size, "", dtype=object)
+    eta, gd, across, growth, spread = (np.full(status.size, np.nan) for _ in range(5))
+    reasons, valley = np.full(status.size, "", dtype=object), np.zeros(status.size, bool)
     for i, code in enumerate(status.ravel()):
         if int(code) not in at_minimum:
             reasons[i] = f"the run ended with status {STATUS_NAMES[code]}"
@@ -393,7 +452,9 @@ def _sgd_at_ends(prob: Problem, traj: Trajectory, batch: int, replace: bool | No
             reasons[i] = str(err)
             continue
         eta[i], gd[i] = found.thresholds[0], found.gd_threshold
-    return eta.reshape(status.shape), gd.reshape(status.shape), reasons.reshape(status.shape)
+        across[i], valley[i] = found.transverse_thresholds[0], found.flat_curved and found.factors[0] > 0
+        growth[i], spread[i] = found.factors[0] * found.valley_curvature, found.valley_diffusion[0]
+    return _AtEnds(*(v.reshape(status.shape) for v in (eta, gd, reasons, across, valley, growth, spread)))
 
 
 def step_size_audit(
@@ -456,8 +517,7 @@ def step_size_audit(
     )
     if batch is None:
         return audit
-    eta, gd, reasons = _sgd_at_ends(prob, traj, int(batch), replace)
-    replace = None if replace is None else bool(replace)
-    return replace_fields(
-        audit, batch=int(batch), replace=replace, sgd_threshold=eta, gd_threshold=gd, sgd_reason=reasons
-    )
+    ends = _sgd_at_ends(prob, traj, int(batch), replace)
+    step = np.broadcast_to(np.asarray(lr, dtype=float) ** 2, np.shape(audit.status))  # η² per run
+    ends = ends._replace(valley_growth=step * ends.valley_growth, valley_diffusion=step * ends.valley_diffusion)
+    return replace_fields(audit, batch=int(batch), replace=None if replace is None else bool(replace), **ends._asdict())
