@@ -50,8 +50,8 @@ REGRESSION = popdyn.Problem.from_examples(
 
 
 def _one_step_gradients(prob, batch, replace, seeds):
-    """ĝ_B at THETA from ``seeds`` one-step runs at η = 1: θ_0 − θ_1."""
-    traj = popdyn.sgd(prob, THETA, lr=1.0, batch=batch, steps=1, seeds=seeds, replace=replace)
+    """ĝ_B at THETA from ``seeds`` one-step runs at η = 1: θ_0 − θ_1 (θ recorded: one vmapped batch, no lanes)."""
+    traj = popdyn.sgd(prob, THETA, lr=1.0, batch=batch, steps=1, seeds=seeds, replace=replace, save_params=True)
     return THETA - np.asarray(traj.final)
 
 

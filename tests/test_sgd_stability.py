@@ -13,13 +13,13 @@ from __future__ import annotations
 import itertools
 import re
 import warnings
-from math import comb
 from pathlib import Path
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _sgd_maps import enumerated, second_moment_map
 
 import popdyn
 from popdyn.analysis import _sgd_stability as stab
@@ -52,27 +52,6 @@ def hessians(rng, n, d, indefinite=True):
 def shifted(Hs, w):
     """Hs + cI with c such that the w-weighted mean has λ_min = 0.3."""
     return Hs + (0.3 - np.linalg.eigvalsh(np.einsum("n,nij->ij", w, Hs)).min()) * np.eye(Hs.shape[1])
-
-
-def minibatches(n, B, replace, w):
-    """Every minibatch (index tuples) with its probability: n^B ordered draws, or C(n, B) subsets."""
-    if replace:
-        draws = list(itertools.product(range(n), repeat=B))
-        return draws, np.array([np.prod(w[list(b)]) for b in draws])
-    subsets = list(itertools.combinations(range(n), B))
-    return subsets, np.full(len(subsets), 1.0 / comb(n, B))
-
-
-def second_moment_map(steps, probs, eta):
-    """T_η as a d² × d² matrix: Σ_b P(b) (I − ηĤ_b) ⊗ (I − ηĤ_b), Ĥ_b one step's Hessian (steps (k, d, d))."""
-    M = np.eye(steps.shape[1]) - eta * steps
-    return np.einsum("k,kij,kab->iajb", probs, M, M).reshape(M.shape[1] ** 2, -1)
-
-
-def enumerated(Hs, B, replace, w):
-    """(the minibatch Hessians Ĥ_b, their probabilities) over every minibatch."""
-    batches, probs = minibatches(len(Hs), B, replace, w)
-    return np.stack([Hs[list(b)].mean(axis=0) for b in batches]), probs
 
 
 def bisect(steps, probs):
