@@ -35,3 +35,17 @@ def enumerated(Hs, B, replace, w):
     """(the minibatch Hessians Ĥ_b, their probabilities) over every minibatch."""
     batches, probs = minibatches(len(Hs), B, replace, w)
     return np.stack([Hs[list(b)].mean(axis=0) for b in batches]), probs
+
+
+def exact_moments(Hs, w, B, replace, eta, delta0, steps):
+    """(E‖δ_t‖², E‖δ_t‖⁴) after ``steps`` steps of δ ← (I − ηĤ_b)δ from ``delta0``, Ĥ_b the mean of the examples'
+    Hessians ``Hs`` (n, d, d) over a minibatch of B drawn with weights ``w`` (with or without replacement), by the
+    enumerated maps of E[δδᵀ] and E[δ^{⊗4}]."""
+    d = delta0.size
+    steps_b, probs = enumerated(Hs, B, replace, w)
+    T2, T4 = second_moment_map(steps_b, probs, eta), fourth_moment_map(steps_b, probs, eta)
+    c2, c4 = np.einsum("i,j->ij", delta0, delta0).ravel(), np.einsum("i,j,k,l->ijkl", *[delta0] * 4).ravel()
+    for _ in range(steps):
+        c2, c4 = T2 @ c2, T4 @ c4
+    eye = np.eye(d)
+    return np.trace(c2.reshape(d, d)), np.einsum("ij,kl,ijkl->", eye, eye, c4.reshape((d,) * 4))

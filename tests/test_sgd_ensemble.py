@@ -21,7 +21,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
-from _sgd_maps import enumerated, fourth_moment_map, second_moment_map
+from _sgd_maps import exact_moments
 from jax.flatten_util import ravel_pytree
 
 import popdyn
@@ -84,18 +84,6 @@ def example_hessians(prob, theta):
     data = prob.examples()
     hessian = jax.hessian(lambda f, x: prob.example_loss(unravel(f), x))
     return np.asarray(jax.jit(jax.vmap(hessian, in_axes=(None, 0)))(flat, data.points)), np.asarray(data.weights)
-
-
-def exact_moments(Hs, w, B, replace, eta, delta0, steps):
-    """(E‖δ_t‖², E‖δ_t‖⁴) of the linearised recursion after ``steps`` steps from δ_0, by the enumerated maps."""
-    d = delta0.size
-    steps_b, probs = enumerated(Hs, B, replace, w)
-    T2, T4 = second_moment_map(steps_b, probs, eta), fourth_moment_map(steps_b, probs, eta)
-    c2, c4 = np.einsum("i,j->ij", delta0, delta0).ravel(), np.einsum("i,j,k,l->ijkl", *[delta0] * 4).ravel()
-    for _ in range(steps):
-        c2, c4 = T2 @ c2, T4 @ c4
-    eye = np.eye(d)
-    return np.trace(c2.reshape(d, d)), np.einsum("ij,kl,ijkl->", eye, eye, c4.reshape((d,) * 4))
 
 
 def ensemble(prob, theta_star, delta0, eta, B, replace, steps, seeds) -> np.ndarray:
