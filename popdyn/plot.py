@@ -126,12 +126,14 @@ def draw_sgd_thresholds(ax, curves: Sequence[ThresholdCurve]) -> None:
     """Draw SGD's η*(B) against B (log₂ axis; solid, one colour per minimum) with GD's 2/λ_max there (dashed), the
     chosen B (a dotted vertical line and a ring on each curve) and the learning rates set against it (× at the
     chosen B, in their runs' colours): a rate under a curve is mean-square stable for SGD at that minimum, one
-    between a curve and its dashed line stable for GD alone (``popdyn.analysis.threshold_curve``)."""
+    between a curve and its dashed line stable for GD alone (``popdyn.analysis.threshold_curve``). On a valley of
+    minima, where η*(B) = 0, the curve is η*_⊥(B) (squares), the threshold across the valley
+    (``ThresholdCurve.drawn``)."""
     for k, curve in enumerate(curves):
         c = _run_colour(curve, k, 0)
-        ax.plot(curve.batches, curve.thresholds, "-o", color=c, ms=3)
+        ax.plot(curve.batches, curve.drawn, "-o" if not curve.flat_curved else "-s", color=c, ms=3)
         ax.axhline(curve.gd_threshold, color=c, ls="--", lw=1)
-        ax.plot([curve.batch], [curve.threshold], "o", ms=9, mfc="none", color=c)
+        ax.plot([curve.batch], [curve.drawn[curve.batches == curve.batch][0]], "o", ms=9, mfc="none", color=c)
         for j, lr in enumerate(curve.lrs):
             ax.plot([curve.batch], [lr], "x", ms=8, mew=2, color=_run_colour(curve, k, j))
     if not curves:
@@ -144,7 +146,8 @@ def draw_sgd_thresholds(ax, curves: Sequence[ThresholdCurve]) -> None:
     ax.set(xlabel="minibatch size B", ylabel="step size η", ylim=(-0.03 * top, top))  # η* = 0 stays in view
     how = {True: "drawn with replacement", False: "drawn without replacement", None: "of online draws"}
     sampling = f"minibatches {how[curves[0].replace]}, n = {curves[0].n}" if curves else ""
-    ax.set_title(f"SGD's threshold η*(B) at the minima\n{sampling}", fontsize=10)
+    name = "η*_⊥(B) across the valley" if any(c.flat_curved for c in curves) else "η*(B)"
+    ax.set_title(f"SGD's threshold {name} at the minima\n{sampling}", fontsize=10)
     styles = [
         Line2D([], [], color="k", marker="o", ms=3, label="η*(B): SGD mean-square stable below"),
         Line2D([], [], color="k", ls="--", lw=1, label="2/λ_max: GD stable below"),
@@ -152,7 +155,8 @@ def draw_sgd_thresholds(ax, curves: Sequence[ThresholdCurve]) -> None:
         Line2D([], [], color="k", ls="", marker="x", mew=2, label="η of the runs"),
     ]
     if any(c.flat_curved for c in curves):
-        styles.append(Line2D([], [], ls="", label="η*(B) = 0: examples' Hessians act on flat directions"))
+        styles.append(Line2D([], [], color="k", marker="s", ms=3, label="η*_⊥(B): stable across the valley below"))
+        styles.append(Line2D([], [], ls="", label="(η*(B) = 0 on a valley: SGD diffuses along it)"))
     ax.legend(handles=styles, fontsize=7, loc="best")
 
 

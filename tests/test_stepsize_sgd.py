@@ -368,6 +368,12 @@ def test_the_markov_task_takes_the_option(tmp_path, run_cli):
     (curve,) = json.loads((out / "summary.json").read_text())["results"]["sgd_curves"]
     assert curve["flat_curved"] is True and curve["batches"] == [1, 2, 4, 8, 16, 32, 64]
     assert curve["thresholds"] == [0.0] * 7 and curve["gd_threshold"] == run["gd_threshold"]
+    across = curve["transverse_thresholds"]
+    assert across[1] == run["transverse_threshold"] and np.all(np.diff(across) >= 0)
+    assert across[-1] < run["gd_threshold"]
+    # the numbers of docs/sgd.md's Markov figure, whose first run is this one
+    assert run["gd_threshold"] == pytest.approx(1.13726, rel=5e-6)
+    np.testing.assert_allclose(across[:2], [1.13364, 1.13545], rtol=5e-6)
 
 
 def test_a_valley_of_minima_gets_the_threshold_across_it(tmp_path, run_cli):
@@ -397,6 +403,17 @@ def test_a_valley_of_minima_gets_the_threshold_across_it(tmp_path, run_cli):
             f"valley at the end point: {r['sgd_verdict']}"
         )
         assert line in lines
+    assert any(text.endswith("(mean-square stable for η ≤ η*(B); on a valley of minima, across it for η ≤ η*_⊥(B)):")
+               for text in lines)  # fmt: skip
+    # the figure's curve is η*_⊥(B) across the valley (η*(B) = 0 at every B), for both runs at the one sphere
+    (curve,) = json.loads((out / "summary.json").read_text())["results"]["sgd_curves"]
+    assert curve["runs"] == [0, 1] and curve["flat_curved"] is True and curve["thresholds"] == [0.0] * 7
+    across = curve["transverse_thresholds"]
+    np.testing.assert_allclose(across, [eta_star(1 / b) for b in curve["batches"]], rtol=1e-10)
+    assert np.all(np.diff(across) > 0) and across[-1] < GD_EDGE
+    values = ", ".join(f"{b}: {t:.6g}" for b, t in zip(curve["batches"], across, strict=True))
+    assert any(text.endswith(f"η*_⊥(B) across the valley at the end point of η = {runs[0]['lr']:g}, {runs[1]['lr']:g} "
+                             f"(2/λ_max = {GD_EDGE:.6g}): B = {values}") for text in lines)  # fmt: skip
 
 
 def test_the_markov_task_reports_its_valley(tmp_path, monkeypatch, run_cli):

@@ -53,7 +53,9 @@ class ThresholdCurve:
     - ``gd_threshold``: 2/λ_max(∇²L(θ*)), GD's threshold, the limit of η*(B) (η*(n) itself without replacement).
     - ``batch``: the chosen B, one of ``batches``; ``replace``: the sampling (True, False or None: online draws);
       ``n``: the number of examples.
-    - ``flat_curved``: the examples' Hessians act on flat directions of H, so η*(B) = 0 wherever p > 0.
+    - ``flat_curved``: the examples' Hessians act on flat directions of H (a valley of minima), so η*(B) = 0 wherever
+      p > 0; ``transverse``: η*_⊥(B) at each B, the threshold of the motion across the valley
+      (``SGDStability.transverse_thresholds``; η*(B) itself off a valley).
     - ``lrs``: learning rates to set against the curve (the runs that ended at θ*), possibly empty; ``runs``: their
       indices among a job's runs (empty when not from a job).
     """
@@ -65,6 +67,7 @@ class ThresholdCurve:
     replace: bool | None
     n: int
     flat_curved: bool
+    transverse: np.ndarray
     lrs: np.ndarray
     runs: tuple[int, ...] = ()
 
@@ -72,6 +75,11 @@ class ThresholdCurve:
     def threshold(self) -> float:
         """η*(B) at the chosen B."""
         return float(self.thresholds[np.flatnonzero(self.batches == self.batch)[0]])
+
+    @property
+    def drawn(self) -> np.ndarray:
+        """The thresholds a figure draws: η*_⊥(B) across a valley of minima (``flat_curved``), else η*(B)."""
+        return self.transverse if self.flat_curved else self.thresholds
 
     def json(self) -> dict[str, list[int] | list[float] | float | int | bool | None]:
         """The curve as ``summary.json`` holds it: its fields, arrays as lists."""
@@ -85,6 +93,7 @@ class ThresholdCurve:
             "flat_curved": self.flat_curved,
             "batches": self.batches.tolist(),
             "thresholds": self.thresholds.tolist(),
+            "transverse_thresholds": self.transverse.tolist(),
         }
 
 
@@ -124,6 +133,7 @@ def threshold_curve(
         replace=found.replace,
         n=n,
         flat_curved=found.flat_curved,
+        transverse=found.transverse_thresholds,
         lrs=np.asarray(lrs, dtype=float).reshape(-1),
         runs=tuple(int(i) for i in runs),
     )

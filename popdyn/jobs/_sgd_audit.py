@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from popdyn import _validate
 from popdyn.analysis._sgd_curve import ThresholdCurve, threshold_curve
 from popdyn.analysis._stepsize import AuditRow, StepSizeAudit, check_sgd
@@ -13,7 +15,8 @@ from popdyn.jobs._registry import SGD_SAMPLING
 from popdyn.problem import Problem, Theta
 
 SAME_MINIMUM_RTOL = 1e-6
-"""Two runs' end points share a threshold curve when their 2/λ_max and η*(B) agree to this relative tolerance."""
+"""Two runs' end points share a threshold curve when their 2/λ_max, η*(B) and η*_⊥(B) agree to this relative
+tolerance."""
 
 
 def sgd_replace(prob: Problem, batch: int | None, sampling: str | None, momentum: float) -> bool:
@@ -57,15 +60,21 @@ def sgd_lines(lrs, audits: list[tuple[StepSizeAudit, int | tuple[()]]]) -> list[
     - ``lrs``: the learning rates, in order; ``audits``: for each, its audit and the run's index in it (``()`` for
       an unbatched audit).
     """
-    head = f"  at each end point, SGD with {audits[0][0].sampling} (mean-square stable for η ≤ η*(B)):"
+    valley = any(bool(np.any(audit.valley)) for audit, _ in audits if audit.valley is not None)
+    across = "; on a valley of minima, across it for η ≤ η*_⊥(B)" if valley else ""
+    head = f"  at each end point, SGD with {audits[0][0].sampling} (mean-square stable for η ≤ η*(B){across}):"
     return [head] + [f"  η = {lr:<8g} {audit.sgd_words(i)}" for lr, (audit, i) in zip(lrs, audits, strict=True)]
 
 
 def _same(a: AuditRow, b: AuditRow) -> bool:
-    """The two runs' end points have the same 2/λ_max and η*(B), to ``SAME_MINIMUM_RTOL``."""
+    """The two runs' end points have the same 2/λ_max, η*(B) and η*_⊥(B), to ``SAME_MINIMUM_RTOL``."""
     return all(
         math.isclose(x, y, rel_tol=SAME_MINIMUM_RTOL)
-        for x, y in ((a.gd_threshold, b.gd_threshold), (a.sgd_threshold, b.sgd_threshold))
+        for x, y in (
+            (a.gd_threshold, b.gd_threshold),
+            (a.sgd_threshold, b.sgd_threshold),
+            (a.transverse_threshold, b.transverse_threshold),
+        )
     )
 
 
@@ -74,9 +83,10 @@ def sgd_curves(
 ) -> list[ThresholdCurve]:
     """η*(B) against B (``threshold_curve``) at each distinct minimum the runs ended at, with the learning rates of
     the runs that ended there. The runs with an SGD threshold (``sgd_threshold`` finite: at a minimum where SGD's
-    condition is defined) are grouped in order: a run joins the first group whose first run has the same 2/λ_max and
-    η*(B) (``SAME_MINIMUM_RTOL``), else starts a group; each group's curve is computed at its first run's end point.
-    Minima that give the same two numbers (a symmetric pair, say) share a curve, which is then the same.
+    condition is defined) are grouped in order: a run joins the first group whose first run has the same 2/λ_max,
+    η*(B) and η*_⊥(B) (``SAME_MINIMUM_RTOL``), else starts a group; each group's curve is computed at its first
+    run's end point. Minima that give the same three numbers (a symmetric pair, say) share a curve, which is then
+    the same.
 
     **Arguments:**
 
@@ -102,13 +112,14 @@ def sgd_curves(
 
 def curve_lines(curves: list[ThresholdCurve]) -> list[str]:
     """The printed lines of the threshold curves: per distinct minimum, the runs that ended there, 2/λ_max, and
-    η*(B) at each B of the curve.
+    η*(B) at each B of the curve (η*_⊥(B) on a valley of minima, ``ThresholdCurve.drawn``).
 
     **Arguments:** ``curves``: ``sgd_curves``'s.
     """
     lines = []
     for curve in curves:
         lrs = ", ".join(f"{lr:g}" for lr in curve.lrs)
-        values = ", ".join(f"{b}: {t:.6g}" for b, t in zip(curve.batches, curve.thresholds, strict=True))
-        lines.append(f"  η*(B) at the end point of η = {lrs} (2/λ_max = {curve.gd_threshold:.6g}): B = {values}")
+        values = ", ".join(f"{b}: {t:.6g}" for b, t in zip(curve.batches, curve.drawn, strict=True))
+        name = "η*_⊥(B) across the valley" if curve.flat_curved else "η*(B)"
+        lines.append(f"  {name} at the end point of η = {lrs} (2/λ_max = {curve.gd_threshold:.6g}): B = {values}")
     return lines
