@@ -27,6 +27,7 @@ from popdyn._batching import apply_scales, as_batch, check_chunk_size, map_chunk
 from popdyn.dynamics import _stopping as stopping
 from popdyn.dynamics._base import AbstractDynamics, SaveAt, Steady, check_hooks, check_lanes
 from popdyn.dynamics._lanes import lane_width, run_lanes
+from popdyn.dynamics._solver_checks import inputs_checked
 from popdyn.dynamics._status import Status, finite_tree
 from popdyn.dynamics._trajectory import Trajectory, finish, frozen_scales
 from popdyn.problem import Problem, Theta, ThetaLike
@@ -35,15 +36,18 @@ SOLVERS = {"tsit5": diffrax.Tsit5, "kvaerno5": diffrax.Kvaerno5, "dopri8": diffr
 
 
 def record_times(t1: float, ts: int | Sequence[float] | Float[ArrayLike, " K"] | None) -> np.ndarray:
-    """Record times: an int K gives 0 and K−1 log-spaced times in [1e-6·t1, t1]; a sequence is used as is."""
+    """Record times: an int K gives 0 and K−1 log-spaced times in [1e-6·t1, t1]; a sequence is used as is. Either way
+    they are finite, increasing and in [0, t1], which diffrax's own checks of them then take as given
+    (``popdyn.dynamics._solver_checks``)."""
     if ts is None:
         return np.array([0.0, t1])
     if isinstance(ts, (int, np.integer)):
         k = _validate.int_at_least("ts", ts, 2)
         return np.concatenate([[0.0], np.geomspace(1e-6 * t1, t1, k - 1)])
     arr = np.asarray(ts, dtype=np.float64)
-    if arr.ndim != 1 or arr.size == 0 or np.any(np.diff(arr) < 0) or arr[0] < 0 or arr[-1] > t1:
-        raise ValueError(f"ts must be a non-empty increasing sequence of times in [0, t1={t1}]")
+    bad = arr.ndim != 1 or arr.size == 0 or not np.all(np.isfinite(arr))
+    if bad or np.any(np.diff(arr) < 0) or arr[0] < 0 or arr[-1] > t1:
+        raise ValueError(f"ts must be a non-empty increasing sequence of finite times in [0, t1={t1}]")
     return arr
 
 
@@ -297,20 +301,21 @@ class _Pieces(eqx.Module):
             return jax.tree_util.tree_map(lambda f: jnp.where(args[1], f, 0.0), self.field(t, y, None))
 
         terms, args = diffrax.ODETerm(term), (floor, jnp.asarray(moves))
-        return diffrax.diffeqsolve(
-            terms,
-            solver,
-            t0=t0,
-            t1=t1,
-            dt0=self.first_step(terms, t0, t1, y0, args),
-            y0=y0,
-            args=args,
-            saveat=saveat,
-            stepsize_controller=self.controller,
-            event=self.event(),
-            max_steps=max_steps,
-            throw=False,
-        )
+        with inputs_checked():  # t0 ≤ t1, the first step ≥ 0 (or NaN) and the record times are popdyn's checked ones
+            return diffrax.diffeqsolve(
+                terms,
+                solver,
+                t0=t0,
+                t1=t1,
+                dt0=self.first_step(terms, t0, t1, y0, args),
+                y0=y0,
+                args=args,
+                saveat=saveat,
+                stepsize_controller=self.controller,
+                event=self.event(),
+                max_steps=max_steps,
+                throw=False,
+            )
 
     def first_step(self, terms, t0, t1, y0, args) -> Array:
         """The first step size, 0.01·max(d0, 1)/d1 with d0 = rms(y0/s), d1 = rms(f(y0)/s), s = atol + rtol|y0|: a step
