@@ -25,6 +25,7 @@ import popdyn
 from popdyn import Status
 from popdyn.dynamics import SGD, GradientDescent, SaveAt
 from popdyn.exact import ProductDistribution, WeightedTable
+from popdyn.exact import _minibatch as minibatch
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 X = np.array([[1.0, 0.5], [-0.3, 1.0], [0.8, -1.2], [-1.0, -0.4], [0.6, 0.9], [1.4, -0.2]])
@@ -91,6 +92,20 @@ def test_a_product_distribution_is_sampled_coordinate_by_coordinate_or_as_subset
         for k in range(2):
             _assert_within_4_se(g[:, k], noise.mean[k])
         _assert_within_4_se(np.sum((g - noise.mean) ** 2, axis=1), noise.trace)
+
+
+@pytest.mark.parametrize(("n", "batch"), [(5, 2), (7, 3), (6, 5)])
+def test_subsets_without_replacement_are_uniform(n, batch):
+    """40,000 draws of a B-subset of n (Floyd's algorithm for B² ≤ n log₂ n, a permutation's head otherwise): B
+    distinct indices, and every one of the C(n, B) subsets within 4 binomial standard errors of 1/C(n, B)."""
+    draws = 40_000
+    keys = jax.random.split(jax.random.PRNGKey(1), draws)
+    subsets = np.sort(np.asarray(jax.jit(jax.vmap(lambda k: minibatch._subset(k, n, batch)))(keys)), axis=1)
+    assert np.all((subsets >= 0) & (subsets < n)) and np.all(np.diff(subsets, axis=1) > 0)
+    _, counts = np.unique(subsets, axis=0, return_counts=True)
+    p = 1 / math.comb(n, batch)
+    assert counts.size == math.comb(n, batch)
+    assert np.all(np.abs(counts / draws - p) <= 4 * math.sqrt(p * (1 - p) / draws)), counts
 
 
 def test_a_whole_batch_without_replacement_is_gd():
