@@ -29,6 +29,16 @@ def _session_compilation_cache() -> None:
 
 _session_compilation_cache()
 
+# XLA's flags stay as a Python user has them (popdyn leaves them alone in Python): the command line's guard against
+# a miscompile of jaxlib 0.10.2 (popdyn/_xla.py) is off in this session and the programs it starts, so results and
+# compilation-cache keys are the library's; tests/test_xla_canary.py runs the guard in new interpreters.
+# POPDYN_XLA_GUARD=on runs the whole session under the guard instead.
+os.environ.setdefault("POPDYN_XLA_GUARD", "off")
+
+from popdyn._xla import guard_xla  # noqa: E402
+
+guard_xla()
+
 import jax  # noqa: E402
 from hypothesis import settings  # noqa: E402
 

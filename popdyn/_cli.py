@@ -21,6 +21,8 @@ import time
 import warnings
 from pathlib import Path
 
+from popdyn import _xla
+
 DEFAULT_OUT = Path("popdyn-out")
 
 
@@ -312,6 +314,7 @@ _LOCAL = ("out", "checkpoint", "quiet", "replace", "coordinator", "process_id")
 
 def _main(args) -> int:
     """Validate, run the subcommand and print its summary; bad input is one line and exit code 2."""
+    _xla.guard_xla()  # before JAX starts: XLA reads its flags once
     import jax
 
     from popdyn import distributed

@@ -20,6 +20,7 @@ GROUP = {
     "_checkpoint": "core",
     "_identity": "core",
     "_sharding": "core",
+    "_xla": "core",
     "distributed": "core",
     "tasks": "tasks",
     "dynamics": "dynamics",
