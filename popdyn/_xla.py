@@ -95,12 +95,32 @@ def guard_xla() -> bool:
     wanted = guarded(current)
     if wanted != current and os.environ.get(SWITCH, "").lower() != "off" and affected():
         if _backend_started():
-            warnings.warn(
-                f"jaxlib {metadata.version('jaxlib')} on CPU can return wrong sums from reductions fused with a "
-                f"dot, and JAX started in this process without the guard: start it with XLA_FLAGS={FLAG} "
-                '(docs/jobs.md, "A guarded XLA")',
-                stacklevel=2,
-            )
+            warnings.warn(_UNGUARDED.format(version=metadata.version("jaxlib")), stacklevel=2)
         else:
             os.environ["XLA_FLAGS"] = wanted
     return FLAG in os.environ.get("XLA_FLAGS", "").split()
+
+
+_UNGUARDED = (
+    "jaxlib {version} on CPU can return wrong sums from reductions fused with a dot, and JAX started in this process "
+    f'without the guard: start it with XLA_FLAGS={FLAG} (docs/jobs.md, "A guarded XLA"; {SWITCH}=off silences '
+    "this)"
+)
+_warned = False
+
+
+def warn_unguarded() -> None:
+    """Warn once per process when popdyn computes on CPU with an affected jaxlib and XLA's flags miss ``FLAG``
+    (neither the command line's guard nor the user's own setting holds it), unless ``POPDYN_XLA_GUARD=off``. Called
+    where a problem enters the engine (``popdyn.problem.check_problem``); Python users thus learn of the miscompile
+    without popdyn changing the flags of their process."""
+    global _warned
+    if _warned or os.environ.get(SWITCH, "").lower() == "off" or not affected():
+        return
+    if guarded(os.environ.get("XLA_FLAGS", "")) == os.environ.get("XLA_FLAGS", ""):
+        return  # the flag, or the user's own choice of the YNNPACK fusion types, is set
+    import jax
+
+    if jax.default_backend() == "cpu":
+        _warned = True
+        warnings.warn(_UNGUARDED.format(version=metadata.version("jaxlib")), stacklevel=3)

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 import numpy as np
 from jaxtyping import Array, ArrayLike, Float, PyTree, Real
 
+from popdyn._xla import warn_unguarded
 from popdyn.exact._product import ProductDistribution
 from popdyn.exact._tables import WeightedTable
 
@@ -301,7 +302,9 @@ class ExampleProblem(FunctionProblem):
 
 def check_problem(prob: Problem) -> Problem:
     """Check the contract where a problem enters the engine (docs/problem.md): θ a pytree of float arrays, the
-    loss a float scalar, each attractor residual a float scalar. Shapes only (``jax.eval_shape``): no compute."""
+    loss a float scalar, each attractor residual a float scalar. Shapes only (``jax.eval_shape``): no compute. On a
+    CPU whose jaxlib can miscompile and is not guarded, warns once (``popdyn._xla.warn_unguarded``)."""
+    warn_unguarded()
     if not isinstance(prob, Problem):
         raise ValueError(
             f"prob={prob!r} is invalid: must be a popdyn.Problem (a plain loss function becomes one "

@@ -20,8 +20,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import popdyn
 from popdyn import _xla
 from popdyn.exact import Chain
+from popdyn.problem import check_problem
 from popdyn.tasks.markov import Transformer, rank_one_weights
 
 REPO = Path(__file__).resolve().parents[1]
@@ -136,3 +138,26 @@ def test_a_started_backend_without_the_flag_is_left_alone_with_a_warning(monkeyp
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert not _xla.guard_xla()
+
+
+def test_python_use_without_the_guard_warns_once(monkeypatch):
+    """A problem entering the engine on an affected jaxlib's CPU without the flag warns once per process (Python users
+    learn of the miscompile; popdyn leaves their XLA flags alone); silent with the flag, with POPDYN_XLA_GUARD=off,
+    and after the first warning."""
+    monkeypatch.setenv(_xla.SWITCH, "off")
+    prob = popdyn.Problem.from_loss(lambda th: jnp.sum(th**2), init=jnp.zeros(2))  # itself checked, silently
+    monkeypatch.delenv(_xla.SWITCH)
+    monkeypatch.setenv("XLA_FLAGS", "")
+    monkeypatch.setattr(_xla, "affected", lambda version=None: True)
+    monkeypatch.setattr(_xla, "_warned", False)
+    for env in ({"XLA_FLAGS": _xla.FLAG}, {_xla.SWITCH: "off"}):
+        with monkeypatch.context() as m, warnings.catch_warnings():
+            for k, v in env.items():
+                m.setenv(k, v)
+            warnings.simplefilter("error")
+            check_problem(prob)
+    with pytest.warns(UserWarning, match="without the guard: start it with XLA_FLAGS"):
+        check_problem(prob)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_problem(prob)
