@@ -2,9 +2,10 @@
 
 A chunked run applies one function to chunks of a batch of initialisations. Its identity is the SHA-256 of
 
-- the **traced program** of that function on one chunk: the jaxpr, printed, with every constant it closes over
-  (a problem's data leaves, arrays a user's loss reads from its module) and every literal (a number written in
-  the loss, ``0.5``) hashed by value, recursively through every sub-program (a jitted helper, a solver's loop);
+- the **traced program** of that function on one chunk: the jaxpr's structure (every primitive with its parameters,
+  how results feed operands, every type), with every constant it closes over (a problem's data leaves, arrays a
+  user's loss reads from its module) and every literal (a number written in the loss, ``0.5``) hashed by value,
+  recursively through every sub-program (a jitted helper, a solver's loop);
 - the **inputs**: the initialisations (values, dtypes, shapes) and the chunk size;
 - the **versions** of popdyn and its numerical stack, and the JAX backend (CPU and GPU results differ in the
   last bits).
@@ -22,6 +23,7 @@ import contextlib
 import contextvars
 import hashlib
 import re
+import weakref
 from collections.abc import Callable, Iterator
 from importlib import metadata
 from typing import Any
@@ -57,8 +59,8 @@ class _Hash:
 
 
 def _values(jaxpr: jcore.Jaxpr, consts, out: _Hash, seen: set[int]) -> None:
-    """Hash the values the printed jaxpr does not show exactly: its constants, and (recursively through every
-    sub-program in an equation's parameters) its literals and the constants of closed sub-programs. A sub-program
+    """Hash the values ``_structure`` leaves out: its constants, and (recursively through every sub-program in an
+    equation's parameters) its literals, array parameters and the constants of closed sub-programs. A sub-program
     shared by several equations is visited once."""
     if id(jaxpr) in seen:
         return
@@ -70,18 +72,83 @@ def _values(jaxpr: jcore.Jaxpr, consts, out: _Hash, seen: set[int]) -> None:
             if isinstance(v, jcore.Literal):
                 out.array(v.val)
         for param in eqn.params.values():
-            for sub in param if isinstance(param, (tuple, list)) else (param,):
-                if isinstance(sub, jcore.ClosedJaxpr):
-                    _values(sub.jaxpr, sub.consts, out, seen)
-                elif isinstance(sub, jcore.Jaxpr):
-                    _values(sub, (), out, seen)
-                elif isinstance(sub, (np.ndarray, jax.Array)):
-                    out.array(sub)
+            _param_values(param, out, seen)
+
+
+def _param_values(param, out: _Hash, seen: set[int]) -> None:
+    """``_values`` of an equation's parameter: of a sub-program, of an array, or of each item of a tuple or list."""
+    if isinstance(param, jcore.ClosedJaxpr):
+        _values(param.jaxpr, param.consts, out, seen)
+    elif isinstance(param, jcore.Jaxpr):
+        _values(param, (), out, seen)
+    elif isinstance(param, (tuple, list)):
+        for item in param:
+            _param_values(item, out, seen)
+    elif isinstance(param, (np.ndarray, jax.Array)):
+        out.array(param)
+
+
+_STRUCTURES: weakref.WeakKeyDictionary[jcore.Jaxpr, str] = weakref.WeakKeyDictionary()
+
+
+def _structure(jaxpr: jcore.Jaxpr) -> str:
+    """SHA-256 (hex) of a jaxpr's structure: what its printed form shows, and every parameter. The binders of its
+    constants, inputs and outputs with their types; each equation's primitive, operands (a literal by its type),
+    results with their types and every parameter, by ``repr`` (memory addresses removed) or, for a sub-program, by
+    its own structure. Values are not in it: ``_values`` hashes every literal and array in the order of the
+    equations, which the structure fixes.
+
+    Remembered for each jaxpr object while it lives (a jaxpr is immutable): JAX keeps the traced program of a
+    jitted function, so a run that traces the same jitted function again hashes only the few equations around it.
+    """
+    done = _STRUCTURES.get(jaxpr)
+    if done is not None:
+        return done
+    names: dict[Any, str] = {}
+    types: dict[Any, str] = {}  # one repr per distinct type: most variables share a few
+
+    def typed(name: str, aval) -> str:
+        return f"{name}:{types[aval] if aval in types else types.setdefault(aval, repr(aval))}"
+
+    def binder(v) -> str:
+        return typed(names.setdefault(v, f"v{len(names)}"), v.aval)
+
+    def operand(v) -> str:
+        return typed("literal", v.aval) if isinstance(v, jcore.Literal) else names.get(v, "free")
+
+    lines = [" ".join(map(binder, [*jaxpr.constvars, *jaxpr.invars]))]
+    for eqn in jaxpr.eqns:
+        params = " ".join(f"{key}={_param(eqn.params[key])}" for key in sorted(eqn.params))
+        operands, results = " ".join(map(operand, eqn.invars)), " ".join(map(binder, eqn.outvars))
+        lines.append(f"{results} = {eqn.primitive.name}[{params}] {operands}")
+    lines.append(" ".join(map(operand, jaxpr.outvars)))
+    out = _Hash()
+    out.text("\n".join(lines))
+    digest = out.hexdigest()
+    _STRUCTURES[jaxpr] = digest
+    return digest
+
+
+def _param(value) -> str:
+    """An equation's parameter for ``_structure``: a sub-program by its structure, arrays by type (``_values`` has
+    their bytes), sets sorted, anything else by ``repr``."""
+    if isinstance(value, jcore.ClosedJaxpr):
+        return f"closed {_structure(value.jaxpr)}"
+    if isinstance(value, jcore.Jaxpr):
+        return f"open {_structure(value)}"
+    if isinstance(value, (tuple, list)):
+        return f"{type(value).__name__}({', '.join(map(_param, value))})"
+    if isinstance(value, (np.ndarray, jax.Array)):
+        return f"array {value.dtype} {value.shape}"
+    if isinstance(value, frozenset):
+        return f"frozenset({', '.join(sorted(map(repr, value)))})"
+    return repr(value)
 
 
 def program(fn: Callable, *args) -> str:
     """SHA-256 (hex) of the program ``fn`` traces to on ``args`` (arrays or ``jax.ShapeDtypeStruct``\\ s): its
-    jaxpr as printed, plus every constant and literal by value (``_values``).
+    jaxpr's structure (``_structure``: primitives, wiring, types and parameters, through every sub-program), plus
+    every constant and literal by value (``_values``).
 
     **Arguments:**
 
@@ -90,7 +157,7 @@ def program(fn: Callable, *args) -> str:
     """
     closed = jax.make_jaxpr(fn)(*args)
     out = _Hash()
-    out.text(str(closed.jaxpr))
+    out.text(_structure(closed.jaxpr))
     _values(closed.jaxpr, closed.consts, out, set())
     return out.hexdigest()
 

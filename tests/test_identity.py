@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 import popdyn
+from popdyn import _identity as identity
 from popdyn import _sharding as sharding
 
 REFUSED = r"holds chunks for different inputs"
@@ -174,6 +175,35 @@ def test_a_method_edited_with_the_same_fields_is_refused(tmp_path):
     _gd(_class(quadratic)(jnp.asarray(1.0)), start, checkpoint=tmp_path / "ck")
     with pytest.raises(ValueError, match=REFUSED):
         _gd(_class(quadratic + " + 0.1 * th['a'] ** 2")(jnp.asarray(1.0)), start, checkpoint=tmp_path / "ck")
+
+
+def _traced(inner) -> str:
+    """The program identity of three scan steps of a jitted helper ``inner``: JAX keeps the helper's trace, and
+    popdyn its structure, while the program around it is traced anew each time."""
+    helper = jax.jit(inner)
+    return identity.program(lambda x: jax.lax.scan(lambda c, _: (helper(c), None), x, None, length=3)[0], jnp.ones(4))
+
+
+WEIGHTS = np.linspace(0.5, 2.0, 4)
+HELPERS = {
+    "base": lambda c: jnp.sin(c) * WEIGHTS - 1.0,
+    "a literal by one ulp": lambda c: jnp.sin(c) * WEIGHTS - float(np.nextafter(1.0, 2.0)),
+    "an array constant by one ulp": lambda c: jnp.sin(c) * np.nextafter(WEIGHTS, 3.0) - 1.0,
+    "another primitive": lambda c: jnp.cos(c) * WEIGHTS - 1.0,
+    "operands swapped": lambda c: 1.0 - jnp.sin(c) * WEIGHTS,
+    "plus instead of minus": lambda c: jnp.sin(c) * WEIGHTS + 1.0,
+    "another dtype": lambda c: jnp.sin(c).astype(jnp.float32) * WEIGHTS - 1.0,
+}
+
+
+def test_a_program_differing_in_one_constant_or_one_primitive_has_another_identity():
+    """Programs that differ in one value, one primitive, one operand's place or one type, inside a jitted helper
+    whose structure popdyn remembers, all have identities of their own; the same program traced again, or from
+    another function object, has the same identity."""
+    found = {name: _traced(helper) for name, helper in HELPERS.items()}
+    assert len(set(found.values())) == len(HELPERS), found
+    assert _traced(HELPERS["base"]) == found["base"]
+    assert _traced(lambda c: jnp.sin(c) * WEIGHTS - 1.0) == found["base"]
 
 
 ARGV = ["basins", "markov", "--grid", "4", "--method", "gd", "--steps", "40", "--chunk", "8", "--quiet"]
