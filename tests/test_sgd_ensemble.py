@@ -21,6 +21,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from _sgd_maps import exact_moments
 from jax.flatten_util import ravel_pytree
 
@@ -147,6 +148,7 @@ def test_a_users_network_at_an_interpolating_minimum():
     assert_decays_below_and_grows_above(prob, theta_star, Hs, w, 1e-4 * top, 1, True, 8, 40_000)
 
 
+@pytest.mark.slow
 def test_a_built_in_task_the_linear_teacher():
     """``BilinearTeacher`` (linear, D = 2 tokens, S* = I, d = 2, M = 1, no label noise) at its teacher point: the
     loss of every Gaussian draw vanishes there and is quadratic in W; the attention logits A are saturated (S = S*

@@ -274,12 +274,24 @@ def _generic(prob, seed=3):
     return prob, jax.tree_util.tree_map(lambda t: 0.7 * rng.standard_normal(t.shape), prob.template())
 
 
+SLOW = pytest.mark.slow  # the two tasks' ensembles: the user model's stays in the quick tier
+
+
 @pytest.mark.parametrize(
     "make, batch, replace, steps, lrs",
     [
         (_tanh_net, 2, False, 20, (0.2, 0.1, 0.05)),
-        (lambda: _generic(Canonical(0.2, 0.35, bias="trained", N=5)), 2, True, 20, (0.2, 0.1, 0.05)),
-        (lambda: _generic(SparseBigram(*random_instance(0, N=3, T=2, Q=2))), 4, True, 60, (0.1, 0.05, 0.025)),
+        pytest.param(
+            lambda: _generic(Canonical(0.2, 0.35, bias="trained", N=5)), 2, True, 20, (0.2, 0.1, 0.05), marks=SLOW
+        ),
+        pytest.param(
+            lambda: _generic(SparseBigram(*random_instance(0, N=3, T=2, Q=2))),
+            4,
+            True,
+            60,
+            (0.1, 0.05, 0.025),
+            marks=SLOW,
+        ),
     ],
     ids=["tanh-net", "markov-canonical", "sparse-bigram"],
 )
