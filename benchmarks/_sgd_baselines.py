@@ -1,7 +1,8 @@
 """The papers' sampled-SGD training loops written in plain NumPy — sampling, forward pass and a hand-written backward
 pass, as a researcher without autodiff would write them — the baselines of ``benchmarks.scan_snap`` (the authors'
 heavy-ball SGD on the Y/Z model) and ``benchmarks.teacher`` (online SGD on the bilinear student), each with the check
-of its backward pass against JAX autodiff."""
+of its backward pass against JAX autodiff; and minibatch SGD on a problem's declared examples (``examples_sgd``), the
+baseline of ``benchmarks.device_check``."""
 
 from __future__ import annotations
 
@@ -170,3 +171,49 @@ def teacher_grad_check(prob: BilinearTeacher, model: NumpyTeacher, theta, batch:
     _, dW, dA = model.loss_and_grad(np.asarray(theta["W"]), np.asarray(theta["A"]), X, Y)
     g = jax.grad(lambda th: 0.5 * jnp.mean(jnp.sum((Y - prob.student_output(th, X)) ** 2, axis=(-2, -1))))(theta)
     return max_relative_difference({"W": dW, "A": dA}, g)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Minibatch SGD on a problem's declared examples: what ``popdyn.sgd`` runs, one run at a time
+# ---------------------------------------------------------------------------------------------------------------
+def examples_sgd(grad, points: dict, weights: np.ndarray, theta0, lr: float, batch: int, steps: int, seed: int):
+    """One run of minibatch SGD drawing B examples a step with replacement by ``weights`` (``rng.choice``) from the
+    example table ``points`` (a dict of NumPy arrays, one row per example) and stepping θ ← θ − η ``grad(θ, rows)``,
+    ``grad`` the hand-written mean gradient over the drawn rows (a pytree like θ). Returns the final θ."""
+    rng = np.random.default_rng(seed)
+    n = len(weights)
+    theta = jax.tree_util.tree_map(np.array, theta0)
+    for _ in range(steps):
+        idx = rng.choice(n, size=batch, p=weights)
+        g = grad(theta, {k: v[idx] for k, v in points.items()})
+        theta = jax.tree_util.tree_map(lambda t, d: t - lr * d, theta, g)
+    return theta
+
+
+def least_squares_grad(theta: np.ndarray, rows: dict) -> np.ndarray:
+    """The mean gradient of ℓ(θ, (x, y)) = ½(x·θ − y)² over ``rows`` {"x": (B, d), "y": (B,)}: Xᵀ(Xθ − y)/B."""
+    return rows["x"].T @ (rows["x"] @ theta - rows["y"]) / len(rows["y"])
+
+
+def teacher_examples_grad(model: NumpyTeacher):
+    """The mean gradient over drawn rows {"X", "E"} of ``BilinearTeacher.examples()`` of ½‖σ(V*XS*) + E − σ(WXS)‖²:
+    ``NumpyTeacher.loss_and_grad`` with the labels Y = σ(V*XS*) + E."""
+
+    def grad(theta: dict, rows: dict) -> dict:
+        X = rows["X"]
+        Y = model.act(model.V_star @ X @ model.S_star) + rows["E"]
+        _, dW, dA = model.loss_and_grad(theta["W"], theta["A"], X, Y)
+        return {"W": dW, "A": dA}
+
+    return grad
+
+
+def examples_grad_check(prob, grad, theta, points: dict, batch: int, seed: int) -> float:
+    """``max_relative_difference`` of ``grad`` against JAX autodiff of the mean ``prob.example_loss`` over ``batch``
+    random rows of ``points`` at θ."""
+    idx = np.random.default_rng(seed).choice(len(next(iter(points.values()))), size=batch)
+    rows = {k: v[idx] for k, v in points.items()}
+    theta_np = jax.tree_util.tree_map(np.asarray, theta)
+    auto = jax.grad(lambda th: jnp.mean(jax.vmap(prob.example_loss, in_axes=(None, 0))(th, rows)))(theta)
+    flat = lambda t: np.concatenate([np.ravel(x) for x in jax.tree_util.tree_leaves(t)])  # noqa: E731
+    return max_relative_difference({"θ": flat(grad(theta_np, rows))}, {"θ": flat(auto)})

@@ -130,8 +130,9 @@ def worker(method: str, s: int, p: float, q: float, k: int, seed: int, chunk: in
     return out
 
 
-def run_worker(method: str, n: int, args) -> dict:
-    """One worker subprocess; its JSON answer."""
+def run_worker(method: str, n: int, args, timeout: float | None = None) -> dict:
+    """One worker subprocess; its JSON answer. ``timeout``: seconds after which the worker is killed
+    (``subprocess.TimeoutExpired``); None: no limit."""
     cmd = [
         sys.executable,
         "-m",
@@ -149,7 +150,7 @@ def run_worker(method: str, n: int, args) -> dict:
         str(args.seed),
         *(["--chunk-size", str(args.chunk_size)] if args.chunk_size else []),
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=timeout)
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith(MARK)), None)
     if proc.returncode or line is None:
         raise RuntimeError(f"worker {method} n={n} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
