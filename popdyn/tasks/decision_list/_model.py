@@ -88,6 +88,7 @@ class DecisionList(Problem):
         self.c = leaf(_validate.positive("c", c))
         self.train = _validate.choice("train", train, ("both", "W"))
         self.init_eps = leaf(_validate.positive("init_eps", init_eps, allow_zero=True))
+        chunk = _validate.int_at_least("chunk", chunk, 1)  # before Histograms' runtime type check sees a float
         self.table = Histograms(self.L, self.n, distinct=self.distribution == "distinct", chunk=chunk)
         M = self.max_length
         pad = np.full((self.L, M), self.L, dtype=np.int32)  # index L = an always-absent token
