@@ -154,3 +154,33 @@ def test_the_smallest_sphere_first_gives_the_verdicts_of_every_sphere_at_once():
     got = degenerate.refine(prob, final, np.zeros(64, int), np.ones(64, bool), 1e-7)
     np.testing.assert_array_equal(got, all_at_once(prob, final, np.arange(64)))
     assert np.all(got == int(Status.CONVERGED))
+
+
+def test_probe_calls_are_sized_by_the_points_to_probe():
+    """A few flagged points take a call of their own size, a power of two (at least 8), many take calls of
+    ``chunk(n)``."""
+    from popdyn.dynamics import _degenerate as degenerate
+
+    assert [degenerate.call_size(2, c) for c in (1, 8, 9, 100, 1024, 5000)] == [8, 8, 16, 128, 1024, 1024]
+    assert degenerate.call_size(300, 5000) == degenerate.chunk(300) == 93
+
+
+@pytest.mark.slow
+def test_the_probe_gives_the_same_verdicts_in_calls_of_any_size(monkeypatch):
+    """The verdicts of the probe in calls sized by the points (``call_size``) are those of calls of ``chunk(n)``
+    points, for every case above at c = 1 and for 64 points on the hyperbola of minima. (D(r) itself is the same bit
+    for bit under the command line's guarded XLA, popdyn._xla; unguarded, XLA's YNNPACK reductions change its last
+    bits, up to 7e-15 relative, from calls of 128 or 256 points on.)"""
+    from popdyn.dynamics import _degenerate as degenerate
+
+    sets = [(case_problem(case, 1.0), jnp.asarray([start, start])) for case, (_, start, _) in CASES.items()]
+    hyperbola = np.random.default_rng(0).uniform(0.2, 2.0, size=(64, 1))
+    sets.append((case_problem("hyperbola of minima ab = 1", 1.0), jnp.asarray(np.hstack([hyperbola, 1 / hyperbola]))))
+
+    def verdicts():
+        return [degenerate.refine(p, f, np.zeros(len(f), int), np.ones(len(f), bool), 1e-7) for p, f in sets]
+
+    sized = verdicts()
+    monkeypatch.setattr(degenerate, "call_size", lambda n, count: degenerate.chunk(n))
+    for got, expected in zip(sized, verdicts(), strict=True):
+        np.testing.assert_array_equal(got, expected)

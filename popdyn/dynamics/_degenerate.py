@@ -46,16 +46,35 @@ N_STEPS = 20
 MARGIN = 4.0
 """Safety factor on the allowance A(r)."""
 CHUNK_BYTES = 64 * 2**20
-"""Memory the dense Hessians of one call may take: a call probes ``chunk(n)`` points, one shape per problem, so the
-probe compiles once per problem."""
+"""Memory the dense Hessians of one call may take: a call probes at most ``chunk(n)`` points."""
+MIN_CALL = 8
+"""The fewest points a call probes (``call_size``)."""
 
 
 def chunk(n: int) -> int:
-    """Points probed in one call for ``n`` parameters: CHUNK_BYTES of Hessians (n² float64 each), between 32 and
-    1024. Larger calls spread the fixed cost of each operation over more points: a 128 × 128 Markov GD basin map,
+    """The most points probed in one call for ``n`` parameters: CHUNK_BYTES of Hessians (n² float64 each), between 32
+    and 1024. Larger calls spread the fixed cost of each operation over more points: a 128 × 128 Markov GD basin map,
     whose 16,384 end points all lie on a manifold of minima, spent 3.4 s in the probe with 32 points a call and
     1.7 s with 1024 (0.6 s once ``refine`` searches the larger spheres only where the smallest shows a fall)."""
     return int(min(1024, max(32, CHUNK_BYTES // (8 * n * n))))
+
+
+def call_size(n: int, count: int) -> int:
+    """Points probed in one call when ``count`` points of ``n`` parameters are to be probed: ``count`` rounded up to a
+    power of two, at least MIN_CALL and at most ``chunk(n)``. A few points take a call of their own size, and the
+    probe of a problem has at most one program per power of two: 3 points of the canonical Markov model (2
+    parameters) took 0.085 s in a call of 1024 and 2 ms in one of 8, those of its transformer (221 parameters, N = 6)
+    72 s in a call of 171 and 4.5 s in one of 8 (the smallest sphere, warm). Under the command line's guarded XLA
+    (``popdyn._xla``) a point's falls are the same bit for bit in a call of any size; without the guard, jaxlib
+    0.10.2's YNNPACK reductions change their last bits (up to 7e-15 relative) from calls of 128 or 256 points on, which
+    could change a verdict only where a fall equals its allowance to that precision.
+
+    **Arguments:**
+
+    - ``n``: the number of parameters.
+    - ``count``: the number of points to probe (≥ 1).
+    """
+    return min(chunk(n), max(MIN_CALL, 1 << (count - 1).bit_length()))
 
 
 def flat(lam: Float[Array, "*B n"], saddle_tol: float) -> Bool[Array, "*B"]:
@@ -127,9 +146,9 @@ def _falls_batch(prob: Problem, batch: Theta, saddle_tol: float, radii: tuple[fl
 
 
 def _falls_at(prob: Problem, final: Theta, idx: np.ndarray, saddle_tol: float, radii: tuple[float, ...]):
-    """``_falls`` at the points ``idx`` of ``final``, in calls of ``chunk(n)`` points (the last one padded with its
-    first point): (D, A), each of shape (len(idx), len(radii))."""
-    size = chunk(prob.n_params())
+    """``_falls`` at the points ``idx`` of ``final``, in calls of ``call_size(n, len(idx))`` points (the last one
+    padded with its first point): (D, A), each of shape (len(idx), len(radii))."""
+    size = call_size(prob.n_params(), idx.size)
     host = jax.tree_util.tree_map(np.asarray, final)  # picked on the host: no gather program for each index shape
     parts = []
     for start in range(0, idx.size, size):
@@ -147,7 +166,7 @@ def refine(prob: Problem, final: Theta, status: np.ndarray, flat_points: np.ndar
     The smallest sphere decides first: no fall beyond its allowance there is the verdict CONVERGED whatever the
     larger spheres show, so they are searched only at the points that fell on it (SADDLE when they fall on every
     sphere, else DEGENERATE). Most flagged points lie on a manifold of minima, and this searches one sphere there
-    instead of three. One program per problem and pass: the points run in calls of ``chunk(n)``."""
+    instead of three. The points run in calls of ``call_size(n, count)``: a program per problem, pass and size."""
     idx = np.flatnonzero(flat_points)
     if idx.size == 0:
         return status
