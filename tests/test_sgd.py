@@ -76,6 +76,7 @@ def test_one_step_is_a_minibatch_gradient_with_the_exact_noise(prob, batch, repl
     _assert_within_4_se(np.sum((g - noise.mean) ** 2, axis=1), noise.trace)
 
 
+@pytest.mark.slow
 def test_a_product_distribution_is_sampled_coordinate_by_coordinate_or_as_subsets():
     """Examples of a product distribution (3 × 4 uniform values, and unequal marginals with replacement): the same
     checks of the mean and the noise of ĝ_B as on tables."""

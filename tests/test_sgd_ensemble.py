@@ -115,6 +115,7 @@ def assert_decays_below_and_grows_above(prob, theta_star, Hs, w, delta0, B, repl
         assert abs(got.mean() - exact) <= 4 * se, (factor, got.mean(), exact, se)
 
 
+@pytest.mark.slow
 def test_a_regression_on_an_isotropic_table():
     """The hexagon of radius 1.3 with realisable labels, 50,000 runs. B = 1 (η* = 2/α², half GD's): at η = 2/α² a step
     reflects δ along one example's direction, so ‖δ‖² barely fluctuates near η*: 32 steps. B = 2 without
@@ -131,6 +132,7 @@ def student(th, x):
     return th["a"] @ jnp.tanh(th["W"] @ x)
 
 
+@pytest.mark.slow
 def test_a_users_network_at_an_interpolating_minimum():
     """A two-unit tanh network fitting a teacher of its own class on 8 points: zero loss at the teacher, where every
     example's gradient vanishes and SGD's linearised second moment is exactly T_η. One-example SGD (η* = 0.40 of

@@ -274,13 +274,13 @@ def _generic(prob, seed=3):
     return prob, jax.tree_util.tree_map(lambda t: 0.7 * rng.standard_normal(t.shape), prob.template())
 
 
-SLOW = pytest.mark.slow  # the two tasks' ensembles: the user model's stays in the quick tier
+SLOW = pytest.mark.slow  # ensembles of 8,000 runs: the full tier (the brute-force checks above are quick)
 
 
 @pytest.mark.parametrize(
     "make, batch, replace, steps, lrs",
     [
-        (_tanh_net, 2, False, 20, (0.2, 0.1, 0.05)),
+        pytest.param(_tanh_net, 2, False, 20, (0.2, 0.1, 0.05), marks=SLOW),
         pytest.param(
             lambda: _generic(Canonical(0.2, 0.35, bias="trained", N=5)), 2, True, 20, (0.2, 0.1, 0.05), marks=SLOW
         ),

@@ -189,6 +189,7 @@ def radial(th, ex):
     return 0.5 * (ex["x"] * jnp.linalg.norm(th) - ex["y"]) ** 2
 
 
+@pytest.mark.slow
 def test_sgd_on_a_sphere_of_minima_is_stable_across_it_below_the_transverse_threshold():
     """ℓ = ½(x‖θ‖ − y)², θ ∈ R³, four examples with residuals: every example's loss is a function of r = ‖θ‖, so its
     gradient is radial and r ← r − η(m̂₂r − m̂_xy) exactly while r > 0 (m̂ the minibatch's means of x² and xy): the

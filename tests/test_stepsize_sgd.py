@@ -416,6 +416,7 @@ def test_a_valley_of_minima_gets_the_threshold_across_it(tmp_path, run_cli):
                              f"(2/λ_max = {GD_EDGE:.6g}): B = {values}") for text in lines)  # fmt: skip
 
 
+@pytest.mark.slow
 def test_the_markov_task_reports_its_valley(tmp_path, monkeypatch, run_cli):
     """``popdyn stepsize markov --batch 1`` on the canonical model with sequences of N = 8 tokens (74 examples
     instead of the default's 262,658): both runs end on Γ*, at η = 0.5 below η*_⊥(1) and at η = 1.0 between η*_⊥(1)

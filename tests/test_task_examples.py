@@ -270,6 +270,7 @@ def _hessian(prob, theta):
     return np.asarray(jax.hessian(lambda v: prob.loss(unravel(v)))(flat))
 
 
+@pytest.mark.slow
 def test_sgd_threshold_on_the_canonical_model_sees_the_noise_along_its_minimum_curve():
     """At a global minimum of the (e, w, b) model the Hessian is flat along Γ*, and every example's Hessian curves
     it (its residual does not vanish, only their mean): SGD has no stable step there, GD's stays 2/λ_max."""
