@@ -7,7 +7,7 @@ and float64 alike, when the dot and the reduction are compiled into one program 
   (1024, 4) can come out as −1.98 for −46.25, while at 1023 rows it is right;
 - a vmapped matrix-vector product then a reduction over a long batch: ``jnp.sum((M @ r) ** 2)`` over n rows r of
   length 3 is wrong from row 16 384 on for 16 384 < n ≤ 49 152 (lengths 5, 6, 7 too), M a constant or an
-  argument alike (JAX issue 39103).
+  argument alike (reported upstream as jax-ml/jax#39103).
 
 popdyn's full Markov transformer meets the first: its exact loss at the rank-one weights of the default direction
 α = 1/√d, held as constants by a jitted function, is 0.7767 for 0.6384 (N = 8, d = 4).
@@ -21,6 +21,7 @@ XLA"). In Python, popdyn leaves XLA's flags alone, as it leaves float64.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import warnings
@@ -36,8 +37,9 @@ SWITCH = "POPDYN_XLA_GUARD"
 """Environment variable: ``off`` leaves ``XLA_FLAGS`` as it is."""
 
 
+@functools.cache
 def jaxlib_version() -> tuple[int, ...]:
-    """The installed jaxlib's release as integers (``"0.10.2"`` → (0, 10, 2)), read from its package metadata
+    """The installed jaxlib's release as integers (``"0.10.2"`` → (0, 10, 2)), read once from its package metadata
     without importing it; a part that is not a number ends the tuple (``"0.11.0rc1"`` → (0, 11))."""
     parts = []
     for part in metadata.version("jaxlib").split("."):
@@ -115,10 +117,11 @@ def warn_unguarded() -> None:
     where a problem enters the engine (``popdyn.problem.check_problem``); Python users thus learn of the miscompile
     without popdyn changing the flags of their process."""
     global _warned
-    if _warned or os.environ.get(SWITCH, "").lower() == "off" or not affected():
+    flags = os.environ.get("XLA_FLAGS", "")
+    if _warned or os.environ.get(SWITCH, "").lower() == "off" or guarded(flags) == flags:
+        return  # warned already, silenced, or the flag (or the user's own choice of the fusion types) is set
+    if not affected():
         return
-    if guarded(os.environ.get("XLA_FLAGS", "")) == os.environ.get("XLA_FLAGS", ""):
-        return  # the flag, or the user's own choice of the YNNPACK fusion types, is set
     import jax
 
     if jax.default_backend() == "cpu":

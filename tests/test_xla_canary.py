@@ -6,7 +6,7 @@ affected jaxlib must be one that ``popdyn._xla.affected`` guards.
 
 jaxlib 0.9.2, 0.10.0 and 0.10.1 give the triggers right without the guard; 0.10.2 gives −1.98 for the first sum
 (exact −46.25), the second's last row 37 % off and the Markov transformer's loss 0.7767 for 0.6384, and all three
-right with the guard. This session itself runs unguarded, as Python users do (conftest.py)."""
+right with the guard. The test run itself is unguarded, as Python users are (conftest.py)."""
 
 import json
 import os
@@ -40,8 +40,8 @@ def splat_dot_sum() -> float:
 
 
 def long_batch_sum() -> float:
-    """Largest relative error of jit(vmap(r ↦ Σ (M r)²)) against NumPy over 16 385 rows r of length 3 (JAX issue
-    39103: on jaxlib 0.10.2 the row past 16 384 is wrong)."""
+    """Largest relative error of jit(vmap(r ↦ Σ (M r)²)) against NumPy over 16 385 rows r of length 3
+    (jax-ml/jax#39103 upstream: on jaxlib 0.10.2 the row past 16 384 is wrong)."""
     rng = np.random.default_rng(1)
     x, M = rng.normal(size=(16_385, 3)), rng.normal(size=(3, 3))
     got = np.asarray(jax.jit(lambda x, M: jax.vmap(lambda r: jnp.sum((M @ r) ** 2))(x))(x, M))
