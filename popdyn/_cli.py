@@ -252,7 +252,8 @@ def _stop(args, signum, frame):
     sys.stdout.flush()
     code = _interrupted(args, signum)
     distributed = sys.modules.get("popdyn.distributed")
-    if distributed is not None:  # in a run of several processes, process 0 (the coordinator) leaves last
+    if distributed is not None:  # in a run of several processes: the others learn of the stop before this one leaves
+        distributed.announce_stop(signum or signal.SIGINT)
         distributed.leave(LEAVE_S)
     os._exit(code)
 
@@ -357,8 +358,9 @@ GRACE_S = 2.0
 POLL_S = 0.2
 """Seconds between two looks for a stop announced by another process of the run (``_watch_signals``)."""
 
-LEAVE_S = GRACE_S + 3.0
-"""Seconds process 0 waits for the other processes to leave before it ends (``popdyn.distributed.leave``)."""
+LEAVE_S = 5 * GRACE_S
+"""Seconds a stopping process waits for the others to leave with it (``popdyn.distributed.leave``): each learns of
+the stop within ``POLL_S`` and stops within ``GRACE_S`` more, on a loaded machine later."""
 
 
 def _watch_signals(args) -> None:

@@ -10,7 +10,7 @@ import atexit
 import json
 import socket
 import tempfile
-import time
+import threading
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -179,19 +179,34 @@ def stop_signal() -> int | None:
 
 
 def leave(timeout_s: float) -> None:
-    """Mark this process as leaving the run; on process 0, first wait (at most ``timeout_s`` seconds in all) until
-    every other process has left. Process 0's runtime serves the others, and JAX's runtime ends a process whose
-    coordinator vanished (SIGABRT, a native stack trace): so process 0 leaves last."""
-    client, me = _client()
-    if client is None:
+    """Leave the run as JAX's runtime intends (``jax.distributed.shutdown``), waiting at most ``timeout_s`` seconds.
+
+    Each process's client waits at the runtime's shutdown barrier until every process has called it, then stops
+    polling the coordinator for errors; process 0 then stops the service it runs for the others. A process that
+    merely ended would let its peers' pollers fail first, and JAX's runtime ends such a process natively (SIGABRT,
+    a stack trace) before popdyn's handler could. The shutdown runs in a thread of its own so that a process which
+    never arrives delays the others by ``timeout_s`` at most; a second call waits for the first. Imports nothing:
+    signal handlers call it."""
+    global _LEAVING
+    if _runtime.global_state.client is None:
         return
+    with _LEAVING_LOCK:
+        if _LEAVING is None:
+            _LEAVING = threading.Thread(target=_shutdown, daemon=True, name="popdyn-leave")
+            _LEAVING.start()
+    _LEAVING.join(timeout_s)
+
+
+_LEAVING: threading.Thread | None = None
+_LEAVING_LOCK = threading.Lock()
+
+
+def _shutdown() -> None:
+    """``jax.distributed.shutdown`` (the client, then process 0's service); best effort: a runtime that has already
+    failed has nothing left to shut down."""
     try:
-        client.key_value_set(f"popdyn/left/{me}", "1", allow_overwrite=True)
-        deadline = time.monotonic() + timeout_s
-        for other in range(1, _runtime.global_state.num_processes if me == 0 else 1):
-            wait_ms = max(1, int(1000 * (deadline - time.monotonic())))
-            client.blocking_key_value_get(f"popdyn/left/{other}", wait_ms)
-    except jax.errors.JaxRuntimeError:  # the runtime is gone, or a process did not leave in time
+        _runtime.global_state.shutdown()
+    except jax.errors.JaxRuntimeError:
         return
 
 

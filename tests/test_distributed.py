@@ -221,6 +221,30 @@ def test_initialize_names_the_bad_parameter_and_its_range():
         assert words in str(err.value), (kwargs, str(err.value))
 
 
+LEAVING = r"""
+import os, sys, time
+from popdyn import distributed
+
+process_id, coordinator = int(sys.argv[1]), sys.argv[2]
+distributed.initialize(coordinator, 2, process_id)
+distributed.leave(20.0)
+if process_id == 1:
+    time.sleep(1.0)  # descheduled after leaving, while process 0 has already gone
+os._exit(0)
+"""
+
+
+def test_processes_that_leave_together_survive_the_coordinator_going_first(tmp_path):
+    """``distributed.leave`` as a stopped run calls it: process 0 ends at once after leaving, and process 1 is slow to
+    end after leaving. Process 1 must still end by itself, silently: before, process 0 waited only for a key
+    process 1 wrote just before ending, so process 0's server could vanish first, and JAX's runtime then ended
+    process 1 natively (SIGABRT, "Polled an error from coordination service")."""
+    port = _free_port()
+    runs = {f"p{i}": [str(i), f"localhost:{port}"] for i in (0, 1)}
+    done = _run_all(tmp_path, runs, LEAVING)
+    assert {name: (code, err) for name, (code, _, err) in done.items()} == {"p0": (0, ""), "p1": (0, "")}
+
+
 def test_one_process_is_the_writer():
     assert distributed.is_writer()
 
