@@ -53,7 +53,10 @@ def test_whitened_hessian_holds_the_reduced_eigenvalues():
     spectrum = np.linalg.eigvalsh(H)
     for root in Reduced2D.from_instance(PROB).eigenvalues_at_minimum():
         assert np.min(np.abs(spectrum - root)) < 1e-12, (root, spectrum)
-    assert float(popdyn.lambda_max(white, u, method="exact")) == spectrum[-1]
+    # λ_max's own program builds H and diagonalises it with XLA's solver: a backward-stable eigensolver on the same
+    # H agrees with LAPACK's to n·ε·‖H‖₂, not bit for bit (the last bits follow the host's vector extensions)
+    bound = H.shape[0] * np.finfo(H.dtype).eps * np.max(np.abs(spectrum))
+    assert abs(float(popdyn.lambda_max(white, u, method="exact")) - spectrum[-1]) <= bound
     assert abs(spectrum[0]) < 1e-12
 
 

@@ -8,6 +8,8 @@ every result (a refactor) proves it there. Re-record only when a change of resul
 
 from __future__ import annotations
 
+import platform
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -124,8 +126,25 @@ def cases() -> dict[str, Callable[[], dict[str, np.ndarray]]]:
     return out
 
 
+VECTOR_EXTENSIONS = ("avx512f", "avx2", "fma", "avx", "sse4_2", "asimd", "sve")
+"""CPU instruction-set extensions that XLA's CPU code generation uses when the host has them: the same program
+can round differently with and without them (measured: the GD cases' last bit moves between an AVX2 host and
+the host the values were first recorded on)."""
+
+
+def cpu() -> str:
+    """The host's architecture and the vector extensions it offers from ``VECTOR_EXTENSIONS`` (read from
+    /proc/cpuinfo; the architecture alone where that file is missing)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            flags = set(" ".join(line for line in info if line.startswith(("flags", "Features"))).split())
+    except OSError:
+        flags = set()
+    return "+".join([platform.machine(), *(x for x in VECTOR_EXTENSIONS if x in flags)])
+
+
 def versions() -> dict[str, str]:
-    """The versions that decide the last bit of a result."""
+    """The versions, and the CPU, that decide the last bit of a result."""
     import diffrax
     import equinox
     import jaxlib
@@ -138,19 +157,30 @@ def versions() -> dict[str, str]:
         "equinox": equinox.__version__,
         "optax": optax.__version__,
         "backend": jax.default_backend(),
+        "cpu": cpu(),
     }
 
 
-def main() -> None:
+def record(names: list[str], path: Path) -> int:
+    """Compute the cases ``names`` (all cases when empty) and write their arrays, with ``versions()``, to ``path``;
+    returns the number of arrays written."""
     jax.config.update("jax_enable_x64", True)
-    arrays = {}
-    for case, compute in cases().items():
-        for key, value in compute().items():
-            arrays[f"{case}/{key}"] = value
+    chosen = {name: compute for name, compute in cases().items() if not names or name in names}
+    unknown = sorted(set(names) - set(chosen))
+    if unknown:
+        raise ValueError(f"case {unknown[0]!r} is unknown: one of {sorted(cases())}")
+    arrays = {f"{case}/{key}": value for case, compute in chosen.items() for key, value in compute().items()}
     meta = np.array(sorted(f"{k}={v}" for k, v in versions().items()))
-    np.savez_compressed(PATH, __versions__=meta, **arrays)
-    print(f"{len(arrays)} arrays from {len(cases())} cases written to {PATH}")
+    np.savez_compressed(path, __versions__=meta, **arrays)
+    return len(arrays)
+
+
+def main(argv: list[str]) -> None:
+    """``record_golden.py`` records every case into golden.npz; ``record_golden.py OUT CASE…`` computes only the
+    cases named into OUT (what tests/test_golden.py runs, in a new process with XLA's default code generation)."""
+    path, names = (Path(argv[0]), argv[1:]) if argv else (PATH, [])
+    print(f"{record(names, path)} arrays written to {path}")
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
