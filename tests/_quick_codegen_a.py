@@ -15,13 +15,6 @@ QUICK_CODEGEN = "--xla_backend_optimization_level=0 --xla_cpu_use_fusion_emitter
 TESTS = Path(__file__).resolve().parent
 
 
-def default_codegen_env() -> dict[str, str]:
-    """This process's environment with QUICK_CODEGEN taken out of XLA_FLAGS: XLA's default code generation, as a
-    user's process has it (tests/conftest.py puts QUICK_CODEGEN into every test process)."""
-    kept = [f for f in os.environ.get("XLA_FLAGS", "").split() if f not in QUICK_CODEGEN.split()]
-    return os.environ | {"XLA_FLAGS": " ".join(kept)}
-
-
 def quick_codegen_env() -> dict[str, str]:
     """This process's environment with QUICK_CODEGEN added to XLA_FLAGS (the test session's compilation cache and
     everything else inherited)."""

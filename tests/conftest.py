@@ -9,16 +9,6 @@ import sys
 from typing import NamedTuple
 
 import pytest
-from _quick_codegen_a import QUICK_CODEGEN
-
-# The suite is compile-bound on CPU: every test process (this one, the xdist workers, the command lines and
-# notebooks the tests start) uses XLA's cheaper CPU code generation (tests/_quick_codegen_a.py), about a quarter
-# less time in all. Results move at rounding level at most, which every exactness check's relative tolerance
-# allows; tests/test_golden.py compares bit for bit in a new process with XLA's default code generation.
-# POPDYN_TEST_CODEGEN=full runs the whole suite with the default code generation instead. Set before JAX starts
-# its backend, which reads XLA_FLAGS once.
-if os.environ.get("POPDYN_TEST_CODEGEN") != "full" and QUICK_CODEGEN not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = f"{os.environ.get('XLA_FLAGS', '')} {QUICK_CODEGEN}".strip()
 
 # The public API's engine, which every model runs on (popdyn/__init__.py re-exports Problem and popdyn.analysis and
 # popdyn.dynamics; popdyn.exact is a public subpackage; popdyn.curvature and popdyn._batching hold what analysis

@@ -1,21 +1,16 @@
 """Results recorded on small instances of every task (``tests/data/golden.npz``, written by
 ``tests/data/record_golden.py``) are reproduced bit for bit: a refactor of the engine keeps every result.
 
-Each case is computed in a new process with XLA's default code generation, as a user's process has it (the other
-tests use a cheaper one, tests/conftest.py). With other versions of JAX, NumPy or the solvers than those recorded,
-or on a CPU with other vector extensions (XLA's code, hence the rounding, follows the host), the last bits may
-legitimately move: the comparison is then to 1e-9 relative (still far below any result's meaning), with a warning
-naming what differs."""
+With other versions of JAX, NumPy or the solvers than those recorded, or on a CPU with other vector extensions
+(XLA's code, hence the rounding, follows the host), the last bits may legitimately move: the comparison is then to
+1e-9 relative (still far below any result's meaning), with a warning naming what differs."""
 
 import importlib.util
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
-from _quick_codegen_a import default_codegen_env
 
 DATA = Path(__file__).parent / "data"
 
@@ -38,21 +33,11 @@ QUICK = ("markov/gd",)
 @pytest.mark.parametrize(
     "case", [c if c in QUICK else pytest.param(c, marks=pytest.mark.slow) for c in sorted(RECORDER.cases())]
 )
-def test_recorded_results_are_reproduced(case, tmp_path):
-    out = tmp_path / "case.npz"
-    proc = subprocess.run(
-        [sys.executable, str(DATA / "record_golden.py"), str(out), case],
-        env=default_codegen_env(),
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    computed = np.load(out)
-    arrays = {k.removeprefix(f"{case}/"): computed[k] for k in computed.files if k != "__versions__"}
+def test_recorded_results_are_reproduced(case):
+    arrays = RECORDER.cases()[case]()
     recorded = sorted(k.removeprefix(f"{case}/") for k in GOLDEN.files if k.startswith(f"{case}/"))
     assert sorted(arrays) == recorded
-    differ = sorted(set(computed["__versions__"].tolist()) ^ set(GOLDEN["__versions__"].tolist()))
+    differ = sorted(set(RECORDER.versions_list()) ^ set(GOLDEN["__versions__"].tolist()))
     if differ:
         warnings.warn(f"{case}: compared to 1e-9 relative, not bit for bit: recorded with other {differ}", stacklevel=1)
     for key, value in arrays.items():

@@ -9,7 +9,6 @@ every result (a refactor) proves it there. Re-record only when a change of resul
 from __future__ import annotations
 
 import platform
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -161,26 +160,20 @@ def versions() -> dict[str, str]:
     }
 
 
-def record(names: list[str], path: Path) -> int:
-    """Compute the cases ``names`` (all cases when empty) and write their arrays, with ``versions()``, to ``path``;
-    returns the number of arrays written."""
+def versions_list() -> list[str]:
+    """``versions()`` as the sorted "name=value" strings golden.npz keeps under ``__versions__``."""
+    return sorted(f"{k}={v}" for k, v in versions().items())
+
+
+def main() -> None:
     jax.config.update("jax_enable_x64", True)
-    chosen = {name: compute for name, compute in cases().items() if not names or name in names}
-    unknown = sorted(set(names) - set(chosen))
-    if unknown:
-        raise ValueError(f"case {unknown[0]!r} is unknown: one of {sorted(cases())}")
-    arrays = {f"{case}/{key}": value for case, compute in chosen.items() for key, value in compute().items()}
-    meta = np.array(sorted(f"{k}={v}" for k, v in versions().items()))
-    np.savez_compressed(path, __versions__=meta, **arrays)
-    return len(arrays)
-
-
-def main(argv: list[str]) -> None:
-    """``record_golden.py`` records every case into golden.npz; ``record_golden.py OUT CASE…`` computes only the
-    cases named into OUT (what tests/test_golden.py runs, in a new process with XLA's default code generation)."""
-    path, names = (Path(argv[0]), argv[1:]) if argv else (PATH, [])
-    print(f"{record(names, path)} arrays written to {path}")
+    arrays = {}
+    for case, compute in cases().items():
+        for key, value in compute().items():
+            arrays[f"{case}/{key}"] = value
+    np.savez_compressed(PATH, __versions__=np.array(versions_list()), **arrays)
+    print(f"{len(arrays)} arrays from {len(cases())} cases written to {PATH}")
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()
