@@ -70,7 +70,7 @@ class ChunkStore:
                     "fingerprint": fp,
                     **info,
                     "versions": identity.versions(),
-                    "backend": jax.default_backend(),
+                    "platform": identity.platform(),
                     "chunks": {},
                 }
             )

@@ -7,8 +7,10 @@ A chunked run applies one function to chunks of a batch of initialisations. Its 
   user's loss reads from its module) and every literal (a number written in the loss, ``0.5``) hashed by value,
   recursively through every sub-program (a jitted helper, a solver's loop);
 - the **inputs**: the initialisations (values, dtypes, shapes) and the chunk size;
-- the **versions** of popdyn and its numerical stack, and the JAX backend (CPU and GPU results differ in the
-  last bits).
+- the **versions** of popdyn and its numerical stack, and the **platform** (``platform``): the JAX backend (CPU
+  and GPU results differ in the last bits), XLA's flags (the command line's guard, a user's code-generation
+  settings) and, on the CPU backend, the host's vector extensions (XLA's code follows them: the same program
+  rounds differently on hosts with and without AVX-512, say).
 
 Tracing sees what is computed, not how it was written: an edited constant, a helper's new body, a method a
 Problem class overrides or another data value all change the program, while a renamed local variable or a
@@ -22,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import hashlib
+import os
+import platform as pyplatform
 import re
 import weakref
 from collections.abc import Callable, Iterator
@@ -183,9 +187,35 @@ def versions() -> dict[str, str | None]:
     return found
 
 
+VECTOR_EXTENSIONS = ("avx512f", "avx2", "fma", "avx", "sse4_2", "asimd", "sve")
+"""CPU instruction-set extensions that XLA's CPU code generation uses when the host offers them."""
+
+
+def host_cpu() -> str:
+    """The host's architecture and the vector extensions from ``VECTOR_EXTENSIONS`` it offers, e.g.
+    ``x86_64+avx2+fma+avx+sse4_2`` (read from /proc/cpuinfo; the architecture alone where that file is missing)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            flags = set(" ".join(line for line in info if line.startswith(("flags", "Features"))).split())
+    except OSError:
+        flags = set()
+    return "+".join([pyplatform.machine(), *(x for x in VECTOR_EXTENSIONS if x in flags)])
+
+
+def platform() -> dict[str, str]:
+    """What besides the versions decides a result's last bits: ``backend`` (JAX's default backend), ``xla_flags``
+    (``XLA_FLAGS``' settings in sorted order, those that only dump files left out) and, on the CPU backend,
+    ``cpu`` (``host_cpu``)."""
+    flags = sorted(f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_dump"))
+    found = {"backend": jax.default_backend(), "xla_flags": " ".join(flags)}
+    if found["backend"] == "cpu":
+        found["cpu"] = host_cpu()
+    return found
+
+
 def run(fn: Callable, example, inputs, chunk_size: int) -> str:
     """The identity of a chunked run (module docstring): SHA-256 (hex) of the program ``fn`` traces to on one
-    chunk ``example``, the ``inputs`` (every initialisation), the ``chunk_size``, the versions and the backend.
+    chunk ``example``, the ``inputs`` (every initialisation), the ``chunk_size``, the versions and the platform.
 
     **Arguments:**
 
@@ -197,7 +227,7 @@ def run(fn: Callable, example, inputs, chunk_size: int) -> str:
     out = _Hash()
     out.text(program(fn, example))
     out.text(data(inputs))
-    out.text(f"chunk {chunk_size} backend {jax.default_backend()} versions {sorted(versions().items())}")
+    out.text(f"chunk {chunk_size} platform {sorted(platform().items())} versions {sorted(versions().items())}")
     digest = out.hexdigest()
     _record(digest)
     return digest
@@ -226,9 +256,10 @@ def collect() -> Iterator[list[str]]:
 
 def summary(runs: list[str], inputs: Any) -> dict[str, Any]:
     """The ``identity`` entry of a ``summary.json``: the identities of the chunked ``runs`` behind its results, and
-    ``digest``, the SHA-256 of those with the command's ``inputs`` (JSON-like) and the versions."""
+    ``digest``, the SHA-256 of those with the command's ``inputs`` (JSON-like), the versions and the platform."""
     out = _Hash()
     out.text(repr(runs))
     out.text(repr(inputs))
     out.text(repr(sorted(versions().items())))
+    out.text(repr(sorted(platform().items())))
     return {"runs": list(runs), "digest": out.hexdigest()}

@@ -54,15 +54,17 @@ def discard_partial() -> None:
 
 
 def environment() -> dict[str, Any]:
-    """Versions of popdyn and its numerical stack, the JAX devices and the default float dtype: the JSON block of
-    every summary.json."""
+    """Versions of popdyn and its numerical stack, the platform (backend, XLA's flags, the host's vector
+    extensions), the JAX devices and the default float dtype: the JSON block of every summary.json."""
     import jax
     import jax.numpy as jnp
 
+    from popdyn._identity import platform as computing_platform
     from popdyn._identity import versions
 
     return {
         "versions": versions(),
+        "platform": computing_platform(),
         "python": platform.python_version(),
         "devices": [str(d) for d in jax.devices()],
         "dtype": str(jnp.result_type(float)),

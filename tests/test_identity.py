@@ -137,6 +137,31 @@ def test_any_changed_input_is_refused(done, name):
     assert sorted((p.name, p.stat().st_mtime_ns) for p in ck.iterdir()) == before
 
 
+@pytest.mark.parametrize(
+    "change",
+    [
+        ("XLA_FLAGS", "--xla_cpu_experimental_ynn_fusion_type=-reduce"),  # the command line's guard
+        ("host_cpu", "x86_64+avx512f+avx2+fma+avx+sse4_2"),  # a host with AVX-512
+    ],
+    ids=["xla-flags", "host-cpu"],
+)
+def test_another_platform_is_refused(done, monkeypatch, change):
+    """XLA's flags and the host's vector extensions decide how a program rounds: chunks computed under others are
+    refused (a checkpoint written without the command line's XLA guard is not resumed with it), while XLA's dump
+    settings, which change nothing computed, are not part of the identity."""
+    ck, reference = done
+    name, value = change
+    if name == "XLA_FLAGS":
+        monkeypatch.setenv(name, f"{value} --xla_dump_to=/tmp/nowhere")
+    else:
+        monkeypatch.setattr(identity, name, lambda: value)
+    with pytest.raises(ValueError, match=REFUSED):
+        _gd(_module().make(), checkpoint=ck)
+    monkeypatch.undo()
+    monkeypatch.setenv("XLA_FLAGS", f"{identity.platform()['xla_flags']} --xla_dump_to=/tmp/nowhere")
+    _same(_gd(_module().make(), checkpoint=ck), reference)
+
+
 def test_an_option_acting_after_the_chunks_resumes_with_its_own_result(done):
     """The saddle test's tolerance classifies end points after the chunks: the same chunks are loaded and the
     result is that of a fresh run with the new tolerance, bit for bit."""

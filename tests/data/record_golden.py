@@ -8,7 +8,6 @@ every result (a refactor) proves it there. Re-record only when a change of resul
 
 from __future__ import annotations
 
-import platform
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import numpy as np
 import optax
 
 import popdyn
+from popdyn._identity import host_cpu
 from popdyn.analysis import LossBelow
 from popdyn.tasks import decision_list, markov, scan_snap, scb, teacher
 
@@ -125,23 +125,6 @@ def cases() -> dict[str, Callable[[], dict[str, np.ndarray]]]:
     return out
 
 
-VECTOR_EXTENSIONS = ("avx512f", "avx2", "fma", "avx", "sse4_2", "asimd", "sve")
-"""CPU instruction-set extensions that XLA's CPU code generation uses when the host has them: the same program
-can round differently with and without them (measured: the GD cases' last bit moves between an AVX2 host and
-the host the values were first recorded on)."""
-
-
-def cpu() -> str:
-    """The host's architecture and the vector extensions it offers from ``VECTOR_EXTENSIONS`` (read from
-    /proc/cpuinfo; the architecture alone where that file is missing)."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            flags = set(" ".join(line for line in info if line.startswith(("flags", "Features"))).split())
-    except OSError:
-        flags = set()
-    return "+".join([platform.machine(), *(x for x in VECTOR_EXTENSIONS if x in flags)])
-
-
 def versions() -> dict[str, str]:
     """The versions, and the CPU, that decide the last bit of a result."""
     import diffrax
@@ -156,7 +139,7 @@ def versions() -> dict[str, str]:
         "equinox": equinox.__version__,
         "optax": optax.__version__,
         "backend": jax.default_backend(),
-        "cpu": cpu(),
+        "cpu": host_cpu(),  # XLA's CPU code follows the host's vector extensions: so does the last bit
     }
 
 
