@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # what a type checker sees: the real names and signatures (at
     from popdyn import tasks as tasks
     from popdyn.analysis import BasinFractions as BasinFractions
     from popdyn.analysis import BasinMap as BasinMap
+    from popdyn.analysis import BasinProbabilities as BasinProbabilities
     from popdyn.analysis import Distance as Distance
     from popdyn.analysis import GradientNoise as GradientNoise
     from popdyn.analysis import GradNormBelow as GradNormBelow
@@ -30,6 +31,7 @@ if TYPE_CHECKING:  # what a type checker sees: the real names and signatures (at
     from popdyn.analysis import StepSizeAudit as StepSizeAudit
     from popdyn.analysis import basin_fractions as basin_fractions
     from popdyn.analysis import basin_map as basin_map
+    from popdyn.analysis import basin_probabilities as basin_probabilities
     from popdyn.analysis import extreme_eigenvalues as extreme_eigenvalues
     from popdyn.analysis import gradient_noise as gradient_noise
     from popdyn.analysis import hessian_spectrum as hessian_spectrum
@@ -60,6 +62,7 @@ _HOME = {
         [
             "BasinFractions",
             "BasinMap",
+            "BasinProbabilities",
             "Distance",
             "GradNormBelow",
             "GradientNoise",
@@ -71,6 +74,7 @@ _HOME = {
             "StepSizeAudit",
             "basin_fractions",
             "basin_map",
+            "basin_probabilities",
             "extreme_eigenvalues",
             "gradient_noise",
             "hessian_spectrum",

@@ -1,5 +1,5 @@
-"""Figures (matplotlib, no pyplot state): basin maps, step-size audits, SGD's threshold against the batch size,
-convergence to the limit."""
+"""Figures (matplotlib, no pyplot state): basin maps (also as SGD's probabilities), step-size audits, SGD's
+threshold against the batch size, convergence to the limit."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import StrMethodFormatter
 
+from popdyn.analysis._basin_probabilities import BasinProbabilities
 from popdyn.analysis._basins import UNRESOLVED, BasinMap
 from popdyn.analysis._sgd_curve import ThresholdCurve
 from popdyn.analysis._stepsize import StepSizeAudit
@@ -74,6 +75,48 @@ def plot_basin_map(
     ax_t.set(xlabel=g.x, ylabel=g.y, title="convergence time")
     if not np.isfinite(lt).any():  # an empty panel would look like a drawing error
         ax_t.text(0.5, 0.5, "no start reached a steady state", transform=ax_t.transAxes, ha="center", va="center")
+    return fig
+
+
+def plot_basin_probabilities(
+    bp: BasinProbabilities, name: str | None = None, separatrix: BasinMap | None = None, prob: Problem | None = None
+) -> Figure:
+    """SGD's basin map as probabilities: the probability of attractor ``name`` (default: the first) from every start
+    of the grid, 0 to 1, its p = 1/2 contour, and, with ``separatrix`` (the same grid's map under GD or the flow,
+    ``basin_map``), the boundary of that attractor's GD basin as a dashed line; the problem's overlays as in
+    ``plot_basin_map``. The title gives the share of starts whose outcome is uncertain (no outcome above 0.9)."""
+    name = bp.attractors[0] if name is None and bp.attractors else name
+    if name is None:
+        raise ValueError("bp has no attractor: no run reached one, so there is no probability to draw")
+    p, g = bp.probability(name), bp.grid
+    fig = Figure(figsize=(6.5, 5), layout="constrained")
+    ax = fig.subplots()
+    extent = (*g.x_range, *g.y_range)
+    im = ax.imshow(p, origin="lower", extent=extent, aspect="auto", cmap="RdBu_r", vmin=0.0, vmax=1.0)
+    fig.colorbar(im, ax=ax, label=f"P({name}) over {bp.seeds} runs per start")
+    xs, ys = np.linspace(*g.x_range, g.shape[1]), np.linspace(*g.y_range, g.shape[0])
+    handles = []
+    if p.min() < 0.5 < p.max():
+        ax.contour(xs, ys, p, levels=[0.5], colors="k", linewidths=1.0)
+        handles.append(Line2D([], [], color="k", lw=1.0, label="P = 1/2"))
+    if separatrix is not None and name in separatrix.attractors:
+        inside = (separatrix.labels == separatrix.attractors.index(name)).astype(float)
+        if 0.0 < inside.mean() < 1.0:
+            ax.contour(xs, ys, inside, levels=[0.5], colors="k", linestyles="--", linewidths=1.0)
+            handles.append(Line2D([], [], color="k", ls="--", lw=1.0, label=f"{separatrix.method} separatrix"))
+    if g.axes_are_coordinates:
+        draw_overlays(ax, prob, g.x, g.y, g.x_range)
+    line_handles, _ = ax.get_legend_handles_labels()
+    if handles or line_handles:
+        ax.legend(handles=handles + line_handles, loc="upper left", fontsize=7, framealpha=0.85)
+    share = 100 * float(np.mean(bp.uncertain()))
+    ax.set(
+        xlim=g.x_range,
+        ylim=g.y_range,
+        xlabel=g.x,
+        ylabel=g.y,
+        title=f"basins as probabilities ({share:.1f}% uncertain)",
+    )
     return fig
 
 

@@ -1,6 +1,7 @@
 """Curvature, basin maps, hitting times, step-size audits, SGD's exact gradient noise and its step-size condition
 (docs/architecture.md, layer 4)."""
 
+from popdyn.analysis._basin_probabilities import BasinProbabilities, basin_probabilities
 from popdyn.analysis._basins import (
     UNRESOLVED,
     BasinFractions,
@@ -64,6 +65,7 @@ __all__ = [
     "flow_time_unit",
     "BasinFractions",
     "BasinMap",
+    "BasinProbabilities",
     "Distance",
     "GradNormBelow",
     "HittingTimes",
@@ -105,6 +107,7 @@ __all__ = [
     "asymptotic_rate",
     "first_passage",
     "basin_map",
+    "basin_probabilities",
     "cluster_points",
     "extreme_eigenvalues",
     "hessian_matrix",

@@ -254,8 +254,8 @@ def basin_map(prob: Problem, grid: AbstractSlice, method: str | AbstractDynamics
     if isinstance(method, AbstractDynamics) and method.runs_per_start != 1:
         raise ValueError(
             f"method={type(method).__name__} makes {method.runs_per_start} runs from each start: a basin map labels "
-            "one run per grid point; give it one run per start (SGD: seeds=1), or take the fractions of all runs "
-            "with basin_fractions(prob, grid.points(prob), method)"
+            "one run per grid point; for the probability of each attractor from every start over its runs, use "
+            "basin_probabilities(prob, grid, method), or give it one run per start (SGD: seeds=1)"
         )
     bf = basin_fractions(prob, grid.points(prob), method, **options)
     shape = grid.shape
