@@ -20,6 +20,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import jax
 import numpy as np
 
 from popdyn.analysis._basins import UNRESOLVED, basin_fractions
@@ -85,7 +86,7 @@ def basin_probabilities(
     labeller: AbstractLabeller | None = None,
     tol: float | None = None,
     use_theory: bool | None = None,
-    features: str | Callable[[Theta], object] | None = None,
+    features: str | Callable[[Theta], jax.Array] | None = None,
     cluster_radius: float | None = None,
     chunk_size: int | None = 16384,
     progress: bool = False,
@@ -125,15 +126,17 @@ def basin_probabilities(
         progress=progress,
         checkpoint=checkpoint,
     )
-    naming = {"labeller": labeller, "tol": tol, "use_theory": use_theory, "features": features}
     settled = basin_fractions(
         prob,
         runs.final,
         settle or GradientFlow(),
+        labeller=labeller,
+        tol=tol,
+        use_theory=use_theory,
+        features=features,
         cluster_radius=cluster_radius,
         chunk_size=chunk_size,
         progress=progress,
-        **naming,
     )
     seeds, k = method.runs_per_start, len(settled.attractors)
     ended = np.isin(runs.status, [int(x) for x in ENDED])
