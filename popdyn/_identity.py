@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import hashlib
 import os
 import platform as pyplatform
@@ -191,9 +192,11 @@ VECTOR_EXTENSIONS = ("avx512f", "avx2", "fma", "avx", "sse4_2", "asimd", "sve")
 """CPU instruction-set extensions that XLA's CPU code generation uses when the host offers them."""
 
 
+@functools.cache
 def host_cpu() -> str:
     """The host's architecture and the vector extensions from ``VECTOR_EXTENSIONS`` it offers, e.g.
-    ``x86_64+avx2+fma+avx+sse4_2`` (read from /proc/cpuinfo; the architecture alone where that file is missing)."""
+    ``x86_64+avx2+fma+avx+sse4_2`` (read once from /proc/cpuinfo; the architecture alone where that file is
+    missing)."""
     try:
         with open("/proc/cpuinfo") as info:
             flags = set(" ".join(line for line in info if line.startswith(("flags", "Features"))).split())

@@ -94,7 +94,7 @@ def plot_basin_probabilities(
     extent = (*g.x_range, *g.y_range)
     im = ax.imshow(p, origin="lower", extent=extent, aspect="auto", cmap="RdBu_r", vmin=0.0, vmax=1.0)
     fig.colorbar(im, ax=ax, label=f"P({name}) over {bp.seeds} runs per start")
-    xs, ys = np.linspace(*g.x_range, g.shape[1]), np.linspace(*g.y_range, g.shape[0])
+    xs, ys = g.xs, g.ys
     handles = []
     if p.min() < 0.5 < p.max():
         ax.contour(xs, ys, p, levels=[0.5], colors="k", linewidths=1.0)

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import jax
 import numpy as np
 
+from popdyn._batching import check_chunk_size
 from popdyn.analysis._basins import UNRESOLVED, basin_fractions
 from popdyn.analysis._labellers import AbstractLabeller
 from popdyn.analysis._slices import AbstractSlice
@@ -117,14 +118,9 @@ def basin_probabilities(
             raise ValueError(
                 f"{name}={value!r} is invalid: must be a dynamics object, e.g. popdyn.dynamics.SGD(seeds=S)"
             )
-    runs = basin_fractions(
-        prob,
-        grid.points(prob),
-        method,
-        features="position",
-        chunk_size=chunk_size,
-        progress=progress,
-        checkpoint=checkpoint,
+    check_chunk_size(chunk_size)
+    runs = method.end_points().run(
+        prob, grid.points(prob), chunk_size=chunk_size, progress=progress, checkpoint=checkpoint
     )
     settled = basin_fractions(
         prob,
@@ -139,7 +135,8 @@ def basin_probabilities(
         progress=progress,
     )
     seeds, k = method.runs_per_start, len(settled.attractors)
-    ended = np.isin(runs.status, [int(x) for x in ENDED])
+    status = np.asarray(runs.status)
+    ended = np.isin(status, [int(x) for x in ENDED])
     labels = np.where(ended, settled.labels, -1).reshape(math.prod(grid.shape), seeds)
     counts = [np.sum(labels == i, axis=1) for i in range(k)] + [np.sum(labels < 0, axis=1)]
     shape = (*grid.shape, seeds)
@@ -147,6 +144,6 @@ def basin_probabilities(
         attractors=settled.attractors,
         probabilities=(np.stack(counts, axis=-1) / seeds).reshape(*grid.shape, k + 1),
         labels=labels.reshape(shape),
-        status=runs.status.reshape(shape),
+        status=status.reshape(shape),
         grid=grid,
     )
