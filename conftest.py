@@ -29,6 +29,29 @@ def _session_compilation_cache() -> None:
 
 _session_compilation_cache()
 
+TEST_CODEGEN = "--xla_cpu_use_fusion_emitters=false"
+"""XLA_FLAGS setting the test session compiles with (``_test_codegen``)."""
+
+
+def _test_codegen() -> None:
+    """XLA's loop emitters for fused operations instead of its newer fusion emitters, in this session and every
+    process it starts (the command lines, the notebooks' kernels). The suite spends about half its time in XLA's
+    code generation on 2 CPU cores, and these emitters generate code a quarter faster at about the same run time
+    (measured on the suite). Both compute the same operations: values may move at rounding level, so results that
+    tests compare bit for bit are compared within one session's settings, and the recorded golden values name the
+    flags they were recorded with (tests/test_golden.py). Only for the jaxlib releases it was measured on (0.10),
+    whose XLA knows the flag; POPDYN_TEST_CODEGEN=default keeps XLA's default code generation."""
+    from popdyn._xla import jaxlib_version
+
+    if os.environ.get("POPDYN_TEST_CODEGEN") == "default" or jaxlib_version()[:2] != (0, 10):
+        return
+    flags = os.environ.get("XLA_FLAGS", "")
+    if TEST_CODEGEN not in flags.split():
+        os.environ["XLA_FLAGS"] = f"{flags} {TEST_CODEGEN}".strip()
+
+
+_test_codegen()
+
 # XLA's flags stay as a Python user has them (popdyn leaves them alone in Python): the command line's guard against
 # a miscompile of jaxlib 0.10.2 (popdyn/_xla.py) is off in this session and the programs it starts, so results and
 # compilation-cache keys are the library's; tests/test_xla_canary.py runs the guard in new interpreters.

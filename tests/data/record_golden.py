@@ -4,6 +4,9 @@
 every result (a refactor) proves it there. Re-record only when a change of results is intended and explained:
 
     python tests/data/record_golden.py
+
+It records under the test session's settings (the repository's conftest.py: float64, XLA's flags), which the
+comparison needs for bit identity.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import numpy as np
 import optax
 
 import popdyn
-from popdyn._identity import host_cpu
+from popdyn._identity import host_cpu, platform
 from popdyn.analysis import LossBelow
 from popdyn.tasks import decision_list, markov, scan_snap, scb, teacher
 
@@ -140,6 +143,7 @@ def versions() -> dict[str, str]:
         "optax": optax.__version__,
         "backend": jax.default_backend(),
         "cpu": host_cpu(),  # XLA's CPU code follows the host's vector extensions: so does the last bit
+        "xla_flags": platform()["xla_flags"],  # and XLA's code generation settings
     }
 
 
@@ -148,8 +152,17 @@ def versions_list() -> list[str]:
     return sorted(f"{k}={v}" for k, v in versions().items())
 
 
+def _test_session() -> None:
+    """Run the repository's conftest.py, as pytest does first: the test session's float64 and XLA flags. XLA reads its
+    flags when its backend starts, at the first computation, which nothing here has run yet."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("popdyn_test_session", PATH.parents[2] / "conftest.py")
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+
+
 def main() -> None:
-    jax.config.update("jax_enable_x64", True)
+    _test_session()
     arrays = {}
     for case, compute in cases().items():
         for key, value in compute().items():
