@@ -19,7 +19,7 @@ import numpy as np
 import optax
 
 import popdyn
-from popdyn._identity import host_cpu, platform
+from popdyn._identity import platform
 from popdyn.analysis import LossBelow
 from popdyn.tasks import decision_list, markov, scan_snap, scb, teacher
 
@@ -129,7 +129,7 @@ def cases() -> dict[str, Callable[[], dict[str, np.ndarray]]]:
 
 
 def versions() -> dict[str, str]:
-    """The versions, and the CPU, that decide the last bit of a result."""
+    """The versions, and the platform (``popdyn._identity.platform``), that decide the last bit of a result."""
     import diffrax
     import equinox
     import jaxlib
@@ -141,9 +141,7 @@ def versions() -> dict[str, str]:
         "diffrax": diffrax.__version__,
         "equinox": equinox.__version__,
         "optax": optax.__version__,
-        "backend": jax.default_backend(),
-        "cpu": host_cpu(),  # XLA's CPU code follows the host's vector extensions: so does the last bit
-        "xla_flags": platform()["xla_flags"],  # and XLA's code generation settings
+        **platform(),  # backend, XLA's flags and the host's vector extensions: XLA's code, hence the last bit
     }
 
 
