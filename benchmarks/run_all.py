@@ -17,6 +17,7 @@ through)
     basins_phases     a grid-1000 basin-map command split into its phases, cold and warm            ~30 s
     user_model_costs  a user model: cold first call of a flow and GD per step against hand-written JAX  ~1 min
     sgd_noise         SGD's exact gradient noise and η*(B) against Monte Carlo and SGD ensembles    ~1 min
+    sgd_band          SGD's band of uncertain starts: its width against √(η/B), measured            ~2.5 min
 (times on 2 CPU cores; engine_overhead peaks at ~13 GB of memory, ``--skip engine_overhead`` leaves it out).
 
 What it does
@@ -82,6 +83,7 @@ BENCHMARKS = (
     "basins_phases",
     "user_model_costs",
     "sgd_noise",
+    "sgd_band",
 )
 JSON_ONLY = ("engine_overhead",)  # writes its headline file (--json PATH), not a section of the results file
 TASKS = ("markov", "decision-list", "scan-snap", "scb", "teacher", "throughput", "engine-overhead", "sgd-noise")
