@@ -3,7 +3,7 @@ band of uncertain starts of SGD's basin map as probabilities.
 
     python docs/img/make_figures.py              # all three
     python docs/img/make_figures.py lsq          # one (or several) by name
-    python docs/img/make_figures.py band         # "Basin maps as probabilities" (~2 min)
+    python docs/img/make_figures.py band         # "Basin maps as probabilities" (~3 min)
 
 Each step-size figure (``FIGURES``) is the one the command named in its caption writes to ``stepsize.png``, made by
 the same job function in float64 and saved here as ``sgd_<name>.png`` by the model pages' ``save``
