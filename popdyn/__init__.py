@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # what a type checker sees: the real names and signatures (at
     from popdyn.analysis import lambda_max as lambda_max
     from popdyn.analysis import lambda_min as lambda_min
     from popdyn.analysis import mean_square_stability as mean_square_stability
+    from popdyn.analysis import measured_spread as measured_spread
     from popdyn.analysis import sgd_spread as sgd_spread
     from popdyn.analysis import sgd_threshold as sgd_threshold
     from popdyn.analysis import step_size_audit as step_size_audit
@@ -82,6 +83,7 @@ _HOME = {
             "lambda_max",
             "lambda_min",
             "mean_square_stability",
+            "measured_spread",
             "sgd_spread",
             "sgd_threshold",
             "step_size_audit",

@@ -1,5 +1,5 @@
 """Figures (matplotlib, no pyplot state): basin maps (also as SGD's probabilities), step-size audits, SGD's
-threshold against the batch size, convergence to the limit."""
+threshold against the batch size, SGD's spread around the GD path, convergence to the limit and hitting times."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from matplotlib.ticker import StrMethodFormatter
 from popdyn.analysis._basin_probabilities import BasinProbabilities
 from popdyn.analysis._basins import UNRESOLVED, BasinMap
 from popdyn.analysis._sgd_curve import ThresholdCurve
+from popdyn.analysis._spread_measured import MeasuredSpread
 from popdyn.analysis._stepsize import StepSizeAudit
 from popdyn.analysis._unresolved import UnresolvedGroups
 from popdyn.problem import Problem
@@ -83,8 +84,9 @@ def plot_basin_probabilities(
 ) -> Figure:
     """SGD's basin map as probabilities: the probability of attractor ``name`` (default: the first) from every start
     of the grid, 0 to 1, its p = 1/2 contour, and, with ``separatrix`` (the same grid's map under GD or the flow,
-    ``basin_map``), the boundary of that attractor's GD basin as a dashed line; the problem's overlays as in
-    ``plot_basin_map``. The title gives the share of starts whose outcome is uncertain (no outcome above 0.9)."""
+    ``basin_map``), the boundary of that attractor's GD basin as a dashed line; without it, that of the dynamics run
+    beside SGD (``bp.beside_labels``), if any; the problem's overlays as in ``plot_basin_map``. The title gives the
+    share of starts whose outcome is uncertain (no outcome above 0.9)."""
     name = bp.attractors[0] if name is None and bp.attractors else name
     if name is None:
         raise ValueError("bp has no attractor: no run reached one, so there is no probability to draw")
@@ -99,11 +101,18 @@ def plot_basin_probabilities(
     if p.min() < 0.5 < p.max():
         ax.contour(xs, ys, p, levels=[0.5], colors="k", linewidths=1.0)
         handles.append(Line2D([], [], color="k", lw=1.0, label="P = 1/2"))
-    if separatrix is not None and name in separatrix.attractors:
-        inside = (separatrix.labels == separatrix.attractors.index(name)).astype(float)
-        if 0.0 < inside.mean() < 1.0:
-            ax.contour(xs, ys, inside, levels=[0.5], colors="k", linestyles="--", linewidths=1.0)
-            handles.append(Line2D([], [], color="k", ls="--", lw=1.0, label=f"{separatrix.method} separatrix"))
+    method: str | None
+    if separatrix is not None:
+        known = name in separatrix.attractors
+        inside = separatrix.labels == (separatrix.attractors.index(name) if known else -2)
+        method = separatrix.method
+    else:
+        index = bp.attractors.index(name) if name in bp.attractors else -1
+        inside = None if bp.beside_labels is None else bp.beside_labels == index
+        method = bp.beside_method
+    if inside is not None and 0.0 < inside.mean() < 1.0:
+        ax.contour(xs, ys, inside.astype(float), levels=[0.5], colors="k", linestyles="--", linewidths=1.0)
+        handles.append(Line2D([], [], color="k", ls="--", lw=1.0, label=f"{method} separatrix"))
     if g.axes_are_coordinates:
         draw_overlays(ax, prob, g.x, g.y, g.x_range)
     line_handles, _ = ax.get_legend_handles_labels()
@@ -262,4 +271,49 @@ def plot_times(times: np.ndarray, title: str) -> Figure:
         yscale="log" if t.size and t.min() > 0 else "linear",
         title=title + (f" ({missed} never reached)" if missed else ""),
     )
+    return fig
+
+
+def plot_times_over_seeds(times: np.ndarray, title: str) -> Figure:
+    """Hitting times of S runs from each of n starts (``times`` of shape (n, S), NaN for a run that never reached
+    the target): per start, the share of its runs that reached the target by time t (a step curve, log time), so
+    the spread over the seeds is read off each curve's rise; the first 12 starts are drawn."""
+    times = np.asarray(times, dtype=float)
+    fig = Figure(figsize=(6.5, 4.2), layout="constrained")
+    ax = fig.subplots()
+    positive = times[np.isfinite(times) & (times > 0)]
+    for j, row in enumerate(times[:12]):
+        t = np.sort(row[np.isfinite(row)])
+        if t.size:
+            ax.step(t, np.arange(1, t.size + 1) / row.size, where="post", lw=1.2, label=f"start {j}")
+    missed = int(np.sum(~np.isfinite(times)))
+    ax.set(
+        xlabel="time to the target",
+        ylabel=f"share of the {times.shape[1]} runs reached",
+        xscale="log" if positive.size == np.isfinite(times).sum() and positive.size else "linear",
+        ylim=(0.0, 1.02),
+        title=title + (f" ({missed} runs never reached)" if missed else ""),
+    )
+    if np.isfinite(times).any():
+        ax.legend(fontsize=7, ncol=2, loc="lower right")
+    return fig
+
+
+def plot_spread(m: MeasuredSpread, title: str) -> Figure:
+    """SGD's spread around GD's path: left, E‖θ_SGD,t − θ_GD,t‖² predicted to first order (a line) and measured over
+    the runs (points with ±2 standard errors); right, the excess loss E L(θ_SGD,t) − L(θ_GD,t) the same way."""
+    p = m.predicted
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    panels = fig.subplots(1, 2)
+    pairs = (
+        (p.expected_sq_distance, m.sq_distance, m.sq_distance_stderr, "E‖θ_SGD − θ_GD‖²"),
+        (p.expected_excess_loss, m.excess_loss, m.excess_loss_stderr, "E L(θ_SGD) − L(θ_GD)"),
+    )
+    for ax, (predicted, measured, se, label) in zip(panels, pairs, strict=True):
+        ax.plot(m.ts, predicted, "k-", lw=1.5, label="predicted (first order)")
+        ax.errorbar(m.ts, measured, yerr=2 * se, fmt="o", ms=3, capsize=2, color="#e41a1c",
+                    label=f"measured, {m.runs} runs (±2 SE)")  # fmt: skip
+        ax.set(xlabel="step t", ylabel=label)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{title}: SGD (η = {p.lr:g}, B = {p.batch}) around GD", fontsize=10)
     return fig

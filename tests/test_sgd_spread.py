@@ -331,3 +331,34 @@ def test_spread_agrees_with_sgd_runs_and_its_gap_shrinks_with_the_step(make, bat
     assert abs(mean - curvature_only) > 3 * se, (mean, curvature_only, se)
     offset, offset_se = delta.mean(axis=0), delta.std(axis=0, ddof=1) / math.sqrt(len(delta))
     assert np.all(np.abs(offset - found.mean_offset[-1]) <= 4 * offset_se), (offset, found.mean_offset[-1], offset_se)
+
+
+def test_measured_spread_is_the_ensembles_mean_and_meets_the_exact_prediction():
+    """``measured_spread`` on the regression, where first order is exact at every η: its E‖θ_SGD − θ_GD‖² and excess
+    loss are the sample means over ``popdyn.sgd``'s own runs (recorded θ and loss), with standard errors s/√S, and
+    every record is within 4 standard errors of ``sgd_spread``'s tr C_t and ½ tr(H C_t)."""
+    prob, theta0 = _regression(n=4)
+    found = popdyn.sgd_spread(prob, theta0, lr=0.15, batch=2, steps=12, replace=False, record_every=3)
+    m = popdyn.measured_spread(prob, found, runs=3000, seed=4)
+    traj = popdyn.sgd(prob, theta0, lr=0.15, batch=2, steps=12, seeds=3000, replace=False, seed=4,
+                      record_every=3, save_params=True)  # fmt: skip
+    sq = np.sum((np.asarray(traj.params) - np.asarray(found.path)[None]) ** 2, axis=-1)
+    excess = np.asarray(traj.loss) - found.loss[None]
+    for got, se, runs in ((m.sq_distance, m.sq_distance_stderr, sq), (m.excess_loss, m.excess_loss_stderr, excess)):
+        _close(got, runs.mean(axis=0))
+        _close(se, runs.std(axis=0, ddof=1) / math.sqrt(3000))
+    np.testing.assert_array_equal(m.ts, found.ts)
+    assert m.runs == 3000 and m.all_steps == 3000 and np.isnan(m.z[0]) and m.sq_distance[0] == 0.0
+    assert np.all(np.abs(m.z[1:]) <= 4), m.z
+    gap = np.abs(m.excess_loss[1:] - found.expected_excess_loss[1:])
+    assert np.all(gap <= 4 * m.excess_loss_stderr[1:]), (m.excess_loss, found.expected_excess_loss)
+
+
+@pytest.mark.validation
+def test_measured_spread_refuses_what_it_cannot_measure():
+    prob, theta0 = _regression()
+    found = popdyn.sgd_spread(prob, theta0, lr=0.1, batch=1, steps=2)
+    with pytest.raises(ValueError, match="runs=1 is out of range"):
+        popdyn.measured_spread(prob, found, runs=1)
+    with pytest.raises(ValueError, match="predicted=3 is invalid: must be popdyn.sgd_spread's record"):
+        popdyn.measured_spread(prob, 3, runs=10)

@@ -38,6 +38,7 @@ from popdyn.analysis._sgd_stability import (
 )
 from popdyn.analysis._slices import AbstractSlice, BlockScales, Plane
 from popdyn.analysis._spread import SGDSpread, sgd_spread
+from popdyn.analysis._spread_measured import MeasuredSpread, measured_spread
 from popdyn.analysis._stepsize import AuditRow, StepSizeAudit, step_size_audit
 from popdyn.analysis._sweeps import Sweep, SweepPoint, basin_sweep
 from popdyn.analysis._times import (
@@ -121,6 +122,8 @@ __all__ = [
     "minibatch_factor",
     "SGDSpread",
     "sgd_spread",
+    "MeasuredSpread",
+    "measured_spread",
     "outward",
     "ray_profile",
 ]

@@ -43,7 +43,9 @@ class BasinProbabilities:
     ``probabilities`` has the grid's shape plus one axis over ``attractors`` and then "unresolved" (runs that ended
     in no attractor's basin, or did not end: diverged, non-finite), summing to 1 at every start. ``labels`` and
     ``status`` are every run's (grid's shape plus one axis of seeds): the attractor index (−1: unresolved) and the
-    status of the run itself.
+    status of the run itself. ``beside_labels`` (the grid's shape) is where a deterministic dynamics run beside
+    (``basin_probabilities(..., beside=GD)``) sends each start, in the same attractors' indices (−1: unresolved), and
+    ``beside_method`` its method; both None without one.
     """
 
     attractors: tuple[str, ...]
@@ -51,6 +53,8 @@ class BasinProbabilities:
     labels: np.ndarray
     status: np.ndarray
     grid: AbstractSlice
+    beside_labels: np.ndarray | None = None
+    beside_method: str | None = None
 
     @property
     def seeds(self) -> int:
@@ -84,6 +88,7 @@ def basin_probabilities(
     method: AbstractDynamics,
     *,
     settle: AbstractDynamics | None = None,
+    beside: AbstractDynamics | None = None,
     labeller: AbstractLabeller | None = None,
     tol: float | None = None,
     use_theory: bool | None = None,
@@ -97,7 +102,9 @@ def basin_probabilities(
     dynamics makes from each start (``popdyn.dynamics.SGD(seeds=S)``).
 
     Every run's end point is settled by ``settle`` and labelled as ``basin_fractions`` labels; a run counts for the
-    attractor whose basin holds its end point, provided it ended (``ENDED``).
+    attractor whose basin holds its end point, provided it ended (``ENDED``). With ``beside``, one run of that
+    dynamics from every start (GD, say) is settled and labelled in the same call, so its labels name the same
+    attractors (``beside_labels``).
 
     **Arguments:**
 
@@ -106,6 +113,8 @@ def basin_probabilities(
     - ``method``: the dynamics whose runs are counted; with one run per start, its labels as 0/1 probabilities.
     - ``settle``: the deterministic dynamics that carries each end point to its attractor (default
       ``GradientFlow()``).
+    - ``beside``: a dynamics with one run per start whose map to compare with (its separatrix is drawn by
+      ``popdyn.plot.plot_basin_probabilities``), or None.
     - ``labeller``, ``tol``, ``use_theory``, ``features``, ``cluster_radius``: how settled end points are named, as
       for ``basin_fractions``.
     - ``chunk_size``, ``progress``: as for ``basin_fractions``, for both runs; ``checkpoint``: a directory for
@@ -113,18 +122,24 @@ def basin_probabilities(
     """
     if not isinstance(grid, AbstractSlice):
         raise ValueError(f"grid={grid!r} is invalid: must be a popdyn.Grid or another slice (AbstractSlice)")
-    for name, value in (("method", method), ("settle", settle)):
+    for name, value in (("method", method), ("settle", settle), ("beside", beside)):
         if value is not None and not isinstance(value, AbstractDynamics):
             raise ValueError(
                 f"{name}={value!r} is invalid: must be a dynamics object, e.g. popdyn.dynamics.SGD(seeds=S)"
             )
+    if beside is not None and beside.runs_per_start != 1:
+        raise ValueError(f"beside={type(beside).__name__} makes {beside.runs_per_start} runs per start: must make one")
     check_chunk_size(chunk_size)
-    runs = method.end_points().run(
-        prob, grid.points(prob), chunk_size=chunk_size, progress=progress, checkpoint=checkpoint
-    )
+    starts = grid.points(prob)
+    runs = method.end_points().run(prob, starts, chunk_size=chunk_size, progress=progress, checkpoint=checkpoint)
+    ends, status = runs.final, np.asarray(runs.status)
+    if beside is not None:
+        other = beside.end_points().run(prob, starts, chunk_size=chunk_size, progress=progress)
+        ends = jax.tree_util.tree_map(lambda a, b: np.concatenate([a, b]), ends, other.final)
+        status = np.concatenate([status, np.asarray(other.status)])
     settled = basin_fractions(
         prob,
-        runs.final,
+        ends,
         settle or GradientFlow(),
         labeller=labeller,
         tol=tol,
@@ -134,16 +149,18 @@ def basin_probabilities(
         chunk_size=chunk_size,
         progress=progress,
     )
-    seeds, k = method.runs_per_start, len(settled.attractors)
-    status = np.asarray(runs.status)
+    seeds, k, n = method.runs_per_start, len(settled.attractors), math.prod(grid.shape)
     ended = np.isin(status, [int(x) for x in ENDED])
-    labels = np.where(ended, settled.labels, -1).reshape(math.prod(grid.shape), seeds)
+    every = np.where(ended, settled.labels, -1)
+    labels = every[: n * seeds].reshape(n, seeds)
     counts = [np.sum(labels == i, axis=1) for i in range(k)] + [np.sum(labels < 0, axis=1)]
     shape = (*grid.shape, seeds)
     return BasinProbabilities(
         attractors=settled.attractors,
         probabilities=(np.stack(counts, axis=-1) / seeds).reshape(*grid.shape, k + 1),
         labels=labels.reshape(shape),
-        status=status.reshape(shape),
+        status=status[: n * seeds].reshape(shape),
         grid=grid,
+        beside_labels=None if beside is None else every[n * seeds :].reshape(grid.shape),
+        beside_method=None if beside is None else beside.method,
     )
