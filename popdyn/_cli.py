@@ -1,4 +1,4 @@
-"""The ``popdyn`` command: demo, basins, converge, stepsize, sweep, reproduce, generated from the job registry
+"""The ``popdyn`` command: demo, basins, converge, stepsize, sweep, spread, reproduce, generated from the job registry
 (``popdyn.jobs._registry``; docs/jobs.md).
 
 Every subcommand validates its inputs first, computes, then writes ``summary.json``, ``.npz`` arrays
@@ -124,6 +124,7 @@ def _parser() -> argparse.ArgumentParser:
         "converge": "convergence and hitting times against the theory",
         "stepsize": "λ_max along GD against 1/η and 2/η",
         "sweep": "phase diagrams over data parameters: basin fractions, times and λ_max",
+        "spread": "SGD's spread around the GD path: predicted to first order against measured runs",
     }
     for command in COMMANDS:
         cp = sub.add_parser(

@@ -29,13 +29,14 @@ from popdyn.analysis import (
 )
 from popdyn.analysis._coords import names as coordinate_names
 from popdyn.analysis._stepsize import run_saddle_tol
-from popdyn.dynamics import gradient_descent
+from popdyn.dynamics import SGD, gradient_descent
 from popdyn.io import Result
 from popdyn.jobs._basin_result import basin_result
 from popdyn.jobs._budget import budget_json, budget_lines, run_budget
-from popdyn.jobs._dynamics_options import job_dynamics, settings
+from popdyn.jobs._dynamics_options import SGDRuns, job_dynamics, settings
 from popdyn.jobs._registry import DECLARED, registered
 from popdyn.jobs._sgd_audit import curve_lines, sgd_curves, sgd_inputs, sgd_lines, sgd_replace
+from popdyn.jobs._sgd_jobs import seed_time_lines, seed_times, seed_times_figure, sgd_basins
 from popdyn.jobs._task import Task
 from popdyn.jobs._user_code import call_user, load_object
 from popdyn.plot import plot_step_size_audit, plot_times
@@ -176,6 +177,9 @@ def basins_model(
     t1: float = DECLARED,
     lr: float = DECLARED,
     steps: int = DECLARED,
+    batch: int = DECLARED,
+    seeds: int = DECLARED,
+    sampling: str = DECLARED,
     solver: str = DECLARED,
     rtol: float = DECLARED,
     atol: float = DECLARED,
@@ -188,21 +192,26 @@ def basins_model(
     """Basin map over a slice of n × n starts in [lo, hi]²: the coordinates (x, y) of θ, every other coordinate from
     prob.init(PRNGKey(seed)), or, when neither is given and the model is a ``Task`` with a slice, that slice; run by
     ``job_dynamics`` of the method and its settings; attractors named by the task's labeller (default: the problem's
-    residuals, else loss level and Morse index; ``popdyn.basin_map``), and the task's checks reported beside them."""
+    residuals, else loss level and Morse index; ``popdyn.basin_map``), and the task's checks reported beside them.
+    With ``method="sgd"``, ``seeds`` runs of SGD from every start (minibatches of ``batch`` drawn by ``sampling``,
+    streams from ``seed``) and the map as probabilities beside GD's at the same step (``sgd_basins``)."""
     task = load_factory(factory)
     prob = build(factory, param)
     n = _validate.int_at_least("grid", grid, 2)
     lo, hi = _validate.interval("range", (lo, hi))
     dynamics = job_dynamics(
-        method, t1=t1, lr=lr, steps=steps, solver=solver, rtol=rtol, atol=atol, gtol=gtol, max_steps=max_steps
-    )
+        method, t1=t1, lr=lr, steps=steps, solver=solver, rtol=rtol, atol=atol, gtol=gtol, max_steps=max_steps,
+        sgd=SGDRuns(batch, seeds, sampling, seed),
+    )  # fmt: skip
     g = task.basin_slice(prob, n, lo, hi) if x is None and y is None else None
     g = _coordinate_grid(prob, factory, x, y, lo, hi, n, seed) if g is None else g
     run = {"chunk_size": chunk, "progress": progress, "checkpoint": checkpoint}
-    bm = basin_map(prob, g, dynamics, labeller=task.labeller, **run)
     title = f"{_title(factory, param)}, {dynamics.method}"
     inputs = {"task": factory, "param": list(param), "x": g.x, "y": g.y, "grid": n, "range": [lo, hi], "seed": seed}
     inputs |= settings(dynamics, method)
+    if isinstance(dynamics, SGD) or dynamics.runs_per_start > 1:
+        return sgd_basins(prob, g, dynamics, task.labeller, run, title, inputs)
+    bm = basin_map(prob, g, dynamics, labeller=task.labeller, **run)
     groups = group_unresolved(prob, bm)
     results = {
         "fractions": bm.fractions,
@@ -249,21 +258,26 @@ def converge_model(
     t1: float = DECLARED,
     lr: float = DECLARED,
     steps: int = DECLARED,
+    batch: int = DECLARED,
+    seeds: int = DECLARED,
+    sampling: str = DECLARED,
     solver: str = DECLARED,
     rtol: float = DECLARED,
     atol: float = DECLARED,
     gtol: float | None = DECLARED,
     max_steps: int = DECLARED,
 ) -> Result:
-    """From n_init draws of prob.init: the time (flow) or step (GD) at which ‖∇L‖ ≤ ε (a flow's exact to the
+    """From n_init draws of prob.init: the time (flow) or step (GD, SGD) at which ‖∇L‖ ≤ ε (a flow's exact to the
     solver's tolerance: ``popdyn.hitting_times`` with ``GradNormBelow``), the status of each run and its end loss;
-    the dynamics is ``job_dynamics`` of the method and its settings."""
+    the dynamics is ``job_dynamics`` of the method and its settings. With ``method="sgd"``, ``seeds`` runs from each
+    draw, and the time as a distribution over them (``seed_times``)."""
     prob = build(factory, param)
     n_init = _validate.int_at_least("n-init", n_init, 1)
     eps = _validate.positive("eps", eps)
     dynamics = job_dynamics(
-        method, t1=t1, lr=lr, steps=steps, solver=solver, rtol=rtol, atol=atol, gtol=gtol, max_steps=max_steps
-    )
+        method, t1=t1, lr=lr, steps=steps, solver=solver, rtol=rtol, atol=atol, gtol=gtol, max_steps=max_steps,
+        sgd=SGDRuns(batch, seeds, sampling, seed),
+    )  # fmt: skip
     theta0 = draw_inits(prob, factory, n_init, seed)
     ht = hitting_times(prob, theta0, GradNormBelow(prob, eps), dynamics)
     final_loss = np.asarray(jax.vmap(prob.loss)(ht.final))
@@ -280,20 +294,24 @@ def converge_model(
     }
     budget = run_budget(prob, ht.trajectory)
     results["budget"] = budget_json(budget)
-    res = Result(
-        inputs,
-        results,
-        arrays={"converge": {"times": times, "status": ht.status, "final_loss": final_loss}},
-        figures={"converge": plot_times(times, f"{_title(factory, param)}: time to ‖∇L‖ ≤ {eps:g}")},
-    )
+    head = f"{_title(factory, param)}: time to ‖∇L‖ ≤ {eps:g}"
+    runs = dynamics.runs_per_start
+    arrays = {"times": times, "status": ht.status, "final_loss": final_loss}
+    if runs > 1:  # S runs from each draw: the times as a distribution over them, one row per draw
+        results |= seed_times(ht, n_init)
+        arrays = {k: np.reshape(v, (n_init, runs)) for k, v in arrays.items()}
+    figure = seed_times_figure(ht, n_init, head) if runs > 1 else plot_times(times, head)
+    res = Result(inputs, results, arrays={"converge": arrays}, figures={"converge": figure})
     unit = f"{dynamics.method} {'time' if dynamics.time_unit == 'time' else 'steps'}"
     res.lines.append(f"converge  {_title(factory, param)}: {unit} to ‖∇L‖ ≤ {eps:g} from {n_init} draws of init")
     res.lines.append(
-        f"  reached {results['reached']}/{n_init}; status: "
+        f"  reached {results['reached']}/{n_init * runs}; status: "
         + ", ".join(f"{k} {v}" for k, v in ht.status_counts().items() if v)
     )
     res.lines += budget_lines(budget)
-    if ht.reached.any():
+    if runs > 1:
+        res.lines += seed_time_lines(results, n_init, unit)
+    elif ht.reached.any():
         res.lines.append(f"  time: median {results['time_median']:.6g}, max {results['time_max']:.6g}")
     return res
 

@@ -28,7 +28,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-COMMANDS = ("basins", "converge", "stepsize", "sweep")
+COMMANDS = ("basins", "converge", "stepsize", "sweep", "spread")
 MODEL = "model"
 """The task name of a user's own Problem (``popdyn basins module.path:factory`` is rewritten to it)."""
 
@@ -38,8 +38,9 @@ class Option:
     """One command-line option ``--flag`` of a job: its type, default (the one place it is written: the job
     function's default is filled in from it, ``registered``) and help. ``param`` is the job function's
     keyword (default: the flag's name with - → _), a tuple for an option of several values that the function
-    takes as several keywords (``--range LO HI`` → lo, hi). ``when`` = (option, value): the option applies only
-    when that other option has that value; given otherwise, it is refused."""
+    takes as several keywords (``--range LO HI`` → lo, hi). ``when`` = (option, value) or (option, (value, …)): the
+    option applies only when that other option has that value (one of those values); given otherwise, it is
+    refused."""
 
     flag: str
     type: Callable = float
@@ -60,13 +61,29 @@ class Option:
         p = self.param or self.dest
         return p if isinstance(p, tuple) else (p,)
 
+    @property
+    def when_values(self) -> tuple:
+        """The values of the ``when`` option under which this option applies (empty: always)."""
+        if self.when is None:
+            return ()
+        value = self.when[1]
+        return tuple(value) if isinstance(value, tuple) else (value,)
+
+    def when_text(self, code: str = "") -> str:
+        """``--method gd`` or ``--method gd or sgd`` (each value wrapped in ``code``, e.g. a backtick)."""
+        if self.when is None:
+            return ""
+        flag = f"--{self.when[0].replace('_', '-')}"
+        first, *rest = self.when_values
+        return " or ".join([f"{code}{flag} {first}{code}", *(f"{code}{v}{code}" for v in rest)])
+
     def help_text(self) -> str:
         extra = [] if self.choices is None else ["one of " + ", ".join(map(str, self.choices))]
         if self.default is not None and self.default != ():
             shown = " ".join(map(str, self.default)) if isinstance(self.default, (tuple, list)) else self.default
             extra.append(f"default {shown}")
         if self.when is not None:
-            extra.append(f"with --{self.when[0].replace('_', '-')} {self.when[1]} only")
+            extra.append(f"with {self.when_text()} only")
         return self.help + (f" ({'; '.join(extra)})" if extra else "")
 
     def kwargs(self, value) -> dict[str, Any]:
@@ -135,10 +152,10 @@ class Job:
         filled in, an option given outside its ``when`` refused with a ValueError."""
         values = {o.dest: (o.default if given.get(o.dest) is None else given[o.dest]) for o in self.options}
         for o in self.options:
-            if o.when is not None and given.get(o.dest) is not None and values.get(o.when[0]) != o.when[1]:
+            if o.when is not None and given.get(o.dest) is not None and values.get(o.when[0]) not in o.when_values:
                 raise ValueError(
-                    f"--{o.dest.replace('_', '-')} applies only with --{o.when[0].replace('_', '-')} "
-                    f"{o.when[1]} (here {values.get(o.when[0])!r}); leave it out"
+                    f"--{o.dest.replace('_', '-')} applies only with {o.when_text()} "
+                    f"(here {values.get(o.when[0])!r}); leave it out"
                 )
         for item in given.get("vary") or ():  # a swept option is not also given a value
             name = str(item).partition("=")[0].replace("-", "_")
@@ -178,6 +195,51 @@ METHOD = Option(
     metavar="METHOD",
 )
 SEED = Option("--seed", int, 0, "random seed")
+SGD_METHOD = Option(
+    "--method",
+    str,
+    "flow",
+    "dynamics: flow, gd, sgd (minibatch SGD on the model's examples, docs/sgd.md), or MODULE:NAME, a dynamics of "
+    "your own (a popdyn.dynamics.AbstractDynamics, or a function returning one)",
+    metavar="METHOD",
+)
+SGD_RUNS = (
+    Option(
+        "--batch",
+        int,
+        1,
+        "SGD's minibatch size B (the model must declare its examples: Problem.from_examples)",
+        when=("method", "sgd"),
+        metavar="B",
+    ),
+    Option("--seeds", int, 32, "SGD runs from each start, each with its own minibatches", when=("method", "sgd")),
+    Option(
+        "--sampling",
+        str,
+        "with-replacement",
+        "how SGD draws each minibatch of B: B independent draws, or a random B-subset of the n examples",
+        choices=("with-replacement", "without-replacement"),
+        when=("method", "sgd"),
+    ),
+)
+"""Minibatch SGD's settings in the jobs that run it (``--method sgd``); its runs' minibatch streams start from
+``--seed``."""
+SPREAD = (
+    Option("--lr", float, 0.1, "the learning rate η of GD and SGD"),
+    Option("--batch", int, 1, "SGD's minibatch size B", metavar="B"),
+    Option(
+        "--sampling",
+        str,
+        "with-replacement",
+        "how SGD draws each minibatch of B: B independent draws, or a random B-subset of the n examples",
+        choices=("with-replacement", "without-replacement"),
+    ),
+    Option("--steps", int, 200, "steps of GD and SGD"),
+    Option("--record-every", int, 10, "a record every this many steps (a divisor of --steps)"),
+    Option("--seeds", int, 1000, "SGD runs measuring the spread (>= 2)"),
+    SEED,
+)
+"""The options of ``popdyn spread``: SGD's spread around GD's path, predicted and measured (docs/sgd.md)."""
 AUDIT_MOMENTUM = Option(
     "--momentum", float, 0.0, "heavy-ball momentum μ in [0, 1): thresholds (1 − √μ)²/η and 2(1 + μ)/η"
 )
@@ -323,6 +385,21 @@ JOBS: tuple[Job, ...] = (
             AUDIT_MOMENTUM,
             *SGD_AUDIT,
         ),
+    ),
+    Job(
+        "spread",
+        "markov",
+        f"{_M}:spread_markov",
+        "SGD's spread around GD's path on the canonical model from (e0, w0) (docs/models/markov.md §2.2)",
+        MARKOV
+        + _opts(
+            Option("--e0", float, 1.0, "initial e"),
+            Option("--w0", float, 0.5, "initial w"),
+            Option("--N", int, 512, "predicted tokens of one training sequence, an example"),
+        )
+        + SPREAD,
+        takes_progress=True,
+        takes_checkpoint=True,
     ),
     Job(
         "sweep",
@@ -582,10 +659,11 @@ JOBS: tuple[Job, ...] = (
             Option("--grid", int, 32, "points per axis (>= 2)"),
             GRID_RANGE,
             SEED,
-            METHOD,
+            SGD_METHOD,
             Option("--t1", float, 1e4, "flow horizon", when=("method", "flow")),
-            Option("--lr", float, 0.1, "GD learning rate", when=("method", "gd")),
-            Option("--steps", int, 2000, "GD steps", when=("method", "gd")),
+            Option("--lr", float, 0.1, "GD's or SGD's learning rate", when=("method", ("gd", "sgd"))),
+            Option("--steps", int, 2000, "GD's or SGD's steps", when=("method", ("gd", "sgd"))),
+            *SGD_RUNS,
             *DYNAMICS,
             CHUNK,
         ),
@@ -602,10 +680,11 @@ JOBS: tuple[Job, ...] = (
             Option("--n-init", int, 16, "random initialisations (prob.init)"),
             SEED,
             Option("--eps", float, 1e-6, "target gradient norm"),
-            METHOD,
+            SGD_METHOD,
             Option("--t1", float, 1e4, "flow horizon", when=("method", "flow")),
-            Option("--lr", float, 0.1, "GD learning rate", when=("method", "gd")),
-            Option("--steps", int, 10_000, "GD steps", when=("method", "gd")),
+            Option("--lr", float, 0.1, "GD's or SGD's learning rate", when=("method", ("gd", "sgd"))),
+            Option("--steps", int, 10_000, "GD's or SGD's steps", when=("method", ("gd", "sgd"))),
+            *SGD_RUNS,
             *DYNAMICS,
         ),
     ),
@@ -622,6 +701,15 @@ JOBS: tuple[Job, ...] = (
             AUDIT_MOMENTUM,
             *SGD_AUDIT,
         ),
+    ),
+    Job(
+        "spread",
+        MODEL,
+        "popdyn.jobs._spread:spread_model",
+        "SGD's spread around GD's path from prob.init: predicted to first order against measured SGD runs",
+        USER + SPREAD,
+        takes_progress=True,
+        takes_checkpoint=True,
     ),
     Job(
         "sweep",

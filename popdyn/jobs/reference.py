@@ -102,6 +102,9 @@ COMMAND_INTROS = {
     "per run (held, between, edge of stability, diverged).",
     "sweep": "Basin fractions, median stopping times and λ_max over a grid of one or two data parameters (phase "
     "diagrams); the programs compiled for the first parameter value serve all the others.",
+    "spread": "How far minibatch SGD strays from GD's path from the same start: E‖θ_SGD − θ_GD‖² and the excess loss "
+    "predicted to first order from the exact gradient noise, beside an ensemble of SGD runs that measures them, with "
+    "standard errors (`spread.npz`, `spread.png`). See [SGD's gradient noise, exactly](sgd.md).",
 }
 """The paragraph under each command's heading, before its jobs."""
 
@@ -214,8 +217,7 @@ def _meaning(option: Option) -> str:
     if option.choices is not None:
         text += " (one of " + ", ".join(f"`{c}`" for c in option.choices) + ")"
     if option.when is not None:
-        name, value = option.when
-        text += f" (with `--{name.replace('_', '-')} {value}` only)"
+        text += f" (with {option.when_text('`')} only)"
     return text
 
 

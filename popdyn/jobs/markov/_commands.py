@@ -18,9 +18,10 @@ from popdyn.analysis._times import asymptotic_rate, hitting_time, local_rate
 from popdyn.dynamics import STATUS_NAMES, gradient_descent
 from popdyn.io import Result
 from popdyn.jobs._basin_result import basin_result
-from popdyn.jobs._dynamics_options import job_dynamics, settings
+from popdyn.jobs._dynamics_options import SGDRuns, job_dynamics, settings
 from popdyn.jobs._registry import DECLARED, registered
 from popdyn.jobs._sgd_audit import curve_lines, sgd_curves, sgd_inputs, sgd_lines, sgd_replace
+from popdyn.jobs._spread import SpreadSettings, spread_job
 from popdyn.plot import plot_convergence, plot_step_size_audit
 from popdyn.tasks.markov import ATTRACTORS, Canonical
 
@@ -258,3 +259,33 @@ def stepsize_markov(
         )
     res.lines += [] if curves is None else sgd_lines(lrs, [(a, ()) for a in audits]) + curve_lines(curves)
     return res
+
+
+# ---- SGD's spread --------------------------------------------------------------------------------------------------
+@registered
+def spread_markov(
+    p=DECLARED,
+    q=DECLARED,
+    e0=DECLARED,
+    w0=DECLARED,
+    N=DECLARED,
+    lr=DECLARED,
+    batch=DECLARED,
+    sampling=DECLARED,
+    steps=DECLARED,
+    record_every=DECLARED,
+    seeds=DECLARED,
+    seed=DECLARED,
+    progress=False,
+    checkpoint=None,
+) -> Result:
+    """SGD's spread around GD's path on the canonical (e, w) model from (e0, w0) (``spread_job``), its examples one
+    training sequence of ``N`` predicted tokens each, by its transition counts (docs/models/markov.md, "Per-example
+    data"): η = ``lr``, ``seeds`` SGD runs with minibatches of ``batch`` drawn by ``sampling`` from ``seed``."""
+    e0, w0 = _validate.finite("e0", e0), _validate.finite("w0", w0)
+    prob = Canonical(p, q, N=_validate.int_at_least("N", N, 1))
+    settings = SpreadSettings(lr, SGDRuns(batch, seeds, sampling, seed), steps, record_every)
+    theta0 = {"e": jnp.asarray(e0), "w": jnp.asarray(w0)}
+    inputs = {"task": "markov", "p": p, "q": q, "e0": e0, "w0": w0, "N": N}
+    title = f"markov p={p}, q={q}, (e, w) = ({e0}, {w0}), N = {N}"
+    return spread_job(prob, theta0, title, inputs, settings, progress, checkpoint)
