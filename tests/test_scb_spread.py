@@ -128,3 +128,11 @@ def test_cli_defaults_give_the_numbers_of_the_model_page(tmp_path, run_cli):
     assert round(loud["max_noise_to_signal"], 2) == 1.18
     assert [round(x, 2) for x in loud["ratio"]] == [0.94, 0.76, 0.73]
     assert (out / "scb-spread.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("batches", [(), (0,), (4, 4), (2.5,), "4"])
+def test_bad_batches_are_refused_before_anything_runs(batches):
+    from popdyn.jobs.scb import spread_comparison
+
+    with pytest.raises(ValueError, match="batches="):
+        spread_comparison(N=3, T=2, Q=2, batches=batches)

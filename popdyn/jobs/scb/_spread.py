@@ -220,11 +220,13 @@ def spread_comparison(
 
     - ``N``, ``T``, ``Q``, ``seed``: the random instance (``stage2_start``); N^{T+2} ≤ ``MAX_SEQUENCES``.
     - ``lr``: stage 2's step η (η_2 = 0.1 of Figs. 1 and 3 by default).
-    - ``batches``: the minibatch sizes B, integers ≥ 1.
+    - ``batches``: the minibatch sizes B, distinct integers ≥ 1, at least one.
     - ``steps``, ``record_every``: stage 2's steps and the record interval (a divisor of ``steps``).
     - ``seeds``: the SGD runs per minibatch size, ≥ 2; ``seed`` is also their base seed.
     """
-    batches = tuple(_validate.int_at_least("batches", b, 1) for b in batches)
+    batches = _validate.int_sequence("batches", batches)
+    if not batches or min(batches) < 1 or len(set(batches)) < len(batches):
+        raise ValueError(f"batches={list(batches)!r} is invalid: must be distinct integers >= 1, at least one")
     seeds = _validate.int_at_least("seeds", seeds, 2)
     prob, s1 = stage2_start(N, T, Q, seed)
     assert s1.step is not None  # stage2_start refuses a stage 1 that never crossed
