@@ -136,3 +136,17 @@ def test_bad_batches_are_refused_before_anything_runs(batches):
 
     with pytest.raises(ValueError, match="batches="):
         spread_comparison(N=3, T=2, Q=2, batches=batches)
+
+
+@pytest.mark.slow  # stage 1 and sgd_spread at the figure's size
+def test_at_batch_16_the_predicted_noise_peaks_at_028_of_the_signal():
+    """docs/models/scb.md §7.1 and ``SPREAD_BATCHES`` quote it: at the figure's instance, B = 16, the largest
+    predicted √tr C_t is 0.28 times the signal, so B = 1 is the one batch of the figure whose noise passes it."""
+    from popdyn import sgd_spread
+    from popdyn.jobs.scb import signal_distance, stage2_start
+
+    prob, s1 = stage2_start(3, 4, 2, 0)
+    white = Whitened(prob, s1.theta)
+    spread = sgd_spread(white, white.init(None), lr=0.1, batch=16, steps=300, record_every=10)
+    sig = signal_distance(prob, jax.vmap(white.theta)(spread.path))
+    assert round(float(np.max(np.sqrt(spread.expected_sq_distance) / sig)), 2) == 0.28
