@@ -1,6 +1,7 @@
 """Paper figures regenerated from exact dynamics (``popdyn reproduce FIGURE``)."""
 
 from popdyn.figures._markov_ewa import markov_ewa
+from popdyn.figures._scb_spread import scb_spread
 from popdyn.figures.markov import markov_fig1, markov_fig3, markov_fig4
 from popdyn.figures.scan_snap import scan_snap_fig4, scan_snap_fig6, scan_snap_fig9
 from popdyn.figures.scb import scb_fig1, scb_fig3, scb_fig5
@@ -25,6 +26,11 @@ FIGURES = {
     "scan-snap-fig9": (scan_snap_fig9, "Scan and Snap Fig 9: B_n(t) at fixed η_Y/η_Z with the transition times t_0"),
     "scb-fig1": (scb_fig1, "SCB Fig 1: distances to the truth, ℓ1-proximal vs SGD with a large and a small step"),
     "scb-fig3": (scb_fig3, "SCB Fig 3: signals α_V, α_A and the distance Δ to the noise-free population"),
+    "scb-spread": (
+        scb_spread,
+        "SCB: SGD's μ-distance to the population process, predicted (sgd_spread) and measured, against the signal "
+        "(N=3, T=4: exact per-example data)",
+    ),
     "teacher-rates": (
         teacher_rates,
         "Bilinear teachers: the poster's log-log rates, OOD and cosine for its six settings",
@@ -61,6 +67,7 @@ __all__ = [
     "scb_fig1",
     "scb_fig3",
     "scb_fig5",
+    "scb_spread",
     "teacher_heatmaps",
     "teacher_rates",
 ]

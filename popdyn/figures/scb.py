@@ -29,6 +29,7 @@ from popdyn.jobs.scb._training import (
     population_reference,
     stage1,
     stage2,
+    stage2_start,
     surrogate_noise,
     trajectory_metrics,
 )
@@ -78,10 +79,7 @@ def stage2_comparison(
     - ``steps``, ``batch``, ``noise``, ``record_every``: stage 2's steps, batch B, noise model and record interval
       (``stage2``).
     """
-    prob = SparseBigram(*random_instance(jax.random.PRNGKey(_validate.int_at_least("seed", seed, 0)), N, T, Q))
-    s1 = stage1(prob, Q)
-    if s1.step is None:
-        raise ValueError(f"Q={Q}: stage 1 did not reach max(α) >= {s1.threshold:.3g} within its step budget")
+    prob, s1 = stage2_start(N, T, Q, seed)
     var = gradient_variance(prob, s1.theta, jax.random.PRNGKey(seed + 1))
     runs = {}
     for key, _, lr in RUNS:

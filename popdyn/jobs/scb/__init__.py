@@ -1,7 +1,9 @@
-"""Sparse-contextual-bigram runs: the two-stage training of the paper and its transfer experiment, and the
-command-line jobs built on them (docs/jobs.md). ``StateMetrics``, ``WithReference``, ``normalise`` and
-``state_metrics`` are ``popdyn.tasks.scb``'s, listed here too."""
+"""Sparse-contextual-bigram runs: the two-stage training of the paper, SGD's distance to its population process
+(predicted and measured), its transfer experiment, and the command-line jobs built on them (docs/jobs.md).
+``StateMetrics``, ``WithReference``, ``normalise`` and ``state_metrics`` are ``popdyn.tasks.scb``'s, listed here
+too."""
 
+from popdyn.jobs.scb._spread import SpreadComparison, SpreadCurve, signal_distance, spread_comparison
 from popdyn.jobs.scb._training import (
     RunMetrics,
     SampledGradient,
@@ -12,6 +14,7 @@ from popdyn.jobs.scb._training import (
     stage1,
     stage1_threshold,
     stage2,
+    stage2_start,
     surrogate_noise,
     trajectory_metrics,
 )
@@ -22,6 +25,8 @@ __all__ = [
     "RunMetrics",
     "SampledGradient",
     "Signals",
+    "SpreadComparison",
+    "SpreadCurve",
     "Stage1Run",
     "StateMetrics",
     "Transfer",
@@ -32,9 +37,12 @@ __all__ = [
     "population_reference",
     "preconditioner",
     "run_signals",
+    "signal_distance",
+    "spread_comparison",
     "stage1",
     "stage1_threshold",
     "stage2",
+    "stage2_start",
     "state_metrics",
     "surrogate_noise",
     "trajectory_metrics",

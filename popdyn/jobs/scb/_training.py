@@ -22,6 +22,7 @@ from popdyn import _validate
 from popdyn.dynamics import L1Prox, Trajectory, gradient_descent
 from popdyn.jobs._records import internal
 from popdyn.problem import Theta
+from popdyn.tasks.scb._instance import random_instance
 from popdyn.tasks.scb._metrics import StateMetrics, state_metrics
 from popdyn.tasks.scb._model import SparseBigram
 from popdyn.tasks.scb.sampling import minibatch_gradient, per_sample_sq_norms
@@ -138,6 +139,22 @@ def stage1(
         theta, done = traj.final, done + n
     alphas = np.concatenate(parts)
     return Stage1Run(step=None, threshold=threshold, theta=None, alphas=alphas, ts=np.arange(len(alphas) * 1.0))
+
+
+def stage2_start(N: int, T: int, Q: int, seed: int) -> tuple[SparseBigram, Stage1Run]:
+    """The random instance drawn from ``PRNGKey(seed)`` (``random_instance``) and its exact ``stage1`` run, whose end
+    point is where every stage-2 run of Figs. 1 and 3 starts; ValueError if stage 1 does not cross its threshold
+    within its step budget.
+
+    **Arguments:**
+
+    - ``N``, ``T``, ``Q``: the instance's sizes and sparsity; ``seed``: an integer ≥ 0.
+    """
+    prob = SparseBigram(*random_instance(jax.random.PRNGKey(_validate.int_at_least("seed", seed, 0)), N, T, Q))
+    s1 = stage1(prob, Q)
+    if s1.step is None:
+        raise ValueError(f"Q={Q}: stage 1 did not reach max(α) >= {s1.threshold:.3g} within its step budget")
+    return prob, s1
 
 
 def stage2(

@@ -4,7 +4,9 @@ Algorithm 1 steps along D^{-1}Π∇L, not ∇L, so the curvature its step size m
 loss u ↦ L(θ₀ + Π(u)D_μ^{-1/2}): plain GD on u with step η is the preconditioned projected GD on θ with
 step η (exactly, step for step), and its Hessian is Π D^{-1/2} ∇²L D^{-1/2} Π. ``Whitened`` is that
 problem, so the engine's ``step_size_audit`` checks η ≤ 1/λ_max and η < 2/λ_max for Algorithm 1 itself
-(``jobs.stepsize_scb``).
+(``jobs.stepsize_scb``). Its examples are the instance's (``SparseBigram.examples``), each seen through θ(u), so
+minibatch SGD on u is the preconditioned, projected minibatch SGD of stage 2 on θ, step for step, and
+``popdyn.sgd_spread`` on u predicts how far that SGD strays from the population process (``jobs.scb.spread``).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import jax
 import jax.numpy as jnp
 from jaxtyping import Array, Float
 
+from popdyn.exact._tables import WeightedTable
 from popdyn.problem import Problem, Theta
 from popdyn.tasks.scb._model import SparseBigram
 
@@ -45,6 +48,23 @@ class Whitened(Problem):
 
     def loss(self, u: Theta) -> Float[Array, ""]:
         return self.prob.loss(self.theta(u))
+
+    def examples(self) -> WeightedTable:
+        """The instance's training draws (``SparseBigram.examples``: all N^{T+2} of them, ValueError above
+        ``MAX_SEQUENCES``)."""
+        return self.prob.examples()
+
+    def example_loss(self, u: Theta, x) -> Float[Array, ""]:
+        """ℓ(θ(u), x), the per-sample loss of one draw at whitened coordinates u: E_x ℓ(θ(u), x) = ``loss(u)``, and a
+        step along its gradient in u is the preconditioned, projected per-sample step on θ: ∇_u ℓ = (∇_V ℓ D_μ^{-1/2},
+        Π_T ∇_A ℓ D_μ^{-1/2}), so θ(u − η∇_u ℓ) = θ(u) − η (∇_V ℓ D_μ^{-1}, Π_T ∇_A ℓ D_μ^{-1}).
+
+        **Arguments:**
+
+        - ``u``: whitened coordinates {"V": N × N, "A": T × N}.
+        - ``x``: one draw, a point of ``examples()`` ({"X", "k", "y"}).
+        """
+        return self.prob.example_loss(self.theta(u), x)
 
     def init(self, key: Array | None) -> Theta:
         """u = 0, i.e. θ = θ₀ (by default the uninformative start (μ1ᵀ, 11ᵀ/T)); ``key`` unused."""
