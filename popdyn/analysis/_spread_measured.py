@@ -21,6 +21,7 @@ from popdyn import _validate
 from popdyn._batching import check_memory
 from popdyn.analysis._spread import SGDSpread
 from popdyn.dynamics import SGD, SaveAt, Status
+from popdyn.dynamics._status import count
 from popdyn.problem import Problem
 
 
@@ -51,6 +52,10 @@ class MeasuredSpread:
         with np.errstate(divide="ignore", invalid="ignore"):
             gap = self.sq_distance - self.predicted.expected_sq_distance
             return np.where(self.sq_distance_stderr > 0, gap / self.sq_distance_stderr, np.nan)
+
+    def status_counts(self) -> dict[str, int]:
+        """How many runs ended in each status."""
+        return count(self.status)
 
     @property
     def all_steps(self) -> int:

@@ -9,7 +9,8 @@ import numpy as np
 
 from popdyn.analysis import AbstractLabeller, AbstractSlice, HittingTimes, basin_probabilities
 from popdyn.analysis._basin_probabilities import BasinProbabilities
-from popdyn.dynamics import SGD, AbstractDynamics, Status
+from popdyn.dynamics import SGD, AbstractDynamics
+from popdyn.dynamics._status import count
 from popdyn.io import Result
 from popdyn.plot import plot_basin_probabilities, plot_times_over_seeds
 from popdyn.problem import Problem
@@ -26,10 +27,6 @@ def separatrix_dynamics(dynamics: AbstractDynamics) -> AbstractDynamics | None:
     return None
 
 
-def _status_counts(status: np.ndarray) -> dict[str, int]:
-    return {s.name.lower(): int(np.sum(status == int(s))) for s in Status}
-
-
 def probability_results(bp: BasinProbabilities) -> dict:
     """The summary of a probability map: per outcome (each attractor, then "unresolved") its share of all runs and,
     where a deterministic dynamics ran beside (``bp.beside_labels``), its share of starts and the share of starts at
@@ -42,7 +39,7 @@ def probability_results(bp: BasinProbabilities) -> dict:
         "fractions": {n: float(f) for n, f in zip(names, share, strict=True)},
         "uncertain_fraction": float(np.mean(bp.uncertain(UNCERTAIN_LEVEL))),
         "uncertain_level": UNCERTAIN_LEVEL,
-        "status_counts": _status_counts(bp.status),
+        "status_counts": count(bp.status),
     }
     if bp.beside_labels is not None:
         beside = np.where(bp.beside_labels < 0, len(bp.attractors), bp.beside_labels)

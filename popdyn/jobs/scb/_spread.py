@@ -20,11 +20,9 @@ from dataclasses import dataclass
 
 import jax
 import numpy as np
-from jax.flatten_util import ravel_pytree
 
 from popdyn import _validate
-from popdyn.analysis import sgd_spread
-from popdyn.dynamics import SGD, SaveAt
+from popdyn.analysis import MeasuredSpread, SGDSpread, measured_spread, sgd_spread
 from popdyn.jobs._records import internal, summary
 from popdyn.jobs.scb._training import BATCH, ETA2, stage2_start
 from popdyn.tasks.scb._model import SparseBigram
@@ -141,14 +139,15 @@ def _crossings(sq: np.ndarray, signal: np.ndarray, ts: np.ndarray) -> tuple[int 
     return first, _first(~above, ts, int(np.searchsorted(ts, first)))
 
 
-def _curve(batch: int, ts: np.ndarray, sig: np.ndarray, predicted: np.ndarray, sq: np.ndarray, status) -> SpreadCurve:
-    """A ``SpreadCurve`` from tr C_t (``predicted``) and the runs' ‖Δ_t‖² (``sq``, runs × records)."""
-    mean, se = sq.mean(axis=0), sq.std(axis=0, ddof=1) / np.sqrt(sq.shape[0])
+def _curve(m: MeasuredSpread, sig: np.ndarray) -> SpreadCurve:
+    """A ``SpreadCurve`` from an ensemble measured against its prediction (``measured_spread``) and the signal
+    ``sig`` at its records."""
+    ts, predicted, mean, se = m.ts, m.predicted.expected_sq_distance, m.sq_distance, m.sq_distance_stderr
     idx = sorted({max(1, round(f * (len(ts) - 1))) for f in REPORT_FRACTIONS})
     crossing, recrossing = _crossings(predicted, sig, ts)
     m_crossing, m_recrossing = _crossings(mean, sig, ts)
     return SpreadCurve(
-        batch=batch,
+        batch=m.predicted.batch,
         crossing_step=crossing,
         recrossing_step=recrossing,
         measured_crossing_step=m_crossing,
@@ -160,7 +159,7 @@ def _curve(batch: int, ts: np.ndarray, sig: np.ndarray, predicted: np.ndarray, s
         ratio=[float(mean[i] / predicted[i]) for i in idx],
         ratio_stderr=[float(se[i] / predicted[i]) for i in idx],
         max_noise_to_signal=float(np.max(np.sqrt(predicted) / sig)),
-        status=status,
+        status=m.status_counts(),
         predicted_sq=predicted,
         measured_sq=mean,
         measured_stderr=se,
@@ -179,25 +178,17 @@ def signal_distance(prob: SparseBigram, theta) -> np.ndarray:
     return np.sqrt(np.asarray(dist(theta)))
 
 
-def _measured(white: Whitened, path, dynamics: SGD) -> tuple[np.ndarray, dict[str, int]]:
-    """‖u_SGD,t − ū_t‖² of every run at every record (runs × records) and the runs' status counts; ValueError if a
-    run stopped before the last step (a frozen run would bias the mean).
-
-    **Arguments:**
-
-    - ``white``: the whitened problem; ``path``: GD's ū_t at the records (``SGDSpread.path``).
-    - ``dynamics``: the SGD ensemble, recording θ at the records of ``path``.
-    """
-    traj = dynamics.run(white, white.init(None))
-    status = traj.status_counts()
-    if status["max_steps"] != dynamics.seeds:
+def _measured(white: Whitened, spread: SGDSpread, seeds: int, seed: int) -> MeasuredSpread:
+    """``measured_spread`` of ``seeds`` SGD runs on the whitened problem against ``spread``; ValueError if a run
+    stopped before the last step (a frozen run would bias the mean)."""
+    m = measured_spread(white, spread, runs=seeds, seed=seed)
+    if m.all_steps != seeds:
         raise ValueError(
-            f"lr={dynamics.lr}, batch={dynamics.batch}: some SGD runs stopped before step {dynamics.steps} ({status}); "
-            "their distance to the population process would be frozen: take a smaller lr or fewer steps"
+            f"lr={spread.lr}, batch={spread.batch}: {seeds - m.all_steps} of {seeds} SGD runs stopped before step "
+            f"{int(spread.ts[-1])}; their distance to the population process would be frozen: take a smaller lr or "
+            "fewer steps"
         )
-    flat = jax.vmap(lambda th: ravel_pytree(th)[0])
-    runs = np.asarray(jax.vmap(flat)(traj.params))  # (S, R, d)
-    return np.sum((runs - np.asarray(flat(path))[None]) ** 2, axis=-1), status
+    return m
 
 
 def spread_comparison(
@@ -235,10 +226,7 @@ def spread_comparison(
     for b in batches:
         spread = sgd_spread(white, white.init(None), lr=lr, batch=b, steps=steps, record_every=record_every)
         ts, sig = spread.ts, signal_distance(prob, jax.vmap(white.theta)(spread.path))
-        save = SaveAt(every=record_every, params=True)
-        ens = SGD(lr=lr, batch=b, steps=steps, seeds=seeds, seed=seed, save=save)
-        sq, status = _measured(white, spread.path, ens)
-        curves.append(_curve(b, ts, sig, spread.expected_sq_distance, sq, status))
+        curves.append(_curve(_measured(white, spread, seeds, seed), sig))
     return SpreadComparison(
         N=prob.N, T=prob.T, Q=Q, seed=seed, lr=float(lr), steps=steps, seeds=seeds, record_every=record_every,
         stage1_steps=s1.step, examples=int(prob.examples().weights.shape[0]), params=white.n_params(),
