@@ -113,6 +113,33 @@ def test_spread_is_the_librarys_prediction_beside_its_measurement(tmp_path, run_
     assert (out / "spread.png").stat().st_size > 0
 
 
+@pytest.mark.slow  # SGD on the Markov model's 262,658 training sequences, GD and the settling flow: ~60 s
+def test_markov_basins_with_sgd_against_the_closed_form(tmp_path, run_cli):
+    out = tmp_path / "o"
+    argv = ["--p", "0.2", "--q", "0.3", "--grid", "4", "--method", "sgd", "--lr", "0.2", "--steps", "60"]
+    proc = run_cli("basins", "markov", *argv, "--seeds", "2", "--batch", "8", "--seed", "1", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    prob, grid = Canonical(0.2, 0.3), popdyn.Grid.square("w", "e", -3.0, 3.0, 4)
+    sgd = SGD(lr=0.2, steps=60, seeds=2, batch=8, seed=1)
+    bp = popdyn.basin_probabilities(prob, grid, sgd, beside=GradientDescent(lr=0.2, steps=60))
+    saved = np.load(out / "basins.npz")
+    np.testing.assert_array_equal(saved["probabilities"], bp.probabilities)
+    np.testing.assert_array_equal(saved["beside_labels"], bp.beside_labels)
+    # the closed form's basin of every start (docs/models/markov.md §4.4), and the share of far starts whose
+    # likeliest outcome is it
+    theta = grid.points(prob)
+    predicted = np.asarray(jax.vmap(prob.predicted_basin)(theta)).reshape(4, 4)
+    far = np.asarray(prob.separatrix_distance(theta)).reshape(4, 4) > 0.05
+    np.testing.assert_array_equal(saved["predicted"], predicted)
+    names = np.array([*bp.attractors, "unresolved"])
+    likely = names[np.argmax(bp.probabilities, axis=-1)]
+    judged = far & (likely != "unresolved") & (predicted >= 0)
+    assert judged.any()
+    results = json.loads((out / "summary.json").read_text())["results"]
+    expected = np.array(["global", "local", "saddle"])[np.maximum(predicted, 0)]
+    assert results["agreement_with_theory"] == float(np.mean((likely == expected)[judged]))
+
+
 @pytest.mark.slow  # the canonical model's spread and 200 SGD runs through the command: ~15 s
 def test_the_markov_task_spread_is_the_canonical_models(tmp_path, run_cli):
     out = tmp_path / "o"
@@ -149,6 +176,8 @@ def test_the_markov_task_spread_is_the_canonical_models(tmp_path, run_cli):
         ("spread", ["test_stepsize_sgd:no_examples"], "declares no per-example data"),
         ("spread", [MODEL, "--lr", "0"], "lr=0.0 is out of range"),
         ("spread", ["markov", "--N", "0"], "N=0 is out of range"),
+        ("basins", ["markov", "--method", "gd", "--seed", "3"], "--seed applies only with --method sgd (here 'gd')"),
+        ("basins", ["markov", "--method", "sgd", "--t1", "3"], "--t1 applies only with --method flow (here 'sgd')"),
         ("spread", ["markov", "--e0", "nan"], "e0=nan"),
     ],
 )

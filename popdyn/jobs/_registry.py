@@ -339,11 +339,13 @@ JOBS: tuple[Job, ...] = (
         + _opts(
             Option("--grid", int, 128, "points per axis (>= 2)", param="n"),
             GRID_RANGE,
-            METHOD,
+            SGD_METHOD,
             Option("--t1", float, 1e4, "flow horizon", when=("method", "flow")),
-            Option("--lr", float, 0.5, "GD learning rate", when=("method", "gd")),
-            Option("--steps", int, 2000, "GD steps", when=("method", "gd")),
-            Option("--momentum", float, 0.0, "heavy-ball momentum in [0, 1)", when=("method", "gd")),
+            Option("--lr", float, 0.5, "GD's or SGD's learning rate", when=("method", ("gd", "sgd"))),
+            Option("--steps", int, 2000, "GD's or SGD's steps", when=("method", ("gd", "sgd"))),
+            Option("--momentum", float, 0.0, "heavy-ball momentum in [0, 1)", when=("method", ("gd", "sgd"))),
+            *SGD_RUNS,
+            Option("--seed", int, 0, "the base seed of SGD's minibatch streams", when=("method", "sgd")),
             Option(
                 "--bias",
                 str,

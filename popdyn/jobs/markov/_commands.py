@@ -15,12 +15,13 @@ from popdyn import _validate, dynamics
 from popdyn.analysis import Grid, basin_map, step_size_audit
 from popdyn.analysis._stepsize import run_saddle_tol
 from popdyn.analysis._times import asymptotic_rate, hitting_time, local_rate
-from popdyn.dynamics import STATUS_NAMES, gradient_descent
+from popdyn.dynamics import SGD, STATUS_NAMES, gradient_descent
 from popdyn.io import Result
 from popdyn.jobs._basin_result import basin_result
 from popdyn.jobs._dynamics_options import SGDRuns, job_dynamics, settings
 from popdyn.jobs._registry import DECLARED, registered
 from popdyn.jobs._sgd_audit import curve_lines, sgd_curves, sgd_inputs, sgd_lines, sgd_replace
+from popdyn.jobs._sgd_jobs import sgd_basins
 from popdyn.jobs._spread import SpreadSettings, spread_job
 from popdyn.plot import plot_convergence, plot_step_size_audit
 from popdyn.tasks.markov import ATTRACTORS, Canonical
@@ -48,21 +49,32 @@ def basins_markov(
     rtol=DECLARED,
     atol=DECLARED,
     max_steps=DECLARED,
+    batch=DECLARED,
+    seeds=DECLARED,
+    sampling=DECLARED,
+    seed=DECLARED,
 ) -> Result:
     """Basin map of the (e, w) model over [lo, hi]² (the bias profiled out, or ``bias="trained"`` from b = 0),
     checked against the closed form (§4.4, profiled bias only), run by ``job_dynamics`` of the method and its
     settings (GD with heavy-ball ``momentum``; ``gtol``: the absolute stopping rule ‖∇L‖ < gtol instead of the
-    scale-aware one); ``checkpoint``: a directory to save finished chunks in and resume from (``basin_map``)."""
+    scale-aware one); ``checkpoint``: a directory to save finished chunks in and resume from (``basin_map``). With
+    ``method="sgd"``, ``seeds`` SGD runs from each start on the model's training sequences (minibatches of ``batch``
+    drawn by ``sampling``, streams from ``seed``): the map as probabilities (``sgd_basins_markov``)."""
     n = _validate.int_at_least("grid", n, 2)
     lo, hi = _validate.interval("range", (lo, hi))
     _validate.choice("bias", bias, ("profiled", "trained"))
     _validate.int_at_least("chunk", chunk, 1)
     flow = {"t1": t1, "solver": solver, "max_steps": max_steps}
     tolerances = {"rtol": rtol, "atol": atol, "gtol": gtol}
-    dyn = job_dynamics(method, lr=lr, steps=steps, momentum=momentum, **flow, **tolerances)
+    sgd = SGDRuns(batch, seeds, sampling, seed)
+    dyn = job_dynamics(method, lr=lr, steps=steps, momentum=momentum, sgd=sgd, **flow, **tolerances)
     prob = Canonical(p, q, bias=bias)
     grid = Grid.square("w", "e", lo, hi, n)
     theory = prob.theorem_applies() and bias == "profiled"  # §4.4's closed-form basins: p+q != 1, profiled bias
+    if isinstance(dyn, SGD):
+        inputs = {"task": "markov", "p": p, "q": q, "grid": n, "range": [lo, hi], "bias": bias, **settings(dyn)}
+        run = {"chunk_size": chunk, "progress": progress, "checkpoint": checkpoint}
+        return sgd_basins_markov(prob, grid, dyn, theory, run, inputs)
     with ThreadPoolExecutor(1) as pool:  # the closed-form check needs no end point: it runs beside the dynamics
         check = pool.submit(_closed_form_basins, prob, grid) if theory else None
         bm = basin_map(prob, grid, dyn, chunk_size=chunk, progress=progress, checkpoint=checkpoint)
@@ -101,6 +113,33 @@ def basins_markov(
             f"  agreement with the closed-form basins (§4.4): {100 * agree:.2f}% of the "
             f"{int(judged.sum())} resolved points away from the separatrix"
         )
+    return res
+
+
+def sgd_basins_markov(prob: Canonical, grid: Grid, dyn: SGD, theory: bool, run: dict, inputs: dict) -> Result:
+    """``popdyn basins markov --method sgd``: the map as probabilities beside GD's (``sgd_basins``) and, where the
+    closed form applies (``theory``), the share of starts farther than 0.05 from its separatrix whose most likely
+    outcome over the seeds is the closed form's attractor (§4.4; unresolved starts are counted apart).
+
+    **Arguments:** ``prob``, ``grid``: the model and the (w, e) grid; ``dyn``: the SGD runs; ``run``: chunk size,
+    progress and checkpoint; ``inputs``: the job's inputs."""
+    title = f"p={prob.p}, q={prob.q}, sgd"
+    res = sgd_basins(prob, grid, dyn, None, run, title, inputs)
+    if not theory:
+        return res
+    predicted, far = _closed_form_basins(prob, grid)
+    basins = res.arrays["basins"]
+    names = np.asarray(basins["attractors"])
+    likely = names[np.argmax(basins["probabilities"], axis=-1)]
+    judged = far & (likely != "unresolved") & (predicted >= 0)  # the closed form names an attractor there
+    expected = np.asarray(ATTRACTORS, dtype=object)[np.maximum(predicted, 0)]
+    agree = float(np.mean((likely == expected)[judged])) if judged.any() else None
+    res.results |= {"agreement_with_theory": agree, "agreement_over": f"{int(judged.sum())} starts farther than 0.05 "
+                    "from the separatrix whose most likely outcome is an attractor"}  # fmt: skip
+    basins["predicted"] = predicted
+    if agree is not None:
+        res.lines.insert(-1, f"  most likely outcome = the closed form's basin (§4.4) at {100 * agree:.2f}% of the "
+                         f"{int(judged.sum())} starts away from the separatrix")  # fmt: skip
     return res
 
 
