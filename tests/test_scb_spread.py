@@ -12,6 +12,7 @@ from jax.flatten_util import ravel_pytree
 
 from popdyn.figures import FIGURES
 from popdyn.figures._scb_spread import scb_spread
+from popdyn.jobs.scb import SpreadSetup
 from popdyn.jobs.scb._spread import _crossings, _departure, signal_distance
 from popdyn.tasks.scb import SparseBigram, Whitened, minibatch_gradient, random_instance
 
@@ -73,7 +74,8 @@ def test_crossings_find_where_the_noise_passes_the_signal_and_falls_back():
 @pytest.fixture(scope="module")
 def small():
     """The figure at a small η on a tiny instance (81 draws, d = 15), where the first order holds."""
-    return scb_spread(N=3, T=2, Q=2, lr=0.02, batches=(4,), steps=20, seeds=400, record_every=5, progress=False)
+    setup = SpreadSetup(N=3, T=2, Q=2, lr=0.02, batches=(4,), steps=20, seeds=400, record_every=5)
+    return scb_spread(setup, progress=False)
 
 
 @pytest.mark.slow  # the whole job: stage 1, sgd_spread and 400 SGD runs compile ~25 s of CPU on 2 cores
@@ -132,10 +134,8 @@ def test_cli_defaults_give_the_numbers_of_the_model_page(tmp_path, run_cli):
 
 @pytest.mark.parametrize("batches", [(), (0,), (4, 4), (2.5,), "4"])
 def test_bad_batches_are_refused_before_anything_runs(batches):
-    from popdyn.jobs.scb import spread_comparison
-
     with pytest.raises(ValueError, match="batches="):
-        spread_comparison(N=3, T=2, Q=2, batches=batches)
+        SpreadSetup(N=3, T=2, Q=2, batches=batches)
 
 
 @pytest.mark.slow  # stage 1 and sgd_spread at the figure's size

@@ -8,15 +8,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from popdyn.io import Result
-from popdyn.jobs.scb._spread import (
-    SPREAD_BATCHES,
-    SPREAD_SIZE,
-    SPREAD_STEPS,
-    SpreadComparison,
-    SpreadCurve,
-    spread_comparison,
-)
-from popdyn.jobs.scb._training import ETA2
+from popdyn.jobs.scb._spread import SpreadComparison, SpreadCurve, SpreadSetup, spread_comparison
 
 
 def _figure(comp: SpreadComparison) -> Figure:
@@ -65,33 +57,20 @@ def _curve_lines(c: SpreadCurve) -> list[str]:
     return lines
 
 
-def scb_spread(
-    N: int = SPREAD_SIZE[0],
-    T: int = SPREAD_SIZE[1],
-    Q: int = SPREAD_SIZE[2],
-    seed: int = 0,
-    lr: float = ETA2,
-    batches: tuple[int, ...] = SPREAD_BATCHES,
-    steps: int = SPREAD_STEPS,
-    seeds: int = 200,
-    record_every: int = 10,
-    progress: bool = True,
-) -> Result:
+def scb_spread(setup: SpreadSetup | None = None, progress: bool = True) -> Result:
     """SGD's distance to the population process along stage 2 of Algorithm 1 (Figs. 1 and 3's plain SGD, exact
     minibatches): the first-order prediction √tr C_t of √E‖θ_SGD,t − θ̄_t‖²_μ (``popdyn.sgd_spread`` in the whitened
-    coordinates, where ‖·‖ is the μ-norm ‖ΔV‖_μ² + ‖ΔA‖_μ²), the same measured over ``seeds`` SGD runs, and the
-    signal ‖θ̄_t − θ_0‖_μ, at each minibatch size (``spread_comparison``). Runs at a tiny instance (N = 3, T = 4),
-    not the paper's N = 10, T = 50: the exact per-example data are all N^{T+2} draws.
+    coordinates, where ‖·‖ is the μ-norm ‖ΔV‖_μ² + ‖ΔA‖_μ²), the same measured over ``setup.seeds`` SGD runs, and
+    the signal ‖θ̄_t − θ_0‖_μ, at each minibatch size (``spread_comparison``). Runs at a tiny instance (N = 3,
+    T = 4), not the paper's N = 10, T = 50: the exact per-example data are all N^{T+2} draws.
 
-    **Arguments:**
-
-    - ``N``, ``T``, ``Q``, ``seed``: the random instance (``random_instance`` from ``PRNGKey(seed)``).
-    - ``lr``: stage 2's step η; ``batches``: the minibatch sizes B; ``steps``, ``record_every``: stage 2's steps and
-      the record interval; ``seeds``: SGD runs per minibatch size.
-    - ``progress``: unused.
+    **Arguments:** ``setup``: the instance, step, minibatch sizes, steps and runs (``SpreadSetup``; default the
+    figure's); ``progress``: progress bars for the SGD runs.
     """
-    del progress
-    comp = spread_comparison(N, T, Q, seed, lr, tuple(batches), steps, seeds, record_every)
+    setup = SpreadSetup() if setup is None else setup
+    comp = spread_comparison(setup, progress)
+    N, T, Q, seed, lr = setup.N, setup.T, setup.Q, setup.seed, setup.lr
+    steps, seeds, record_every = setup.steps, setup.seeds, setup.record_every
     inputs = {
         "figure": "scb-spread",
         "N": N,

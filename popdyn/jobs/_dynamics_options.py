@@ -11,9 +11,10 @@ from typing import Any
 
 from popdyn import _validate
 from popdyn.dynamics import SGD, AbstractDynamics, GradientDescent, Steady
+from popdyn.jobs import _registry as registry
 
 SOLVER_NAMES = ("tsit5", "kvaerno5", "dopri8")
-SAMPLING = ("with-replacement", "without-replacement")
+SAMPLING: tuple[str, ...] = registry.SAMPLING.choices or ()
 """``--sampling``: SGD's B i.i.d. draws by the examples' weights, or a random B-subset of the n examples."""
 
 

@@ -195,6 +195,14 @@ METHOD = Option(
     metavar="METHOD",
 )
 SEED = Option("--seed", int, 0, "random seed")
+SAMPLING = Option(
+    "--sampling",
+    str,
+    "with-replacement",
+    "how SGD draws each minibatch of B: B independent draws, or a random B-subset of the n examples",
+    choices=("with-replacement", "without-replacement"),
+)
+"""SGD's sampling in the jobs that run SGD: with replacement (the default) or without."""
 SGD_METHOD = Option(
     "--method",
     str,
@@ -213,27 +221,14 @@ SGD_RUNS = (
         metavar="B",
     ),
     Option("--seeds", int, 32, "SGD runs from each start, each with its own minibatches", when=("method", "sgd")),
-    Option(
-        "--sampling",
-        str,
-        "with-replacement",
-        "how SGD draws each minibatch of B: B independent draws, or a random B-subset of the n examples",
-        choices=("with-replacement", "without-replacement"),
-        when=("method", "sgd"),
-    ),
+    dataclasses.replace(SAMPLING, when=("method", "sgd")),
 )
 """Minibatch SGD's settings in the jobs that run it (``--method sgd``); its runs' minibatch streams start from
 ``--seed``."""
 SPREAD = (
     Option("--lr", float, 0.1, "the learning rate η of GD and SGD"),
     Option("--batch", int, 1, "SGD's minibatch size B", metavar="B"),
-    Option(
-        "--sampling",
-        str,
-        "with-replacement",
-        "how SGD draws each minibatch of B: B independent draws, or a random B-subset of the n examples",
-        choices=("with-replacement", "without-replacement"),
-    ),
+    SAMPLING,
     Option("--steps", int, 200, "steps of GD and SGD"),
     Option("--record-every", int, 10, "a record every this many steps (a divisor of --steps)"),
     Option("--seeds", int, 1000, "SGD runs measuring the spread (>= 2)"),
@@ -258,7 +253,7 @@ SGD_SAMPLING = Option(
     None,
     "how SGD draws each minibatch of B: B independent draws (with-replacement, the default) or a random B-subset "
     "of the n examples (without-replacement); only with a minibatch size B",
-    choices=("with-replacement", "without-replacement"),
+    choices=SAMPLING.choices,
 )
 SGD_AUDIT = (SGD_BATCH, SGD_SAMPLING)
 """The step-size audit's SGD thresholds (``step_size_audit(..., batch=B, replace=...)``), for stepsize jobs."""

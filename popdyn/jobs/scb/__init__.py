@@ -3,7 +3,13 @@
 ``StateMetrics``, ``WithReference``, ``normalise`` and ``state_metrics`` are ``popdyn.tasks.scb``'s, listed here
 too."""
 
-from popdyn.jobs.scb._spread import SpreadComparison, SpreadCurve, signal_distance, spread_comparison
+from popdyn.jobs.scb._spread import (
+    SpreadComparison,
+    SpreadCurve,
+    SpreadSetup,
+    signal_distance,
+    spread_comparison,
+)
 from popdyn.jobs.scb._training import (
     RunMetrics,
     SampledGradient,
@@ -39,6 +45,7 @@ __all__ = [
     "run_signals",
     "signal_distance",
     "spread_comparison",
+    "SpreadSetup",
     "stage1",
     "stage1_threshold",
     "stage2",

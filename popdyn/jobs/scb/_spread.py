@@ -178,10 +178,10 @@ def signal_distance(prob: SparseBigram, theta) -> np.ndarray:
     return np.sqrt(np.asarray(dist(theta)))
 
 
-def _measured(white: Whitened, spread: SGDSpread, seeds: int, seed: int) -> MeasuredSpread:
+def _measured(white: Whitened, spread: SGDSpread, seeds: int, seed: int, progress: bool) -> MeasuredSpread:
     """``measured_spread`` of ``seeds`` SGD runs on the whitened problem against ``spread``; ValueError if a run
     stopped before the last step (a frozen run would bias the mean)."""
-    m = measured_spread(white, spread, runs=seeds, seed=seed)
+    m = measured_spread(white, spread, runs=seeds, seed=seed, progress=progress)
     if m.all_steps != seeds:
         raise ValueError(
             f"lr={spread.lr}, batch={spread.batch}: {seeds - m.all_steps} of {seeds} SGD runs stopped before step "
@@ -191,21 +191,9 @@ def _measured(white: Whitened, spread: SGDSpread, seeds: int, seed: int) -> Meas
     return m
 
 
-def spread_comparison(
-    N: int = SPREAD_SIZE[0],
-    T: int = SPREAD_SIZE[1],
-    Q: int = SPREAD_SIZE[2],
-    seed: int = 0,
-    lr: float = ETA2,
-    batches: tuple[int, ...] = SPREAD_BATCHES,
-    steps: int = SPREAD_STEPS,
-    seeds: int = 200,
-    record_every: int = 10,
-) -> SpreadComparison:
-    """Stage 1 (exact), then stage 2's plain preconditioned, projected SGD at each minibatch size: the first-order
-    E‖Δ_t‖² = tr C_t of ``sgd_spread`` and the mean of ‖Δ_t‖² over ``seeds`` runs of ``SGD`` (exact minibatches of
-    the instance's draws, with replacement), Δ_t = θ_SGD,t − θ̄_t in the μ-norm, against the signal ‖θ̄_t − θ_0‖_μ
-    (module docstring).
+@dataclass(frozen=True)
+class SpreadSetup:
+    """What ``spread_comparison`` runs (defaults: ``popdyn reproduce scb-spread``'s), checked where it is made.
 
     **Arguments:**
 
@@ -215,18 +203,44 @@ def spread_comparison(
     - ``steps``, ``record_every``: stage 2's steps and the record interval (a divisor of ``steps``).
     - ``seeds``: the SGD runs per minibatch size, ≥ 2; ``seed`` is also their base seed.
     """
-    batches = _validate.int_sequence("batches", batches)
-    if not batches or min(batches) < 1 or len(set(batches)) < len(batches):
-        raise ValueError(f"batches={list(batches)!r} is invalid: must be distinct integers >= 1, at least one")
-    seeds = _validate.int_at_least("seeds", seeds, 2)
+
+    N: int = SPREAD_SIZE[0]
+    T: int = SPREAD_SIZE[1]
+    Q: int = SPREAD_SIZE[2]
+    seed: int = 0
+    lr: float = ETA2
+    batches: tuple[int, ...] = SPREAD_BATCHES
+    steps: int = SPREAD_STEPS
+    seeds: int = 200
+    record_every: int = 10
+
+    def __post_init__(self) -> None:
+        batches = _validate.int_sequence("batches", self.batches)
+        if not batches or min(batches) < 1 or len(set(batches)) < len(batches):
+            raise ValueError(f"batches={list(batches)!r} is invalid: must be distinct integers >= 1, at least one")
+        object.__setattr__(self, "batches", tuple(batches))
+        _validate.int_at_least("seeds", self.seeds, 2)
+
+
+def spread_comparison(setup: SpreadSetup = SpreadSetup(), progress: bool = False) -> SpreadComparison:
+    """Stage 1 (exact), then stage 2's plain preconditioned, projected SGD at each minibatch size: the first-order
+    E‖Δ_t‖² = tr C_t of ``sgd_spread`` and the mean of ‖Δ_t‖² over ``setup.seeds`` runs of ``SGD`` (exact
+    minibatches of the instance's draws, with replacement), Δ_t = θ_SGD,t − θ̄_t in the μ-norm, against the signal
+    ‖θ̄_t − θ_0‖_μ (module docstring).
+
+    **Arguments:** ``setup``: the instance, step, minibatch sizes, steps and runs (``SpreadSetup``); ``progress``:
+    progress bars for the SGD runs.
+    """
+    N, T, Q, seed, lr = setup.N, setup.T, setup.Q, setup.seed, setup.lr
+    steps, seeds, record_every = setup.steps, setup.seeds, setup.record_every
     prob, s1 = stage2_start(N, T, Q, seed)
     assert s1.step is not None  # stage2_start refuses a stage 1 that never crossed
     white = Whitened(prob, s1.theta)
     curves, ts, sig = [], np.zeros(0), np.zeros(0)
-    for b in batches:
+    for b in setup.batches:
         spread = sgd_spread(white, white.init(None), lr=lr, batch=b, steps=steps, record_every=record_every)
         ts, sig = spread.ts, signal_distance(prob, jax.vmap(white.theta)(spread.path))
-        curves.append(_curve(_measured(white, spread, seeds, seed), sig))
+        curves.append(_curve(_measured(white, spread, seeds, seed, progress), sig))
     return SpreadComparison(
         N=prob.N, T=prob.T, Q=Q, seed=seed, lr=float(lr), steps=steps, seeds=seeds, record_every=record_every,
         stage1_steps=s1.step, examples=int(prob.examples().weights.shape[0]), params=white.n_params(),
