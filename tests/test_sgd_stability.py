@@ -123,10 +123,21 @@ def test_thresholds_do_not_decrease_with_the_batch():
             assert found.thresholds[-1] > found.thresholds[0]
 
 
-def test_the_mixture_process_has_the_same_threshold():
+def necessary_problems():
+    """Example Hessians (n, d, d) of four small problems: the two TINY ones, PSD ones, a regression's x_i x_iᵀ."""
+    rng = np.random.default_rng(11)
+    yield TINY["d2"]
+    yield TINY["d3"]
+    yield hessians(rng, 6, 3, indefinite=False)
+    X = rng.normal(size=(5, 3))
+    yield np.einsum("ni,nj->nij", X, X)  # an interpolating least-squares regression's Hessians
+
+
+@pytest.mark.parametrize("Hs", list(necessary_problems()), ids=["d2", "d3", "psd-d3", "regression-d3"])
+def test_the_mixture_process_has_the_same_threshold(Hs):
     """A full-batch step w.p. 1 − p and a one-example step w.p. p: its map is SGD's (1e-12) and its η*, found by
-    bisection, is sgd_threshold's (1e-10), for every B with and without replacement."""
-    Hs = TINY["d3"]
+    bisection, is sgd_threshold's (1e-10), for every B with and without replacement, on each of
+    ``necessary_problems`` (d = 2 and 3, indefinite and PSD examples, an interpolating regression)."""
     n, d = Hs.shape[:2]
     w = np.full(n, 1.0 / n)
     for replace, B in itertools.product([True, False], range(1, n + 1)):
@@ -194,15 +205,6 @@ def test_least_squares_closed_forms():
     p = found.factors
     np.testing.assert_allclose(found.thresholds, 2 * d / (alpha**2 * (1 - p + p * d)), rtol=1e-12, atol=0)
     assert abs(found.gd_threshold / (2 * d / alpha**2) - 1) <= 1e-12
-
-
-def necessary_problems():
-    rng = np.random.default_rng(11)
-    yield TINY["d2"]
-    yield TINY["d3"]
-    yield hessians(rng, 6, 3, indefinite=False)
-    X = rng.normal(size=(5, 3))
-    yield np.einsum("ni,nj->nij", X, X)  # an interpolating least-squares regression's Hessians
 
 
 def test_the_necessary_condition_holds_below_the_threshold():
