@@ -333,6 +333,7 @@ def test_spread_agrees_with_sgd_runs_and_its_gap_shrinks_with_the_step(make, bat
     assert np.all(np.abs(offset - found.mean_offset[-1]) <= 4 * offset_se), (offset, found.mean_offset[-1], offset_se)
 
 
+@SLOW  # two ensembles of 3,000 runs compiled: ~20 s
 def test_measured_spread_is_the_ensembles_mean_and_meets_the_exact_prediction():
     """``measured_spread`` on the regression, where first order is exact at every η: its E‖θ_SGD − θ_GD‖² and excess
     loss are the sample means over ``popdyn.sgd``'s own runs (recorded θ and loss), with standard errors s/√S, and
