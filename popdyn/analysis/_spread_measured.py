@@ -27,7 +27,7 @@ from popdyn.problem import Problem
 
 @dataclass(frozen=True)
 class MeasuredSpread:
-    """An SGD ensemble's spread around GD's path, at the prediction's recorded steps ``ts``.
+    """An SGD ensemble's spread around GD's path, at the prediction's recorded steps (``ts``).
 
     - ``sq_distance``, ``sq_distance_stderr``: the runs' mean of ‖θ_SGD,t − θ_t‖² and its standard error.
     - ``excess_loss``, ``excess_loss_stderr``: the runs' mean of L(θ_SGD,t) − L(θ_t) and its standard error.
@@ -36,7 +36,6 @@ class MeasuredSpread:
       before its last step, steady at a minimum, holds its end point at the records after).
     """
 
-    ts: np.ndarray
     sq_distance: np.ndarray
     sq_distance_stderr: np.ndarray
     excess_loss: np.ndarray
@@ -45,6 +44,11 @@ class MeasuredSpread:
     runs: int
     seed: int
     status: np.ndarray
+
+    @property
+    def ts(self) -> np.ndarray:
+        """The recorded steps: the prediction's."""
+        return np.asarray(self.predicted.ts)
 
     @property
     def z(self) -> np.ndarray:
@@ -106,4 +110,4 @@ def measured_spread(
     sq = np.sum((params - flat_path[None]) ** 2, axis=-1)
     excess = np.asarray(traj.loss) - np.asarray(predicted.loss)[None]
     (sq_mean, sq_se), (ex_mean, ex_se) = _mean_and_stderr(sq), _mean_and_stderr(excess)
-    return MeasuredSpread(ts, sq_mean, sq_se, ex_mean, ex_se, predicted, runs, seed, np.asarray(traj.status))
+    return MeasuredSpread(sq_mean, sq_se, ex_mean, ex_se, predicted, runs, seed, np.asarray(traj.status))

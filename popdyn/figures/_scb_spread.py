@@ -4,6 +4,8 @@ process"; ``popdyn.jobs.scb._spread``)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 from matplotlib.figure import Figure
 
@@ -69,26 +71,18 @@ def scb_spread(setup: SpreadSetup | None = None, progress: bool = True) -> Resul
     """
     setup = SpreadSetup() if setup is None else setup
     comp = spread_comparison(setup, progress)
-    N, T, Q, seed, lr = setup.N, setup.T, setup.Q, setup.seed, setup.lr
-    steps, seeds, record_every = setup.steps, setup.seeds, setup.record_every
     inputs = {
         "figure": "scb-spread",
-        "N": N,
-        "T": T,
-        "Q": Q,
-        "seed": seed,
-        "lr": lr,
-        "batches": [c.batch for c in comp.curves],
-        "steps": steps,
-        "seeds": seeds,
-        "record_every": record_every,
+        **dataclasses.asdict(setup),
         "stage1": "exact population preconditioned projected GD, η_1 = 0.5, to max(α) >= 2/(QN)",
         "stage2": "plain preconditioned projected SGD, exact minibatches of the N^(T+2) draws, with replacement",
     }
+    s = setup
     lines = [
-        f"scb-spread: N={N}, T={T}, Q={Q}, seed {seed} ({comp.examples} draws, d = {comp.params}), "
-        f"stage 1 = {comp.stage1_steps} exact steps, η = {lr}, {steps} SGD steps, {seeds} runs per batch; μ-norm",
-        f"  signal ‖θ̄_t − θ_0‖_μ: {comp.signal_start:.4f} at t=0, {comp.signal_end:.4f} at t={steps}",
+        f"scb-spread: N={s.N}, T={s.T}, Q={s.Q}, seed {s.seed} ({comp.examples} draws, d = {comp.params}), "
+        f"stage 1 = {comp.stage1_steps} exact steps, η = {s.lr}, {s.steps} SGD steps, {s.seeds} runs per batch; "
+        "μ-norm",
+        f"  signal ‖θ̄_t − θ_0‖_μ: {comp.signal_start:.4f} at t=0, {comp.signal_end:.4f} at t={s.steps}",
     ]
     for c in comp.curves:
         lines += _curve_lines(c)
