@@ -1,17 +1,19 @@
-"""The documentation's formulas render: pymdownx.arithmatex (generic mode) turns ``$…$`` and ``$$…$$`` in
-docs/*.md into ``<span class="arithmatex">\\(…\\)</span>`` and ``<div class="arithmatex">\\[…\\]</div>``, which
-MathJax, configured by ``docs/javascripts/mathjax.js``, typesets in the browser (mkdocs.yml, ``markdown_extensions``
-and ``extra_javascript``).
+"""The built site: ``mkdocs build --strict`` passes (every warning an error, API reference included), every notebook
+has its page, every model page its figure, and the documentation's formulas render. pymdownx.arithmatex (generic
+mode) turns ``$…$`` and ``$$…$$`` in docs/*.md into ``<span class="arithmatex">\\(…\\)</span>`` and
+``<div class="arithmatex">\\[…\\]</div>``, which MathJax, configured by ``docs/javascripts/mathjax.js``, typesets in
+the browser (mkdocs.yml, ``markdown_extensions`` and ``extra_javascript``).
 
-One ``mkdocs build --strict`` (as tests/test_docs.py's ``test_mkdocs_build_strict`` runs it, about 5 s) serves every
-test here: the model pages carry inline and display maths, every page loads the MathJax configuration before MathJax
-itself, and no page shows TeX outside arithmatex's markup (a ``$`` pair or ``\\frac`` that arithmatex did not catch,
-for example a formula that a Markdown table or emphasis broke apart).
+One build (about 25 s) serves every test here: the model pages carry inline and display maths, every page loads the
+MathJax configuration before MathJax itself, and no page shows TeX outside arithmatex's markup (a ``$`` pair or
+``\\frac`` that arithmatex did not catch, for example a formula that a Markdown table or emphasis broke apart).
 """
 
 from __future__ import annotations
 
+import html
 import importlib.util
+import json
 import os
 import re
 import subprocess
@@ -38,7 +40,7 @@ RAW_TEX = re.compile(
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     """The site built once with ``mkdocs build --strict``: its folder."""
-    for module in ("mkdocs", "mkdocstrings", "material"):
+    for module in ("mkdocs", "mkdocstrings", "material", "mkdocs_jupyter"):
         if importlib.util.find_spec(module) is None:
             pytest.skip(f"{module} is not installed (pip install -e '.[docs]')")
     out_dir = tmp_path_factory.mktemp("docs") / "site"
@@ -52,6 +54,24 @@ def site(tmp_path_factory) -> Path:
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     return out_dir
+
+
+def test_the_site_shows_every_notebook_and_every_model_figure(site):
+    """The build passed (the fixture); each notebook has a page that shows its title and its longest line of code,
+    with no link left to ../docs/ (docs/hooks/notebook_links.py), and each model page has its figure."""
+    assert (site / "models" / "markov" / "index.html").is_file()
+    for notebook in sorted((REPO / "notebooks").glob("*.ipynb")):
+        page = site / "notebooks" / notebook.stem / "index.html"
+        assert page.is_file(), f"no page for notebooks/{notebook.name}"
+        text = page.read_text(encoding="utf-8")
+        shown = html.unescape(re.sub(r"<[^>]+>", "", text))
+        cells = json.loads(notebook.read_text(encoding="utf-8"))["cells"]
+        title = "".join(cells[0]["source"]).splitlines()[0].lstrip("# ")
+        code = max("".join(next(c for c in cells if c["cell_type"] == "code")["source"]).splitlines(), key=len)
+        assert title in shown and code in shown, f"{page} does not show notebooks/{notebook.name}"
+        assert 'href="../docs/' not in text, f"{page} keeps a link to ../docs/ (docs/hooks/notebook_links.py)"
+    for page in MODEL_PAGES:
+        assert (site / "models" / "img" / f"{page}.png").is_file(), page
 
 
 def _page(site: Path, name: str) -> str:
