@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _quick_codegen_a import quick_codegen_env
 
 from benchmarks import device_check as dc
 from benchmarks._common import write_section
@@ -37,10 +38,11 @@ def test_a_cpu_run_never_replaces_an_accelerator_section(tmp_path):
 
 @pytest.mark.slow
 def test_quick_run_on_the_cpu_writes_its_section_and_passes(tmp_path):
-    """The whole --quick run in a subprocess (about 50 s of CPU, compiling the basin maps and SGD programs)."""
+    """The whole --quick run in a subprocess, compile-bound (the basin maps and SGD programs), hence with cheaper CPU
+    code generation (tests/_quick_codegen_a.py); its SGD runs inherit the environment."""
     results = tmp_path / "R.md"
     cmd = [sys.executable, "-m", "benchmarks.device_check", "--quick", "--results", str(results)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=900, env=quick_codegen_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     section = dc.section_text(results.read_text())
     assert "`cpu` (platform cpu" in section and "No GPU figure exists yet" in section
