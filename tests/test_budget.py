@@ -62,6 +62,7 @@ BOWL_STARTS = {"x": jnp.array([[1.0, 2.0], [-3.0, 0.5]])}
 
 
 @pytest.mark.parametrize("method", ["flow", "gd"])
+@pytest.mark.slow
 def test_a_slow_quadratics_time_scale_is_one_over_its_curvature_and_its_horizon_the_known_one(method):
     """L = ½λ‖θ‖², λ = 10⁻⁴: the flow (or GD, whose horizon is steps·η) stops at T = 1 far from the minimum. The
     report: relaxing, τ = 1/λ to round-off, r = 2λT (the loss falls by 2λT of its height L over another T), and
@@ -92,6 +93,7 @@ def _tilted(theta, data):
     return data["c"] * ((x**2 - 1.0) ** 2 / 4 + y**2 / 2 + 0.1 * y**3)
 
 
+@pytest.mark.slow
 def test_scaling_the_loss_divides_the_time_scales_and_keeps_the_rate():
     """c·L run to t1/c has the same end points; its report has the same motions and rates r, time scales and
     horizons divided by c, heights times c. Starts near the saddle are on a plateau, the others relax."""
@@ -116,6 +118,7 @@ def _slope_or_logistic(theta, data):
     return (1.0 - a) * (0.5 * x**2 + y) + a * jnp.logaddexp(0.0, -x)
 
 
+@pytest.mark.slow
 def test_runs_along_a_flat_direction_or_out_to_infinity_have_no_horizon():
     """½x² + y moves along y at unit speed forever (no curvature: flat); the logistic loss moves out, x → ∞, L → 0
     (escaping, its height L − 0). Neither has a time scale or a horizon, and the line says why."""
@@ -134,6 +137,7 @@ def test_runs_along_a_flat_direction_or_out_to_infinity_have_no_horizon():
         assert "try" not in line
 
 
+@pytest.mark.slow
 def test_krylov_pairs_from_full_iterations_give_the_spectral_measure_of_the_start():
     """sᵀHᵏs = Σ_j (u_j·s)² θ_j^k for k = 0…3 at iters = n, against the dense Hessian of a quartic on ℝ⁶."""
     A = np.random.default_rng(0).standard_normal((6, 6))

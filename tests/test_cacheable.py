@@ -69,11 +69,13 @@ RUNS = {
 
 
 @pytest.mark.parametrize("name", list(RUNS))
+@pytest.mark.slow
 def test_chunk_programs_hold_no_host_callback(chunk_program, name):
     fn, example = chunk_program(RUNS[name])
     assert _callbacks(fn, example) == []
 
 
+@pytest.mark.slow
 def test_a_users_own_check_keeps_its_mode(chunk_program):
     """An ``eqx.error_if`` in a user's loss is the user's: inside a flow it still compiles to equinox's default
     check, a host callback that raises."""
@@ -86,6 +88,7 @@ def test_a_users_own_check_keeps_its_mode(chunk_program):
     assert _callbacks(fn, example) != []
 
 
+@pytest.mark.slow
 def test_diffrax_outside_popdyn_still_checks_its_record_times(chunk_program):
     """After popdyn traced a flow recording at 4 times, a diffeqsolve of the user's with 4 decreasing record times
     (the same traced check, shapes and message) still raises: the ``nan`` mode did not leak."""

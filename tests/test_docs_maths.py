@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # the site's build, about 25 s
+
 REPO = Path(__file__).resolve().parents[1]
 MODEL_PAGES = ("markov", "decision_lists", "scan_snap", "scb", "teacher")
 

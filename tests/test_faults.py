@@ -167,6 +167,7 @@ def test_an_unusable_cache_folder_is_one_warning_and_no_cache(monkeypatch, recwa
     assert jax.config.jax_compilation_cache_dir == before
 
 
+@pytest.mark.slow
 def test_unreadable_cache_entries_are_one_warning_line(monkeypatch):
     """JAX warns once per program whose cache entry it cannot read: 13 to 18 lines for one command."""
     import warnings

@@ -117,6 +117,7 @@ def done(tmp_path_factory):
     return ck, _gd(_module().make(), checkpoint=ck)
 
 
+@pytest.mark.slow
 def test_the_same_run_resumes_bit_for_bit_and_computes_nothing(done, monkeypatch):
     ck, reference = done
     placed = []
@@ -194,6 +195,7 @@ def _class(body: str) -> type:
     return mod.Model
 
 
+@pytest.mark.slow
 def test_a_method_edited_with_the_same_fields_is_refused(tmp_path):
     start = {"a": np.linspace(0.2, 1.0, 4), "b": np.linspace(1.0, 0.3, 4)}
     quadratic = "0.5 * self.k * (th['a'] * th['b'] - 1.0) ** 2"

@@ -25,6 +25,7 @@ def _on_manifold(alpha_V, alpha_A):
     return {"V": mu[:, None] + alpha_V * (PROB.P - mu[:, None]), "A": 1.0 / T + alpha_A * (PROB.Qm - 1.0 / T)}
 
 
+@pytest.mark.slow
 def test_whitened_examples_step_as_stage2_and_measure_the_mu_norm():
     """A step of the whitened examples' mean gradient is stage 2's preconditioned, projected minibatch step on θ
     (``minibatch_gradient``, project=True), and ‖u − u'‖ is the μ-norm √(‖ΔV‖_μ² + ‖ΔA‖_μ²)."""

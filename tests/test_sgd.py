@@ -109,6 +109,7 @@ def test_subsets_without_replacement_are_uniform(n, batch):
     assert np.all(np.abs(counts / draws - p) <= 4 * math.sqrt(p * (1 - p) / draws)), counts
 
 
+@pytest.mark.slow
 def test_a_whole_batch_without_replacement_is_gd():
     """B = n without replacement draws every example once: 30 steps of SGD are GD's, to rounding (1e-13 relative),
     for every seed."""
@@ -122,6 +123,7 @@ RUN = SGD(lr=0.4, batch=2, steps=40, seeds=3, seed=7, save=SaveAt(every=10, para
 STARTS = np.array([[0.5, -0.2], [-1.0, 0.3], [0.2, 0.9]])
 
 
+@pytest.mark.slow
 def test_the_same_seed_gives_the_same_runs_bit_for_bit():
     a, b = RUN.run(UNIFORM, STARTS), RUN.run(UNIFORM, STARTS)
     for x, y in [(a.final, b.final), (a.params, b.params), (a.loss, b.loss), (a.status, b.status)]:
@@ -132,6 +134,7 @@ def test_the_same_seed_gives_the_same_runs_bit_for_bit():
     assert len({tuple(r) for r in runs[0]}) == 3
 
 
+@pytest.mark.slow
 def test_a_runs_minibatches_do_not_depend_on_the_runs_beside_it_or_the_chunks():
     """Run (j, s) is the same with 3 starts × 3 seeds, one start × 9 seeds, 9 starts × 1 seed, and in chunks of 4
     runs (which pad the last chunk)."""
@@ -154,6 +157,7 @@ def test_a_checkpoint_resumes_the_same_runs(tmp_path):
     assert np.array_equal(np.asarray(first.params), np.asarray(RUN.run(UNIFORM, STARTS, chunk_size=4).params))
 
 
+@pytest.mark.slow
 def test_each_run_has_its_own_status_and_the_trajectory_carries_the_sgd():
     """Per-start rates on the regression: the start at η = 5 diverges in all its seeds and is frozen at its last
     finite point; the others run on. With one unbatched start and one seed, the Trajectory has no batch axis, as
@@ -168,6 +172,7 @@ def test_each_run_has_its_own_status_and_the_trajectory_carries_the_sgd():
     assert np.shape(single.final) == (2,) and np.ndim(single.status) == 0
 
 
+@pytest.mark.slow
 def test_the_analyses_run_it_unchanged():
     """``basin_fractions`` and ``hitting_times`` take the S runs of every start; ``basin_map`` one run per grid point
     (seeds = 1), and refuses several by name. On a realisable regression every run reaches its minimum."""
@@ -222,6 +227,7 @@ def test_what_a_problem_cannot_give_is_refused_by_name():
         popdyn.sgd(UNIFORM, THETA, lr=0.1, batch=1, steps=5, seeds=0)
 
 
+@pytest.mark.slow
 def test_the_docs_example():
     """docs/sgd.md, "SGD runs", executed from the page: E‖δ_32‖²/‖δ_0‖² of its 2,000 runs at 0.98 η* and 1.02 η* on
     the hexagon is within 4 exact standard errors of the linearised recursion's (0.2781 and 3.595, from every

@@ -41,6 +41,7 @@ def _halve(g):
     return jax.tree_util.tree_map(lambda x: 0.5 * x, g)
 
 
+@pytest.mark.slow
 def test_the_keywords_are_one_chain_bit_for_bit(problem):
     """precondition, noise, time_scales and momentum as keywords, and the same links as an explicit chain in an
     optimizer factory (P, σξ, τ, heavy ball, −η): identical runs, with one learning rate per start."""
@@ -68,6 +69,7 @@ def test_the_keywords_are_one_chain_bit_for_bit(problem):
     np.testing.assert_array_equal(np.asarray(keywords.loss), np.asarray(explicit.loss))
 
 
+@pytest.mark.slow
 def test_noise_after_momentum_is_the_hand_written_update(problem):
     """b ← μb + ∇L, θ ← θ − η(b + σξ): noise outside the momentum buffer, which the keywords cannot express, equals a
     loop over the same draws (ξ from the start's key, folded with the step, second half of its split)."""
@@ -102,6 +104,7 @@ def test_noise_after_momentum_is_the_hand_written_update(problem):
     assert not np.allclose(np.asarray(inside.final["a"]), np.asarray(traj.final["a"]), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_one_learning_rate_per_start_for_a_composed_chain(problem):
     """A chain factory (heavy ball, per-block rates) takes each start's own learning rate: the batch equals the
     keyword run, where per-start rates were already exact, bit for bit."""
@@ -119,6 +122,7 @@ def test_one_learning_rate_per_start_for_a_composed_chain(problem):
     np.testing.assert_array_equal(np.asarray(chained.final["b"]), np.asarray(keywords.final["b"]))
 
 
+@pytest.mark.slow
 def test_gaussian_noise_has_the_stated_variance_per_block():
     """20,000 draws of the link on a zero update: mean 0 and variance σ_b² per block (within 4 standard errors;
     σ = 0 for a block not named), each leaf its own stream."""
@@ -150,6 +154,7 @@ def test_links_refuse_bad_settings_and_unknown_blocks():
         gaussian_noise({"w": 0.1}).update(jnp.zeros(2), optax.EmptyState(), key=jax.random.PRNGKey(0))
 
 
+@pytest.mark.slow
 def test_the_docs_example_runs_noise_after_momentum(problem):
     """docs/dynamics.md's "A step as a chain" example, executed from the page on two starts: its ``step`` is the
     chain trace(0.9) → noise 0.03 → −η, the same run as that chain written here."""
@@ -181,6 +186,7 @@ def test_the_docs_example_runs_noise_after_momentum(problem):
     ],
     ids=["optimizer", "precondition", "time_scales"],
 )
+@pytest.mark.slow
 def test_the_step_size_audit_refuses_a_step_whose_thresholds_differ(problem, option):
     """1/η and 2/η (heavy ball's with μ) on λ_max(∇²L) are plain and heavy-ball GD's thresholds: a run through an
     optimizer's chain (here heavy ball at μ = 0.9, whose edge is 3.8/η, not 2/η), a preconditioner or per-block

@@ -222,6 +222,7 @@ def test_local_rate_is_nan_at_a_maximum():
     assert math.isnan(local_rate(prob, {"e": jnp.asarray(0.0), "w": jnp.asarray(0.5)}))
 
 
+@pytest.mark.slow
 def test_stepsize_commands_take_the_momentum_they_audit(run_cli, tmp_path):
     """``--momentum`` reaches both the run and its audit (thresholds recorded), and μ ≥ 1 is refused."""
     import json

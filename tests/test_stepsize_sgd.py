@@ -95,6 +95,7 @@ def regression_run():
     return prob, traj
 
 
+@pytest.mark.slow
 def test_the_verdicts_and_thresholds_at_each_rate(regression_run):
     prob, traj = regression_run
     audit = step_size_audit(prob, traj, batch=1)
@@ -126,6 +127,7 @@ def test_the_existing_fields_do_not_change(regression_run):
         assert after["sgd_threshold"] == pytest.approx(eta_star((4 - 2) / (2 * 3)), rel=1e-12)
 
 
+@pytest.mark.slow
 def test_a_saddle_gets_not_a_minimum_and_the_batch_goes_on():
     """Of two runs, the one that ends at a saddle gets "not a minimum" and NaN thresholds; the other its own."""
     table = WeightedTable.uniform({"x": np.array([0.5, 1.5])})
@@ -185,6 +187,7 @@ def test_the_command_prints_both_thresholds_and_writes_them(tmp_path, run_cli):
     assert runs[2]["sgd_threshold"] is None and runs[2]["replace"] is False and runs[2]["batch"] == 2
 
 
+@pytest.mark.slow
 def test_the_docs_example(tmp_path, monkeypatch, run_cli):
     """The commands of docs/sgd.md's section, run on its module: the first prints the lines the page shows, the
     second finds η*(2) without replacement as the page says, each η*(B) and 2/λ_max is mean_square_stability's at
@@ -278,6 +281,7 @@ def tilted_well(th, x):
     return (th[0] ** 2 - x["x"]) ** 2 / 4 + th[0] / 10 + th[1] ** 2 / 2
 
 
+@pytest.mark.slow
 def test_one_curve_per_distinct_minimum():
     """Runs that end at two minima of different curvature get one curve each; two runs at one minimum share one,
     and each curve's η*(B) at B is the audit's at its runs' end points."""
@@ -376,6 +380,7 @@ def test_the_markov_task_takes_the_option(tmp_path, run_cli):
     np.testing.assert_allclose(across[:2], [1.13364, 1.13545], rtol=5e-6)
 
 
+@pytest.mark.slow
 def test_a_valley_of_minima_gets_the_threshold_across_it(tmp_path, run_cli):
     """``popdyn stepsize test_stepsize_sgd:sphere --batch 1``: each run that converges ends on the sphere of minima,
     where η*(B) = 0 (the examples' Hessians act on its tangent plane) and the threshold across it is the

@@ -85,6 +85,7 @@ def _fresh_interpreter(guard: bool) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_an_affected_jaxlib_is_guarded_and_the_guard_is_right():
     """Unguarded, the triggers tell whether the installed jaxlib is affected; if it is, ``affected()`` must say so
     (else the command line would run it unguarded). Guarded, as the command line starts, ``XLA_FLAGS`` holds the
