@@ -67,6 +67,22 @@ def test_probabilities_count_each_start_s_runs():
         bp.probability("w")
 
 
+@pytest.mark.slow  # SGD and the settling flow compiled: ~10 s
+def test_diverged_runs_neither_name_nor_scale_the_attractors():
+    """Runs that diverge stay unresolved and are not settled: their end points (‖θ‖ > 1e8, L ~ 1e32) once set the
+    loss scale of the level names, so the minima at L = 1 were named "min L=0" (shown as 0 within the tolerance of
+    that scale)."""
+    table = WeightedTable.uniform({"x": np.array([-A, A])})
+    prob = popdyn.Problem.from_examples(lambda th, x: example_loss(th, x) + 1.0, {"u": 0.0, "v": 0.0}, data=table)
+    grid = popdyn.Grid("u", "v", (-4.0, 4.0), (-0.5, 0.5), (3, 6))
+    bp = popdyn.basin_probabilities(prob, grid, SGD(lr=0.3, batch=1, steps=40, seeds=4, seed=1))
+    diverged = bp.status == int(popdyn.Status.DIVERGED)
+    assert 0 < diverged.sum() < diverged.size  # from |u0| = 4 the step overshoots and the quartic throws it out
+    assert np.all(bp.labels[diverged] == -1)
+    assert bp.attractors == ("min L=1",)  # both wells at L = 1: one level
+    np.testing.assert_array_equal(bp.labels >= 0, ~diverged)
+
+
 @pytest.mark.validation
 def test_what_is_not_a_map_of_runs_is_refused():
     prob, grid = wells(), popdyn.Grid("u", "v", (-0.5, 0.5), (-0.2, 0.2), (2, 4))

@@ -101,9 +101,11 @@ def basin_probabilities(
     """The probability of each attractor from every start of ``grid``, over the ``method.runs_per_start`` runs the
     dynamics makes from each start (``popdyn.dynamics.SGD(seeds=S)``).
 
-    Every run's end point is settled by ``settle`` and labelled as ``basin_fractions`` labels; a run counts for the
-    attractor whose basin holds its end point, provided it ended (``ENDED``). With ``beside``, one run of that
-    dynamics from every start (GD, say) is settled and labelled in the same call, so its labels name the same
+    Every run that ended (``ENDED``) has its end point settled by ``settle`` and labelled as ``basin_fractions``
+    labels, and counts for the attractor whose basin holds that point; the others (diverged, non-finite, failed)
+    count as unresolved and take no part in the labelling (a diverged end point's loss would set the scale at which
+    ``LossLevels`` tells levels apart, and name attractors that no counted run reaches). With ``beside``, one run of
+    that dynamics from every start (GD, say) is settled and labelled in the same call, so its labels name the same
     attractors (``beside_labels``).
 
     **Arguments:**
@@ -137,6 +139,9 @@ def basin_probabilities(
         other = beside.end_points().run(prob, starts, chunk_size=chunk_size, progress=progress)
         ends = jax.tree_util.tree_map(lambda a, b: np.concatenate([a, b]), ends, other.final)
         status = np.concatenate([status, np.asarray(other.status)])
+    ended = np.isin(status, [int(x) for x in ENDED])
+    if ended.any():  # only runs that ended are settled: a diverged end point would set the scale of loss levels
+        ends = jax.tree_util.tree_map(lambda x: np.asarray(x)[ended], ends)
     settled = basin_fractions(
         prob,
         ends,
@@ -150,8 +155,9 @@ def basin_probabilities(
         progress=progress,
     )
     seeds, k, n = method.runs_per_start, len(settled.attractors), math.prod(grid.shape)
-    ended = np.isin(status, [int(x) for x in ENDED])
-    every = np.where(ended, settled.labels, -1)
+    every = np.full(status.shape, -1)
+    if ended.any():
+        every[ended] = settled.labels
     labels = every[: n * seeds].reshape(n, seeds)
     counts = [np.sum(labels == i, axis=1) for i in range(k)] + [np.sum(labels < 0, axis=1)]
     shape = (*grid.shape, seeds)
