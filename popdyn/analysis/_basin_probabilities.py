@@ -140,7 +140,9 @@ def basin_probabilities(
         ends = jax.tree_util.tree_map(lambda a, b: np.concatenate([a, b]), ends, other.final)
         status = np.concatenate([status, np.asarray(other.status)])
     ended = np.isin(status, [int(x) for x in ENDED])
-    if ended.any():  # only runs that ended are settled: a diverged end point would set the scale of loss levels
+    # only runs that ended are settled (a diverged end point would set the scale of loss levels); when none did, all
+    # are, as nothing can be settled from no point, and every run counts as unresolved below
+    if ended.any():
         ends = jax.tree_util.tree_map(lambda x: np.asarray(x)[ended], ends)
     settled = basin_fractions(
         prob,

@@ -77,12 +77,11 @@ def scb_spread(setup: SpreadSetup | None = None, progress: bool = True) -> Resul
         "stage1": "exact population preconditioned projected GD, η_1 = 0.5, to max(α) >= 2/(QN)",
         "stage2": "plain preconditioned projected SGD, exact minibatches of the N^(T+2) draws, with replacement",
     }
-    s = setup
     lines = [
-        f"scb-spread: N={s.N}, T={s.T}, Q={s.Q}, seed {s.seed} ({comp.examples} draws, d = {comp.params}), "
-        f"stage 1 = {comp.stage1_steps} exact steps, η = {s.lr}, {s.steps} SGD steps, {s.seeds} runs per batch; "
-        "μ-norm",
-        f"  signal ‖θ̄_t − θ_0‖_μ: {comp.signal_start:.4f} at t=0, {comp.signal_end:.4f} at t={s.steps}",
+        f"scb-spread: N={setup.N}, T={setup.T}, Q={setup.Q}, seed {setup.seed} ({comp.examples} draws, "
+        f"d = {comp.params}), stage 1 = {comp.stage1_steps} exact steps, η = {setup.lr}, {setup.steps} SGD steps, "
+        f"{setup.seeds} runs per batch; μ-norm",
+        f"  signal ‖θ̄_t − θ_0‖_μ: {comp.signal_start:.4f} at t=0, {comp.signal_end:.4f} at t={setup.steps}",
     ]
     for c in comp.curves:
         lines += _curve_lines(c)

@@ -159,7 +159,7 @@ def warn_if_init_ignores_key(prob: Problem, what: str, n: int) -> None:
         )
 
 
-def _title(factory: str, param) -> str:
+def model_title(factory: str, param) -> str:
     return factory + ("" if not param else " " + " ".join(param))
 
 
@@ -206,7 +206,7 @@ def basins_model(
     g = task.basin_slice(prob, n, lo, hi) if x is None and y is None else None
     g = _coordinate_grid(prob, factory, x, y, lo, hi, n, seed) if g is None else g
     run = {"chunk_size": chunk, "progress": progress, "checkpoint": checkpoint}
-    title = f"{_title(factory, param)}, {dynamics.method}"
+    title = f"{model_title(factory, param)}, {dynamics.method}"
     inputs = {"task": factory, "param": list(param), "x": g.x, "y": g.y, "grid": n, "range": [lo, hi], "seed": seed}
     inputs |= settings(dynamics, method)
     if isinstance(dynamics, SGD) or dynamics.runs_per_start > 1:
@@ -294,7 +294,7 @@ def converge_model(
     }
     budget = run_budget(prob, ht.trajectory)
     results["budget"] = budget_json(budget)
-    head = f"{_title(factory, param)}: time to ‖∇L‖ ≤ {eps:g}"
+    head = f"{model_title(factory, param)}: time to ‖∇L‖ ≤ {eps:g}"
     runs = dynamics.runs_per_start
     arrays = {"times": times, "status": ht.status, "final_loss": final_loss}
     if runs > 1:  # S runs from each draw: the times as a distribution over them, one row per draw
@@ -303,7 +303,7 @@ def converge_model(
     figure = seed_times_figure(ht, n_init, head) if runs > 1 else plot_times(times, head)
     res = Result(inputs, results, arrays={"converge": arrays}, figures={"converge": figure})
     unit = f"{dynamics.method} {'time' if dynamics.time_unit == 'time' else 'steps'}"
-    res.lines.append(f"converge  {_title(factory, param)}: {unit} to ‖∇L‖ ≤ {eps:g} from {n_init} draws of init")
+    res.lines.append(f"converge  {model_title(factory, param)}: {unit} to ‖∇L‖ ≤ {eps:g} from {n_init} draws of init")
     res.lines.append(
         f"  reached {results['reached']}/{n_init * runs}; status: "
         + ", ".join(f"{k} {v}" for k, v in ht.status_counts().items() if v)
@@ -376,7 +376,7 @@ def stepsize_model(
             )
         },
     )
-    res.lines.append(f"stepsize  {_title(factory, param)}: GD from init(seed={seed}), {steps} steps")
+    res.lines.append(f"stepsize  {model_title(factory, param)}: GD from init(seed={seed}), {steps} steps")
     res.lines += [f"  η = {v:<8g} {audit.verdict(i)}" for i, v in enumerate(lrs)]
     res.lines += [] if curves is None else sgd_lines(lrs, [(audit, i) for i in range(lrs.size)]) + curve_lines(curves)
     return res

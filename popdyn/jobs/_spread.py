@@ -14,7 +14,7 @@ from popdyn import _validate
 from popdyn.analysis import MeasuredSpread, measured_spread, sgd_spread
 from popdyn.io import Result
 from popdyn.jobs._dynamics_options import SGDRuns
-from popdyn.jobs._model import _title, build
+from popdyn.jobs._model import build, model_title
 from popdyn.jobs._registry import DECLARED, registered
 from popdyn.plot import plot_spread
 from popdyn.problem import Problem, Theta
@@ -144,4 +144,4 @@ def spread_model(
     settings = SpreadSettings(lr, SGDRuns(batch, seeds, sampling, seed), steps, record_every)
     theta0 = prob.init(jax.random.PRNGKey(_validate.seed("seed", seed)))
     inputs = {"task": factory, "param": list(param)}
-    return spread_job(prob, theta0, _title(factory, param), inputs, settings, progress, checkpoint)
+    return spread_job(prob, theta0, model_title(factory, param), inputs, settings, progress, checkpoint)
