@@ -83,6 +83,20 @@ def test_diverged_runs_neither_name_nor_scale_the_attractors():
     np.testing.assert_array_equal(bp.labels >= 0, ~diverged)
 
 
+@pytest.mark.slow  # SGD compiled: ~5 s
+def test_when_no_run_ended_no_attractor_is_named():
+    """Every run diverges: nothing is settled, no attractor is named (the end points at ‖θ‖ > 1e8 were once settled
+    and named attractors at 0 %), and every start is unresolved with probability 1."""
+    table = WeightedTable.uniform({"x": np.array([-A, A])})
+    prob = popdyn.Problem.from_examples(example_loss, {"u": 0.0, "v": 0.0}, data=table)
+    grid = popdyn.Grid("u", "v", (2.0, 4.0), (-0.5, 0.5), (2, 2))
+    bp = popdyn.basin_probabilities(prob, grid, SGD(lr=3.0, batch=1, steps=40, seeds=3, seed=1))
+    assert np.all(bp.status == int(popdyn.Status.DIVERGED))
+    assert bp.attractors == () and bp.probabilities.shape == (2, 2, 1)
+    np.testing.assert_array_equal(bp.probability("unresolved"), 1.0)
+    np.testing.assert_array_equal(bp.labels, -1)
+
+
 @pytest.mark.validation
 def test_what_is_not_a_map_of_runs_is_refused():
     prob, grid = wells(), popdyn.Grid("u", "v", (-0.5, 0.5), (-0.2, 0.2), (2, 4))

@@ -53,7 +53,14 @@ from popdyn.analysis._times import (
     local_rate,
 )
 from popdyn.analysis._unresolved import UnresolvedGroups, group_unresolved, outward, ray_profile
-from popdyn.curvature import extreme_eigenvalues, hessian_matrix, hessian_spectrum, lambda_max, lambda_min
+from popdyn.curvature import (
+    extreme_eigenvalues,
+    hessian_matrix,
+    hessian_spectrum,
+    lambda_max,
+    lambda_min,
+    newton_decrement,
+)
 
 __all__ = [
     "UNRESOLVED",
@@ -126,4 +133,5 @@ __all__ = [
     "measured_spread",
     "outward",
     "ray_profile",
+    "newton_decrement",
 ]

@@ -29,7 +29,7 @@ from popdyn.analysis._labellers import AbstractLabeller
 from popdyn.analysis._slices import AbstractSlice
 from popdyn.dynamics import AbstractDynamics, GradientFlow, Status
 from popdyn.dynamics._status import RESOLVED
-from popdyn.problem import Problem, Theta
+from popdyn.problem import Problem, Theta, ThetaLike
 
 ENDED = (Status.MAX_STEPS, *RESOLVED)
 """Statuses of runs that ended where they may be labelled: their steps done (SGD's usual end) or at rest. A run that
@@ -80,6 +80,20 @@ class BasinProbabilities:
         """True where no outcome has probability above 1 − ``level``: the band of starts whose attractor SGD
         leaves to chance."""
         return np.max(self.probabilities, axis=-1) <= 1.0 - level
+
+
+def _settled_labels(
+    prob: Problem, ends: ThetaLike, ended: np.ndarray, settle: AbstractDynamics, **labelling
+) -> tuple[tuple[str, ...], np.ndarray]:
+    """(The attractors' names; every run's label, −1 where it did not end): the end points ``ends`` of the runs that
+    ended (the True entries of ``ended``) settled by ``settle`` and labelled by ``basin_fractions`` with the keywords
+    ``labelling``. When no run ended, nothing is settled and no attractor is named."""
+    every = np.full(ended.shape, -1)
+    if not ended.any():
+        return (), every
+    settled = basin_fractions(prob, ends, settle, **labelling)
+    every[ended] = settled.labels
+    return settled.attractors, every
 
 
 def basin_probabilities(
@@ -140,13 +154,10 @@ def basin_probabilities(
         ends = jax.tree_util.tree_map(lambda a, b: np.concatenate([a, b]), ends, other.final)
         status = np.concatenate([status, np.asarray(other.status)])
     ended = np.isin(status, [int(x) for x in ENDED])
-    # only runs that ended are settled (a diverged end point would set the scale of loss levels); when none did, all
-    # are, as nothing can be settled from no point, and every run counts as unresolved below
-    if ended.any():
-        ends = jax.tree_util.tree_map(lambda x: np.asarray(x)[ended], ends)
-    settled = basin_fractions(
+    attractors, every = _settled_labels(
         prob,
-        ends,
+        jax.tree_util.tree_map(lambda x: np.asarray(x)[ended], ends),
+        ended,
         settle or GradientFlow(),
         labeller=labeller,
         tol=tol,
@@ -156,15 +167,12 @@ def basin_probabilities(
         chunk_size=chunk_size,
         progress=progress,
     )
-    seeds, k, n = method.runs_per_start, len(settled.attractors), math.prod(grid.shape)
-    every = np.full(status.shape, -1)
-    if ended.any():
-        every[ended] = settled.labels
+    seeds, k, n = method.runs_per_start, len(attractors), math.prod(grid.shape)
     labels = every[: n * seeds].reshape(n, seeds)
     counts = [np.sum(labels == i, axis=1) for i in range(k)] + [np.sum(labels < 0, axis=1)]
     shape = (*grid.shape, seeds)
     return BasinProbabilities(
-        attractors=settled.attractors,
+        attractors=attractors,
         probabilities=(np.stack(counts, axis=-1) / seeds).reshape(*grid.shape, k + 1),
         labels=labels.reshape(shape),
         status=status[: n * seeds].reshape(shape),

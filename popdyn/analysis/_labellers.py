@@ -27,8 +27,8 @@ from jax.flatten_util import ravel_pytree
 from popdyn import _validate
 from popdyn._batching import as_batch
 from popdyn.analysis._cluster import cluster_points
-from popdyn.analysis._levels import level_groups, shown_level
-from popdyn.curvature import EXACT_MAX_DIM, extreme_eigenvalues, hessian_spectrum
+from popdyn.analysis._levels import level_groups, resolution, shown_level
+from popdyn.curvature import EXACT_MAX_DIM, extreme_eigenvalues, hessian_spectrum, spectra_and_decrements
 from popdyn.dynamics import Status, Trajectory
 from popdyn.dynamics._status import RESOLVED, negative
 from popdyn.problem import Problem, Theta, ThetaLike
@@ -142,16 +142,28 @@ def _attractor_residuals(prob: Problem, final) -> jax.Array:
     return jnp.stack([jax.vmap(fn)(final) for fn in prob.attractors().values()], axis=-1)
 
 
-def morse_index(prob: Problem, theta: ThetaLike, saddle_tol: float = 1e-7) -> np.ndarray:
+MORSE_TOL = 1e-7
+"""The saddle test's relative threshold when a labeller counts negative eigenvalues (the dynamics' default)."""
+
+
+def morse_index(prob: Problem, theta: ThetaLike, saddle_tol: float = MORSE_TOL) -> np.ndarray:
     """Number of Hessian eigenvalues below −saddle_tol·ρ, ρ = max(|λ_min|, |λ_max|) (the saddle test of
     ``popdyn.dynamics._status.negative``), at each point of a batch (exact spectrum up to ``EXACT_MAX_DIM``
     parameters; above, 0 or 1 from Lanczos λ_min).
 
     **Arguments:** ``prob`` the problem; ``theta`` a batch of points; ``saddle_tol`` the relative threshold."""
     batch, _ = as_batch(prob, theta)
-    if prob.n_params() <= EXACT_MAX_DIM:
-        ev = np.asarray(hessian_spectrum(prob, batch))
-        return np.sum(np.asarray(negative(ev, ev[:, :1], ev[:, -1:], saddle_tol)), axis=-1)
+    return _index(prob, batch, np.asarray(hessian_spectrum(prob, batch)) if _exact(prob) else None, saddle_tol)
+
+
+def _exact(prob: Problem) -> bool:
+    return prob.n_params() <= EXACT_MAX_DIM
+
+
+def _index(prob: Problem, batch: ThetaLike, spectra: np.ndarray | None, saddle_tol: float) -> np.ndarray:
+    """``morse_index`` from the exact ``spectra`` of ``batch``, or (None) from Lanczos extremes."""
+    if spectra is not None:
+        return np.sum(np.asarray(negative(spectra, spectra[:, :1], spectra[:, -1:], saddle_tol)), axis=-1)
     lo, hi = (np.asarray(v) for v in extreme_eigenvalues(prob, batch))
     return np.asarray(negative(lo, lo, hi, saddle_tol)).astype(int)
 
@@ -164,11 +176,13 @@ def loss_scale(traj: Trajectory) -> float:
 
 class LossLevels(AbstractLabeller):
     """By kind and loss level: "min L=…", "saddle(k) L=…" (k the Morse index; "saddle(0)" for a saddle found by the
-    higher-order probe), "degenerate L=…" (status DEGENERATE, never a minimum). Levels closer than
-    LEVEL_TOL·max(S, |L|) are one, S the loss scale of the run's starts (``loss_scale``), so nothing changes when L
-    is scaled; a name shows the median level to 6 significant digits, or 0 within LEVEL_TOL·S of it
-    (``popdyn.analysis._levels``): a manifold of minima is one attractor however it is spread in θ, and a minimum
-    reached at round-off keeps one name."""
+    higher-order probe), "degenerate L=…" (status DEGENERATE, never a minimum). Each end point's loss is read at its
+    own precision (``popdyn.analysis._levels.resolution``): its Newton decrement δL (the spread of L its stopping
+    leaves), never finer than L's round-off on the starts' loss scale S (``loss_scale``) nor coarser than
+    LEVEL_TOL·max(S, |L|). Sorted levels closer than the larger resolution of two neighbours, or than
+    LEVEL_TOL·|L|, are one, so nothing changes when L is scaled; a name shows the median level to 6 significant
+    digits, or 0 within the level's resolution: a manifold of minima is one attractor however it is spread in θ, a
+    minimum reached at round-off keeps one name, and minima far below the starts' scale stay apart."""
 
     def label(self, prob: Problem, traj: Trajectory, todo: np.ndarray) -> Labels:
         labels = np.full(len(todo), -1)
@@ -178,19 +192,22 @@ class LossLevels(AbstractLabeller):
         scale = loss_scale(traj)
         sub = jax.tree_util.tree_map(lambda x: np.asarray(x)[idx], traj.final)  # on the host: no gather program
         loss = np.asarray(traj.final_loss)[idx]
-        index = morse_index(prob, sub)
+        spectra, decrement = spectra_and_decrements(prob, sub)
+        index = _index(prob, sub, None if spectra is None else np.asarray(spectra), MORSE_TOL)
+        res = resolution(loss, np.asarray(decrement), scale)
         codes = np.asarray(traj.status)[idx]
         kind = np.where(codes == Status.DEGENERATE, 2, np.where((index == 0) & (codes == Status.SADDLE), 1, 0))
         names: list[str] = []
         for k, sub_kind in sorted(set(zip(index.tolist(), kind.tolist(), strict=True))):
             sel = np.flatnonzero((index == k) & (kind == sub_kind))
-            ranked, group = level_groups(loss[sel], scale)
+            ranked, group = level_groups(loss[sel], res[sel])
             order = sel[ranked]
             prefix = ("min" if k == 0 else f"saddle({k})", "saddle(0)", "degenerate")[sub_kind]
             for g in range(group[-1] + 1):
                 members = order[group == g]
                 labels[idx[members]] = len(names)
-                names.append(f"{prefix} L={shown_level(float(np.median(loss[members])), scale):.6g}")
+                level = shown_level(float(np.median(loss[members])), float(np.max(res[members])))
+                names.append(f"{prefix} L={level:.6g}")
         return Labels(labels, tuple(names))
 
 

@@ -78,11 +78,12 @@ def outward(cos: np.ndarray, along: np.ndarray, scale: float) -> np.ndarray:
 
 
 def _named(values: np.ndarray, scale: float, tol: float, name) -> tuple[np.ndarray, list[str]]:
-    """Group ``values`` into levels (``level_groups``) and name each group by ``name(level shown)``."""
-    order, group = level_groups(values, scale, tol)
+    """Group ``values`` into levels at tol·max(``scale``, |L|) (``level_groups``) and name each group by
+    ``name(level shown)``, 0 within LEVEL_TOL·``scale``."""
+    order, group = level_groups(values, tol * scale, tol)
     ids = np.empty(values.size, int)
     ids[order] = group
-    names = [name(shown_level(float(np.median(values[ids == g])), scale)) for g in range(group[-1] + 1)]
+    names = [name(shown_level(float(np.median(values[ids == g])), LEVEL_TOL * scale)) for g in range(group[-1] + 1)]
     return ids, names
 
 
