@@ -263,3 +263,19 @@ def test_audit_rows_carry_status_and_final_loss_and_the_figure_names_each_rate_o
         "1/η (no oscillation)",
     ]
     assert len(bottom.get_legend().get_texts()) == 8
+
+
+def _bowl(theta, c):
+    return 0.5 * c * theta["x"] ** 2
+
+
+@pytest.mark.parametrize("scale", [1.0, 1e-14])
+def test_loss_rises_are_counted_at_the_run_s_own_scale(scale):
+    """GD on ½c·x² at η = 2.5/c multiplies L by (1 − 2.5)² = 2.25 each step: it rises at every one of 20 steps,
+    whatever c. A rise was once counted only above 1e-12·max(1, |L|), so at c = 1e-14 the early rises (below 1e-12)
+    went uncounted; the slack is now relative to the run's own start."""
+    prob = popdyn.Problem.from_loss(_bowl, init={"x": 0.0}, data=jnp.asarray(scale))
+    traj = popdyn.gradient_descent(prob, {"x": jnp.asarray(1.0)}, lr=2.5 / scale, steps=20, save_params=True)
+    loss = np.asarray(traj.loss)
+    np.testing.assert_allclose(loss[1:] / loss[:-1], 2.25, rtol=1e-12)
+    assert int(popdyn.step_size_audit(prob, traj).loss_rises) == 20

@@ -84,7 +84,8 @@ class AuditRow(NamedTuple):
     - ``monotone_safe``: max λ_max ≤ (1 − √μ)²/η; ``past_stability_edge``: max λ_max > 2(1 + μ)/η.
     - ``verdict``: one of ``VERDICTS``; ``first_step_above_2_over_lr``: the first record time above 2(1 + μ)/η
       (NaN: never).
-    - ``loss_rises``: how often the loss rose between records; ``status``: the run's status name;
+    - ``loss_rises``: how often the loss rose between records by more than 1e-12·max(|L_0|, |L_t|) (``rise_slack``,
+      L_0 at the run's start); ``status``: the run's status name;
       ``final_loss``: its loss at the end point.
     - With a minibatch size (``step_size_audit(..., batch=B)``; else None, NaN and ""): ``batch`` B and ``replace``
       the sampling; ``sgd_threshold`` η*(B) and ``gd_threshold`` 2/λ_max at the end point (NaN where the end point
@@ -343,6 +344,20 @@ def thresholds(lr, momentum: float = 0.0) -> tuple:
     return (float(low), float(edge)) if lr.ndim == 0 else (low, edge)
 
 
+RISE_TOL = 1e-12
+"""Relative size of a change of the loss that counts as a rise (``rise_slack``) [our choice]: about 4,500 ε."""
+
+
+def rise_slack(loss: np.ndarray, rel: float = RISE_TOL) -> np.ndarray:
+    """How much the loss may rise between consecutive records before it counts as rising: rel·max(|L_0|, |L_t|),
+    L_0 the run's first record (the last axis is the records'), so round-off at the run's own scale is no rise and
+    nothing changes when L is scaled. One entry per step t → t + 1.
+
+    **Arguments:** ``loss`` the records, the last axis over time; ``rel`` the relative slack."""
+    start = np.abs(loss[..., :1])
+    return rel * np.maximum(np.where(np.isfinite(start), start, 0.0), np.abs(loss[..., :-1]))
+
+
 def _first_time(ts: np.ndarray, above: np.ndarray) -> np.ndarray:
     hit = above.any(axis=-1)
     idx = np.argmax(above, axis=-1)
@@ -499,7 +514,7 @@ def step_size_audit(
     lam = np.asarray(lambda_max(prob, flat, method=method)).reshape(lead)
     lam = np.where(np.isfinite(ts), lam, np.nan)
     loss = np.asarray(traj.loss)
-    rises = np.sum(np.diff(loss, axis=-1) > 1e-12 * np.maximum(1.0, np.abs(loss[..., :-1])), axis=-1)
+    rises = np.sum(np.diff(loss, axis=-1) > rise_slack(loss), axis=-1)
     safe = np.where(np.isfinite(lam), lam, -np.inf)
     last = np.maximum(np.sum(np.isfinite(lam), axis=-1) - 1, 0)
     audit = StepSizeAudit(

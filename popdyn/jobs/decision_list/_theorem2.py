@@ -24,6 +24,7 @@ import numpy as np
 
 from popdyn import _validate
 from popdyn.analysis import lambda_max, step_size_audit
+from popdyn.analysis._stepsize import rise_slack
 from popdyn.dynamics import STATUS_NAMES, Trajectory, gradient_descent
 from popdyn.tasks.decision_list._data import random_lists, random_perm
 from popdyn.tasks.decision_list._model import DecisionList
@@ -293,7 +294,7 @@ def _descent_lemma(losses: np.ndarray, gnorms: np.ndarray, eta: float) -> _Desce
         2 * (l1 - l0 + eta * g * g) / (eta * g) ** 2 if g > 0 else None
         for l0, l1, g in zip(losses[:-1].tolist(), losses[1:].tolist(), gnorms[:-1].tolist(), strict=False)
     ]
-    slack = ROUNDING * np.maximum(1.0, np.abs(losses[:-1]))
+    slack = rise_slack(losses, ROUNDING)
     return _Descent(
         loss_rises=int(np.sum(np.diff(losses) > slack)),
         descent_inequality_held=bool(np.all(gaps >= -slack)),
