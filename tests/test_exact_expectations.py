@@ -439,6 +439,12 @@ X4 = np.arange(4.0)
         ),
         (lambda: gaussian_expectation(jnp.sum, 0.0, -1.0, 2), r"cov is not positive semidefinite"),
         (lambda: gaussian_expectation(jnp.sum, jnp.zeros(2), [[1.0, 0.5], [0.0, 1.0]], 2), r"cov is not symmetric"),
+        (  # checked at the covariance's own scale: a tiny indefinite one was once accepted and its negative
+            # eigenvalue clipped to 0, a different Gaussian with no error
+            lambda: gaussian_expectation(jnp.sum, jnp.zeros(2), [[1e-20, 2e-20], [2e-20, 1e-20]], 2),
+            r"cov is not positive semidefinite: its smallest eigenvalue is -1e-20",
+        ),
+        (lambda: gaussian_expectation(jnp.sum, jnp.zeros(2), [[1e-20, 5e-21], [0.0, 1e-20]], 2), r"not symmetric"),
         (lambda: gaussian_expectation(jnp.sum, jnp.zeros(2), np.ones((2, 3)), 2), r"cov has shape \(2, 3\).*square"),
         (lambda: gaussian_expectation(jnp.sum, jnp.zeros(2), np.eye(3), 2), r"cov has shape \(3, 3\).*\(2, 2\)"),
         (lambda: gaussian_expectation(jnp.sum, jnp.zeros(2), [[1.0, np.inf], [np.inf, 1.0]], 2), r"cov=.*finite"),
@@ -474,3 +480,13 @@ def test_library_stays_float32_without_x64():
     # compile-bound: cheaper code generation (tests/_quick_codegen_a.py); dtypes and values to 1e-5 are checked
     env = {k: v for k, v in quick_codegen_env().items() if k != "JAX_ENABLE_X64"}
     subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=120)
+
+
+def test_a_tiny_covariance_is_a_covariance():
+    """N(m, Σ) with Σ of scale 1e-20 is accepted (its checks are relative to its own size) and integrates exactly:
+    E[x₀² + 3x₀x₁] = Σ₀₀ + m₀² + 3(Σ₀₁ + m₀m₁)."""
+    cov = 1e-20 * np.array([[2.0, 0.5], [0.5, 1.0]])
+    mean = np.array([1e-10, -2e-10])
+    got = gaussian_expectation(lambda x: x[0] ** 2 + 3 * x[0] * x[1], jnp.asarray(mean), jnp.asarray(cov), 2)
+    expected = cov[0, 0] + mean[0] ** 2 + 3 * (cov[0, 1] + mean[0] * mean[1])
+    assert float(got) == pytest.approx(expected, rel=1e-12)

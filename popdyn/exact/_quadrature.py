@@ -64,7 +64,7 @@ def _check_gaussian(mean, cov, d: int) -> None:
         raise ValueError(f"cov={c.tolist()} is invalid: entries must be finite")
     dtype = np.dtype(getattr(cov, "dtype", np.float64))
     eps = float(np.finfo(dtype).eps) if np.issubdtype(dtype, np.floating) else float(np.finfo(np.float64).eps)
-    scale = max(1.0, float(np.max(np.abs(c))))
+    scale = float(np.max(np.abs(c)))  # round-off relative to the covariance's own size: a tiny cov is checked too
     asym = float(np.max(np.abs(c - c.T)))
     if asym > 64 * eps * scale:
         raise ValueError(
