@@ -16,6 +16,7 @@ through)
     cli_startup       start-up of the command line with JAX's persistent compilation cache          ~1 min
     basins_phases     a grid-1000 basin-map command split into its phases, cold and warm            ~30 s
     user_model_costs  a user model: cold first call of a flow and GD per step against hand-written JAX  ~1 min
+    sweep_stack       a user model's phase diagram, points stacked, against a loop over points      ~2 min
     sgd_noise         SGD's exact gradient noise and η*(B) against Monte Carlo and SGD ensembles    ~1 min
     sgd_band          SGD's band of uncertain starts: its width against √(η/B), measured            ~2.5 min
 (times on 2 CPU cores; engine_overhead peaks at ~13 GB of memory, ``--skip engine_overhead`` leaves it out).
@@ -82,6 +83,7 @@ BENCHMARKS = (
     "cli_startup",
     "basins_phases",
     "user_model_costs",
+    "sweep_stack",
     "sgd_noise",
     "sgd_band",
 )

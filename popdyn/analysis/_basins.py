@@ -114,10 +114,10 @@ def label_end_points(
     **Arguments:** ``prob`` the problem; ``traj`` its batched run; ``labeller`` an ``AbstractLabeller`` or None;
     ``tol`` (1e-3), ``use_theory`` (True), ``features`` ("level"), ``cluster_radius`` (1e-2): the default labeller's
     settings, refused beside a ``labeller``."""
-    return _labeller(labeller, tol, use_theory, features, cluster_radius)(prob, traj)
+    return resolve_labeller(labeller, tol, use_theory, features, cluster_radius)(prob, traj)
 
 
-def _labeller(labeller, tol, use_theory, features, cluster_radius) -> AbstractLabeller:
+def resolve_labeller(labeller, tol, use_theory, features, cluster_radius) -> AbstractLabeller:
     """``labeller``, or the default one with the settings given (None: their defaults)."""
     given = {"tol": tol, "use_theory": use_theory, "features": features, "cluster_radius": cluster_radius}
     if labeller is not None:
@@ -210,7 +210,15 @@ def basin_fractions(
     of ``fractions_of_resolved``. Chunks and checkpoints as in ``AbstractDynamics.run``.
     """
     _check(method, chunk_size)
-    labeller = _labeller(labeller, tol, use_theory, features, cluster_radius)
+    labeller = resolve_labeller(labeller, tol, use_theory, features, cluster_radius)
+    theta = starts(prob, inits, seed)
+    traj = _run(prob, theta, method, t1, lr, steps, chunk_size, progress, checkpoint, dict(dynamics_kwargs))
+    return fractions_of(prob, traj, labeller, method if isinstance(method, str) else method.method)
+
+
+def starts(prob: Problem, inits: ThetaLike | int, seed: int = 0) -> Theta:
+    """The batch of starts ``inits`` (a leading axis), or ``inits`` = n draws of ``prob.init`` with keys split from
+    ``seed`` (the same n keys for every problem); a single θ is refused."""
     if isinstance(inits, (int, np.integer)) and not isinstance(inits, bool):
         n = _validate.int_at_least("inits", inits, 1)
         keys = jax.random.split(jax.random.PRNGKey(_validate.seed("seed", seed)), n)
@@ -218,12 +226,17 @@ def basin_fractions(
     theta, batched = as_batch(prob, inits)
     if not batched:
         raise ValueError("inits is a single θ: basin_fractions needs a batch (a leading axis) or a number of draws")
-    traj = _run(prob, theta, method, t1, lr, steps, chunk_size, progress, checkpoint, dict(dynamics_kwargs))
+    return theta
+
+
+def fractions_of(prob: Problem, traj: Trajectory, labeller: AbstractLabeller, method: str) -> BasinFractions:
+    """``basin_fractions``' record of a batched run ``traj`` of ``prob``, its end points named by ``labeller``;
+    ``method`` names the dynamics that ran."""
     labels, names = labeller(prob, traj)
     times = np.where(labels >= 0, np.asarray(traj.t_final), np.nan)
     final = jax.tree_util.tree_map(np.asarray, traj.final)
     return BasinFractions(
-        method=method if isinstance(method, str) else method.method,
+        method=method,
         loss_scale=loss_scale(traj),
         labels=labels,
         attractors=names,

@@ -18,7 +18,8 @@ import numpy as np
 from jaxtyping import Float
 from tqdm.auto import tqdm
 
-from popdyn.analysis._basins import basin_fractions
+from popdyn._batching import check_chunk_size
+from popdyn.analysis._basins import BasinFractions, fractions_of, resolve_labeller, starts
 from popdyn.analysis._budget import BudgetReport, budget_report, flow_time_unit
 from popdyn.analysis._labellers import AbstractLabeller
 from popdyn.curvature import lambda_max
@@ -139,6 +140,7 @@ def basin_sweep(
     chunk_size: int | None = 16384,
     progress: bool = False,
     checkpoint: str | os.PathLike | None = None,
+    stack: bool = False,
 ) -> Sweep:
     """Basin fractions at every point of a parameter grid.
 
@@ -150,40 +152,53 @@ def basin_sweep(
       same n keys (split from ``seed``), so a swept value that sets the init draws its own starts.
     - ``dynamics``: the dynamics run at every point (default ``GradientFlow()``), to its end points.
     - ``labeller``: what names the attractors (default: ``popdyn.analysis.default_labeller()``).
-    - ``chunk_size``, ``progress``: as ``basin_fractions``; ``checkpoint``: a folder, one subfolder per point.
+    - ``chunk_size``, ``progress``: as ``basin_fractions``; ``checkpoint``: a folder where finished chunks are saved
+      and resumed from (one subfolder per point when the points run one after another).
+    - ``stack``: run the points stacked (``AbstractDynamics.run_stack``): problems of one static structure (data
+      numbers as array leaves, the same shapes) then run with ``GradientFlow`` or ``GradientDescent`` in one
+      compiled program per chunk of ``chunk_size`` runs, every start of every point. GD's runs are bit for bit those
+      of each point run alone, the flow's end points agree to the solver's tolerance. The stacked program compiles
+      for every number of points and is larger than one point's: on 2 CPU cores a first call took 28–50 % longer
+      than the loop and a warm one 1.24–1.45× less (benchmarks/RESULTS.md, "A phase diagram"), so by default
+      (False) the points run one after another, every one reusing the programs compiled for the first.
     """
     dynamics = GradientFlow() if dynamics is None else dynamics
     grid = grid_points(axes)
     if len(problems) != len(grid):
         raise ValueError(f"problems has {len(problems)} entries: the grid of axes has {len(grid)} points")
+    check_chunk_size(chunk_size)
+    labeller = resolve_labeller(labeller, None, None, None, None)
+    run = dynamics.end_points()
+    if stack:
+        theta0s = [starts(prob, inits, seed) for prob in problems]
+        trajs = run.run_stack(problems, theta0s, chunk_size=chunk_size, progress=progress, checkpoint=checkpoint)
+    else:
+        trajs = [
+            run.run(prob, starts(prob, inits, seed), chunk_size=chunk_size, checkpoint=point_folder(checkpoint, i))
+            for i, prob in enumerate(tqdm(problems, desc="sweep", disable=not progress))
+        ]
     names: list[str] = []
     points: list[SweepPoint] = []
-    for i, values in enumerate(tqdm(grid, desc="sweep", disable=not progress)):
-        prob = problems[i]
-        bf = basin_fractions(
-            prob,
-            inits,
-            dynamics,
-            labeller=labeller,
-            seed=seed,
-            chunk_size=chunk_size,
-            checkpoint=point_folder(checkpoint, i),
-        )
-        ok = bf.labels >= 0
-        lam = np.where(ok, np.asarray(lambda_max(prob, bf.final)), np.nan)  # one shape for every value
+    for values, prob, traj in zip(grid, problems, trajs, strict=True):
+        bf = fractions_of(prob, traj, labeller, dynamics.method)
         names += [a for a in bf.attractors if a not in names]
-        k = int(ok.sum())
-        frac = bf.fractions_of_resolved
-        points.append(
-            SweepPoint(
-                values=values,
-                fractions=frac,
-                stderr={a: (float(np.sqrt(f * (1 - f) / k)) if k else float("nan")) for a, f in frac.items()},
-                resolved_fraction=bf.resolved_fraction,
-                status_counts=bf.status_counts(),
-                time_median=float(np.nanmedian(bf.times)) if ok.any() else float("nan"),
-                lambda_max_median=float(np.nanmedian(lam)) if ok.any() else float("nan"),
-                budget=_budget(prob, bf.trajectory, dynamics),
-            )
-        )
+        points.append(_point(prob, values, bf, dynamics))
     return Sweep(axes=tuple(axes), points=tuple(points), attractors=tuple(names))
+
+
+def _point(prob: Problem, values: dict[str, float], bf: BasinFractions, dynamics: AbstractDynamics) -> SweepPoint:
+    """A sweep's point from the basin fractions ``bf`` of its problem ``prob`` at the parameter ``values``."""
+    ok = bf.labels >= 0
+    lam = np.where(ok, np.asarray(lambda_max(prob, bf.final)), np.nan)  # one shape for every value
+    k = int(ok.sum())
+    frac = bf.fractions_of_resolved
+    return SweepPoint(
+        values=values,
+        fractions=frac,
+        stderr={a: (float(np.sqrt(f * (1 - f) / k)) if k else float("nan")) for a, f in frac.items()},
+        resolved_fraction=bf.resolved_fraction,
+        status_counts=bf.status_counts(),
+        time_median=float(np.nanmedian(bf.times)) if ok.any() else float("nan"),
+        lambda_max_median=float(np.nanmedian(lam)) if ok.any() else float("nan"),
+        budget=_budget(prob, bf.trajectory, dynamics),
+    )

@@ -129,6 +129,39 @@ class AbstractDynamics(eqx.Module):
         - ``checkpoint``: a directory where finished chunks are saved and resumed from.
         """
 
+    def run_stack(
+        self,
+        problems: Sequence[Problem],
+        theta0s: Sequence[ThetaLike],
+        *,
+        chunk_size: int | None = None,
+        progress: bool = False,
+        checkpoint: str | os.PathLike | None = None,
+    ) -> list[Trajectory]:
+        """Run each of ``problems`` from its own starts and return their Trajectories, in order. Here one ``run``
+        after another (checkpoints in ``problem-00000``, … under ``checkpoint``); ``GradientFlow`` and
+        ``GradientDescent`` run problems of one static structure (a phase diagram's points) stacked, every start of
+        every problem in one compiled program per chunk (docs/dynamics.md, "Several problems at once").
+
+        **Arguments:**
+
+        - ``problems``: the Problems.
+        - ``theta0s``: one batch of starts per problem (a leading axis each, the same size for all).
+        - ``chunk_size``, ``progress``, ``checkpoint``: as for ``run`` (chunks of starts, each over every problem).
+        """
+        if len(problems) != len(theta0s):
+            raise ValueError(f"theta0s has {len(theta0s)} batches: must have one per problem ({len(problems)})")
+        return [
+            self.run(
+                prob,
+                theta,
+                chunk_size=chunk_size,
+                progress=progress,
+                checkpoint=None if checkpoint is None else os.path.join(checkpoint, f"problem-{i:05d}"),
+            )
+            for i, (prob, theta) in enumerate(zip(problems, theta0s, strict=True))
+        ]
+
     def end_points(self: _D) -> _D:
         """The same dynamics recording only the start and the end (what a basin map needs)."""
         return _replace(self, "save", SaveAt())

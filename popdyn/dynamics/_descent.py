@@ -10,7 +10,7 @@ so one diverging member never poisons the batch.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import ClassVar, TypeAlias
 
@@ -28,6 +28,7 @@ from popdyn.dynamics import _stopping as stopping
 from popdyn.dynamics import _transforms as transforms
 from popdyn.dynamics._base import AbstractDynamics, SaveAt, Steady, check_hooks, check_lanes
 from popdyn.dynamics._lanes import lane_width, run_lanes
+from popdyn.dynamics._stack import finish_each, rows, same_structure, stack, stack_points, stacked_call
 from popdyn.dynamics._status import Status
 from popdyn.dynamics._trajectory import Trajectory, finish, frozen_scales
 from popdyn.problem import Problem, Theta, ThetaLike
@@ -137,6 +138,31 @@ class GradientDescent(AbstractDynamics):
         """Descend from ``theta0`` (one θ, or a batch on a leading axis); ``AbstractDynamics.run``."""
         return descend(self, prob, theta0, None, chunk_size=chunk_size, progress=progress, checkpoint=checkpoint)
 
+    def run_stack(
+        self,
+        problems: Sequence[Problem],
+        theta0s: Sequence[ThetaLike],
+        *,
+        chunk_size: int | None = None,
+        progress: bool = False,
+        checkpoint: str | os.PathLike | None = None,
+    ) -> list[Trajectory]:
+        """``AbstractDynamics.run_stack``: problems of one static structure run stacked, one program per chunk (each
+        problem's starts with the rates and keys a run of it alone would give them)."""
+        if not same_structure(problems):
+            return super().run_stack(problems, theta0s, chunk_size=chunk_size, progress=progress, checkpoint=checkpoint)
+        check_chunk_size(chunk_size)
+        chunk_size = rows(chunk_size, len(problems))
+        programs = [
+            _program(self, p, *as_batch(p, t), None, chunk_size) for p, t in zip(problems, theta0s, strict=True)
+        ]
+        gd, fn, rest, _ = programs[0]
+        gd = eqx.tree_at(lambda g: g.prob, gd, stack(problems))
+        inputs = tuple(stack_points(parts) for parts in zip(*(program[3] for program in programs), strict=True))
+        run = lambda b: stacked_call(fn, gd, b, *rest)  # noqa: E731
+        out = map_chunks(run, inputs, chunk_size, progress=progress, desc="gradient descent", checkpoint=checkpoint)
+        return finish_each(problems, out, self, self.stopping)
+
 
 def descend(
     dynamics: GradientDescent,
@@ -160,6 +186,19 @@ def descend(
     - ``keys``: the keys, or None.
     """
     check_chunk_size(chunk_size)
+    batch, batched = as_batch(prob, theta0)
+    gd, fn, rest, inputs = _program(dynamics, prob, batch, batched, keys, chunk_size)
+    run = lambda b: fn(gd, *b, *rest)  # noqa: E731
+    out = map_chunks(run, inputs, chunk_size, progress=progress, desc="gradient descent", checkpoint=checkpoint)
+    return finish(prob, out, batched, dynamics, dynamics.stopping)
+
+
+def _program(
+    dynamics: GradientDescent, prob: Problem, batch: Theta, batched: bool, keys: Array | None, chunk_size: int | None
+) -> tuple[_GD, Callable, tuple, tuple[Theta, Array, Array]]:
+    """(The step of a run of ``prob``, its compiled chunk function, the function's arguments after the chunk, and the
+    per-point inputs (θ0, learning rate, key)) for the starts ``batch``: through lanes when only end points are kept
+    (``lane_width``), else one vmapped scan with records."""
     noise_levels = _noise_levels(prob, dynamics.noise)
     rule, k = dynamics.stopping, dynamics.steps if dynamics.save.every is None else dynamics.save.every
     cfg = _DescentConfig(
@@ -174,7 +213,6 @@ def descend(
         momentum=float(dynamics.momentum),
         noise=noise_levels,
     )
-    batch, batched = as_batch(prob, theta0)
     n = jax.tree_util.tree_leaves(batch)[0].shape[0]
     lrs = _learning_rates(dynamics.lr, n, batched)
     if isinstance(dynamics.optimizer, optax.GradientTransformation) and np.ptp(lrs) > 0:
@@ -189,15 +227,9 @@ def descend(
     hooks = (dynamics.precondition, dynamics.prox, dynamics.gradient, dynamics.save.metrics, dynamics.target)
     gd = _GD(prob, dynamics.optimizer, hooks, cfg)
     width = lane_width(dynamics.lanes, n, chunk_size)
-    run: Callable[[tuple[Theta, Array, Array]], dict]  # b = (a chunk of θ0, its learning rates, its keys)
     if k == dynamics.steps and not dynamics.save.params and dynamics.save.metrics is None and width is not None:
-        run = lambda b: _descend_lanes(gd, *b, width, dynamics.lane_steps)  # noqa: E731
-    else:
-        run = lambda b: _descend_batch(gd, *b)  # noqa: E731
-    out = map_chunks(
-        run, (batch, lr_arr, keys), chunk_size, progress=progress, desc="gradient descent", checkpoint=checkpoint
-    )
-    return finish(prob, out, batched, dynamics, rule)
+        return gd, _descend_lanes, (width, dynamics.lane_steps), (batch, lr_arr, keys)
+    return gd, _descend_batch, (), (batch, lr_arr, keys)
 
 
 def gradient_descent(

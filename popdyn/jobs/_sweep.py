@@ -142,7 +142,7 @@ def run_sweep(
     one built and checked before the first point runs (``_problems``): from the initialisations ``inits`` (one batch
     for every point, or a number n of draws of each point's own init with the same n keys, split from ``seed``),
     run by ``dynamics`` (gradient flow to t = 1e4 by default), named by ``labeller`` (default:
-    ``popdyn.analysis.default_labeller()``). Checkpoints: one folder per parameter point under ``checkpoint``."""
+    ``popdyn.analysis.default_labeller()``). Checkpoints under ``checkpoint``: as ``basin_sweep``'s."""
     dynamics = job_dynamics() if dynamics is None else dynamics
     _, grid = _points(axes)
     n_init = _validate.int_at_least("n-init", inits, 1) if isinstance(inits, (int, np.integer)) else None
