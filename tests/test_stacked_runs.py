@@ -90,7 +90,7 @@ def test_problems_of_different_structure_run_one_after_another(tmp_path):
     runs = gd.run_stack(problems, [STARTS, STARTS], chunk_size=8, checkpoint=tmp_path)
     for prob, traj in zip(problems, runs, strict=True):
         np.testing.assert_array_equal(np.asarray(traj.final["x"]), np.asarray(gd.run(prob, STARTS).final["x"]))
-    assert sorted(os.listdir(tmp_path)) == ["problem-00000", "problem-00001"]
+    assert sorted(os.listdir(tmp_path)) == ["point-00000", "point-00001"]
     with pytest.raises(ValueError, match="theta0s has 1 batches: must have one per problem"):
         gd.run_stack(problems, [STARTS])
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
+from functools import partial
 from typing import Any
 
 import numpy as np
 from jaxtyping import Float
-from tqdm.auto import tqdm
 
 from popdyn._batching import check_chunk_size
 from popdyn.analysis._basins import BasinFractions, fractions_of, resolve_labeller, starts
@@ -24,6 +23,7 @@ from popdyn.analysis._budget import BudgetReport, budget_report, flow_time_unit
 from popdyn.analysis._labellers import AbstractLabeller
 from popdyn.curvature import lambda_max
 from popdyn.dynamics import AbstractDynamics, GradientFlow, Trajectory
+from popdyn.dynamics._stack import run_each
 from popdyn.problem import Problem, Theta
 
 Axes = tuple[tuple[str, Float[np.ndarray, " n"]], ...]
@@ -124,11 +124,6 @@ def grid_points(axes: Axes) -> list[dict[str, float]]:
     return [{name: float(v) for (name, _), v in zip(axes, vals, strict=False)} for vals in mesh]
 
 
-def point_folder(checkpoint: str | os.PathLike | None, i: int) -> str | None:
-    """The checkpoint folder of parameter point ``i`` under ``checkpoint`` (None: no checkpoint)."""
-    return None if checkpoint is None else os.fspath(Path(checkpoint) / f"point-{i:05d}")
-
-
 def basin_sweep(
     problems: Sequence[Problem],
     axes: Axes,
@@ -169,14 +164,9 @@ def basin_sweep(
     check_chunk_size(chunk_size)
     labeller = resolve_labeller(labeller, None, None, None, None)
     run = dynamics.end_points()
-    if stack:
-        theta0s = [starts(prob, inits, seed) for prob in problems]
-        trajs = run.run_stack(problems, theta0s, chunk_size=chunk_size, progress=progress, checkpoint=checkpoint)
-    else:
-        trajs = [
-            run.run(prob, starts(prob, inits, seed), chunk_size=chunk_size, checkpoint=point_folder(checkpoint, i))
-            for i, prob in enumerate(tqdm(problems, desc="sweep", disable=not progress))
-        ]
+    theta0s = [starts(prob, inits, seed) for prob in problems]
+    each = run.run_stack if stack else partial(run_each, run)
+    trajs = each(problems, theta0s, chunk_size=chunk_size, progress=progress, checkpoint=checkpoint)
     names: list[str] = []
     points: list[SweepPoint] = []
     for values, prob, traj in zip(grid, problems, trajs, strict=True):

@@ -17,6 +17,7 @@ from popdyn import _validate
 from popdyn.problem import Problem, Theta, ThetaLike
 
 if TYPE_CHECKING:
+    from popdyn.dynamics._stack import ChunkProgram
     from popdyn.dynamics._trajectory import Trajectory
 
 
@@ -129,6 +130,12 @@ class AbstractDynamics(eqx.Module):
         - ``checkpoint``: a directory where finished chunks are saved and resumed from.
         """
 
+    def chunk_program(self, prob: Problem, theta0: ThetaLike, chunk_size: int | None) -> ChunkProgram | None:
+        """What this dynamics compiles for chunks of ``chunk_size`` starts of ``prob`` from ``theta0`` (a batch), for
+        ``run_stack`` to vmap over a stack of problems; None (here): the dynamics has no such program, and
+        ``run_stack`` runs the problems one after another. ``GradientFlow`` and ``GradientDescent`` have one."""
+        return None
+
     def run_stack(
         self,
         problems: Sequence[Problem],
@@ -138,29 +145,22 @@ class AbstractDynamics(eqx.Module):
         progress: bool = False,
         checkpoint: str | os.PathLike | None = None,
     ) -> list[Trajectory]:
-        """Run each of ``problems`` from its own starts and return their Trajectories, in order. Here one ``run``
-        after another (checkpoints in ``problem-00000``, … under ``checkpoint``); ``GradientFlow`` and
-        ``GradientDescent`` run problems of one static structure (a phase diagram's points) stacked, every start of
-        every problem in one compiled program per chunk (docs/dynamics.md, "Several problems at once").
+        """Run each of ``problems`` from its own starts and return their Trajectories, in order. Problems of one
+        static structure (a phase diagram's points) run stacked where the dynamics has a ``chunk_program``, every
+        start of every problem in one compiled program per chunk; otherwise one ``run`` after another, checkpoints
+        in ``point-00000``, … under ``checkpoint`` (docs/dynamics.md, "Several problems at once").
 
         **Arguments:**
 
         - ``problems``: the Problems.
         - ``theta0s``: one batch of starts per problem (a leading axis each, the same size for all).
-        - ``chunk_size``, ``progress``, ``checkpoint``: as for ``run`` (chunks of starts, each over every problem).
+        - ``chunk_size``: runs per compiled call; ``progress``, ``checkpoint``: as for ``run``.
         """
-        if len(problems) != len(theta0s):
-            raise ValueError(f"theta0s has {len(theta0s)} batches: must have one per problem ({len(problems)})")
-        return [
-            self.run(
-                prob,
-                theta,
-                chunk_size=chunk_size,
-                progress=progress,
-                checkpoint=None if checkpoint is None else os.path.join(checkpoint, f"problem-{i:05d}"),
-            )
-            for i, (prob, theta) in enumerate(zip(problems, theta0s, strict=True))
-        ]
+        from popdyn.dynamics import _stack  # imports this module: loaded on first use
+
+        return _stack.run_stack(
+            self, problems, theta0s, chunk_size=chunk_size, progress=progress, checkpoint=checkpoint
+        )
 
     def end_points(self: _D) -> _D:
         """The same dynamics recording only the start and the end (what a basin map needs)."""

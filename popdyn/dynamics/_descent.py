@@ -10,7 +10,7 @@ so one diverging member never poisons the batch.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, TypeAlias
 
@@ -28,7 +28,7 @@ from popdyn.dynamics import _stopping as stopping
 from popdyn.dynamics import _transforms as transforms
 from popdyn.dynamics._base import AbstractDynamics, SaveAt, Steady, check_hooks, check_lanes
 from popdyn.dynamics._lanes import lane_width, run_lanes
-from popdyn.dynamics._stack import finish_each, rows, same_structure, stack, stack_points, stacked_call
+from popdyn.dynamics._stack import ChunkProgram
 from popdyn.dynamics._status import Status
 from popdyn.dynamics._trajectory import Trajectory, finish, frozen_scales
 from popdyn.problem import Problem, Theta, ThetaLike
@@ -138,30 +138,10 @@ class GradientDescent(AbstractDynamics):
         """Descend from ``theta0`` (one θ, or a batch on a leading axis); ``AbstractDynamics.run``."""
         return descend(self, prob, theta0, None, chunk_size=chunk_size, progress=progress, checkpoint=checkpoint)
 
-    def run_stack(
-        self,
-        problems: Sequence[Problem],
-        theta0s: Sequence[ThetaLike],
-        *,
-        chunk_size: int | None = None,
-        progress: bool = False,
-        checkpoint: str | os.PathLike | None = None,
-    ) -> list[Trajectory]:
-        """``AbstractDynamics.run_stack``: problems of one static structure run stacked, one program per chunk (each
-        problem's starts with the rates and keys a run of it alone would give them)."""
-        if not same_structure(problems):
-            return super().run_stack(problems, theta0s, chunk_size=chunk_size, progress=progress, checkpoint=checkpoint)
-        check_chunk_size(chunk_size)
-        chunk_size = rows(chunk_size, len(problems))
-        programs = [
-            _program(self, p, *as_batch(p, t), None, chunk_size) for p, t in zip(problems, theta0s, strict=True)
-        ]
-        gd, fn, rest, _ = programs[0]
-        gd = eqx.tree_at(lambda g: g.prob, gd, stack(problems))
-        inputs = tuple(stack_points(parts) for parts in zip(*(program[3] for program in programs), strict=True))
-        run = lambda b: stacked_call(fn, gd, b, *rest)  # noqa: E731
-        out = map_chunks(run, inputs, chunk_size, progress=progress, desc="gradient descent", checkpoint=checkpoint)
-        return finish_each(problems, out, self, self.stopping)
+    def chunk_program(self, prob: Problem, theta0: ThetaLike, chunk_size: int | None) -> ChunkProgram:
+        """``AbstractDynamics.chunk_program``: each start with the rate and key a run of ``prob`` alone gives it."""
+        gd, fn, rest, inputs = _program(self, prob, *as_batch(prob, theta0), None, chunk_size)
+        return ChunkProgram(gd, fn, rest, inputs, self.stopping, "gradient descent")
 
 
 def descend(

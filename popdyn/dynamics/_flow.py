@@ -28,7 +28,7 @@ from popdyn.dynamics import _stopping as stopping
 from popdyn.dynamics._base import AbstractDynamics, SaveAt, Steady, check_hooks, check_lanes
 from popdyn.dynamics._lanes import lane_width, run_lanes
 from popdyn.dynamics._solver_checks import inputs_checked
-from popdyn.dynamics._stack import finish_each, rows, same_structure, stack, stack_points, stacked_call
+from popdyn.dynamics._stack import ChunkProgram
 from popdyn.dynamics._status import Status, finite_tree
 from popdyn.dynamics._trajectory import Trajectory, finish, frozen_scales
 from popdyn.problem import Problem, Theta, ThetaLike
@@ -153,37 +153,15 @@ class GradientFlow(AbstractDynamics):
         """Integrate from ``theta0`` (one θ, or a batch on a leading axis); ``AbstractDynamics.run``."""
         check_chunk_size(chunk_size)
         batch, batched = as_batch(prob, theta0)
-        pieces, fn, rest = self._program(prob, jax.tree_util.tree_leaves(batch)[0].shape[0], chunk_size)
-        run = lambda b: fn(pieces, b, *rest)  # noqa: E731
-        out = map_chunks(run, batch, chunk_size, progress=progress, desc="gradient flow", checkpoint=checkpoint)
+        program = self.chunk_program(prob, batch, chunk_size)
+        run = lambda b: program.fn(program.pieces, b, *program.rest)  # noqa: E731
+        out = map_chunks(run, batch, chunk_size, progress=progress, desc=program.desc, checkpoint=checkpoint)
         return finish(prob, out, batched, self, self.stopping)
 
-    def run_stack(
-        self,
-        problems: Sequence[Problem],
-        theta0s: Sequence[ThetaLike],
-        *,
-        chunk_size: int | None = None,
-        progress: bool = False,
-        checkpoint: str | os.PathLike | None = None,
-    ) -> list[Trajectory]:
-        """``AbstractDynamics.run_stack``: problems of one static structure run stacked, one program per chunk."""
-        if not same_structure(problems):
-            return super().run_stack(problems, theta0s, chunk_size=chunk_size, progress=progress, checkpoint=checkpoint)
-        check_chunk_size(chunk_size)
-        chunk_size = rows(chunk_size, len(problems))
-        batches = [as_batch(prob, theta)[0] for prob, theta in zip(problems, theta0s, strict=True)]
-        pieces, fn, rest = self._program(problems[0], jax.tree_util.tree_leaves(batches[0])[0].shape[0], chunk_size)
-        pieces = eqx.tree_at(lambda p: p.prob, pieces, stack(problems))
-        run = lambda b: stacked_call(fn, pieces, b, *rest)  # noqa: E731
-        out = map_chunks(
-            run, (stack_points(batches),), chunk_size, progress=progress, desc="gradient flow", checkpoint=checkpoint
-        )
-        return finish_each(problems, out, self, self.stopping)
-
-    def _program(self, prob: Problem, n: int, chunk_size: int | None) -> tuple[_Pieces, Callable, tuple]:
-        """(The pieces of a run of ``prob``, its compiled chunk function, the function's other arguments) for ``n``
-        starts: through lanes when only end points are recorded (``lane_width``), else one vmapped solve."""
+    def chunk_program(self, prob: Problem, theta0: ThetaLike, chunk_size: int | None) -> ChunkProgram:
+        """``AbstractDynamics.chunk_program``: for the starts ``theta0``, through lanes when only end points are
+        recorded (``lane_width``), else one vmapped solve with records."""
+        batch, _ = as_batch(prob, theta0)
         times = record_times(self.t1, self.save.ts)
         rule = self.stopping
         cfg = _FlowConfig(
@@ -197,10 +175,14 @@ class GradientFlow(AbstractDynamics):
         )
         pieces = _Pieces(prob, self.precondition, self.target, self.controller, cfg)
         t1_ = jnp.asarray(self.t1, dtype=jnp.result_type(float))
-        width = lane_width(self.lanes, n, chunk_size)
+        width = lane_width(self.lanes, jax.tree_util.tree_leaves(batch)[0].shape[0], chunk_size)
+        fn: Callable
+        rest: tuple
         if self.save.ts is None and not self.save.params and width is not None:
-            return pieces, _solve_lanes, (t1_, self.solver, width, self.lane_steps)
-        return pieces, _solve_batch, (t1_, jnp.asarray(times, dtype=t1_.dtype), self.solver)
+            fn, rest = _solve_lanes, (t1_, self.solver, width, self.lane_steps)
+        else:
+            fn, rest = _solve_batch, (t1_, jnp.asarray(times, dtype=t1_.dtype), self.solver)
+        return ChunkProgram(pieces, fn, rest, (batch,), rule, "gradient flow")
 
 
 def gradient_flow(

@@ -19,8 +19,9 @@ from popdyn import _validate
 from popdyn._batching import Rehearsed, check_memory, rehearsal
 from popdyn.analysis import AbstractLabeller, Grid
 from popdyn.analysis._basins import UNRESOLVED
-from popdyn.analysis._sweeps import Sweep, SweepPoint, basin_sweep, grid_points, point_folder
+from popdyn.analysis._sweeps import Sweep, SweepPoint, basin_sweep, grid_points
 from popdyn.dynamics import AbstractDynamics
+from popdyn.dynamics._stack import point_folder
 from popdyn.io import Result
 from popdyn.jobs._budget import budget_json, budget_lines, joined_budget
 from popdyn.jobs._dynamics_options import job_dynamics, settings
